@@ -1,0 +1,1 @@
+"""Command-line edge: argument parsing and output formatting over the public API."""

@@ -1,0 +1,47 @@
+"""The `gpuplane` command: one typer app that each command module registers itself on.
+
+A command module exposes ``register(app)``; adding a command means adding its module to
+``_COMMAND_MODULES`` below, not editing this file's functions.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from gpuplane import __version__
+from gpuplane.cli import schedule
+
+# Modules whose ``register(app)`` adds their commands, in the order they appear in --help.
+_COMMAND_MODULES = (schedule,)
+
+
+def build_app() -> typer.Typer:
+    """Return a fresh app with every command registered (a new object per call, no shared state)."""
+    app = typer.Typer(
+        name="gpuplane",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+
+    # A callback keeps typer in multi-command mode even while only one command exists,
+    # so `gpuplane version` never collapses into plain `gpuplane`.
+    @app.callback()
+    def _root() -> None:
+        """Scheduling control plane for GPUs and other accelerators on Kubernetes."""
+
+    @app.command()
+    def version() -> None:
+        """Print the gpuplane version."""
+        typer.echo(f"gpuplane {__version__}")
+
+    for module in _COMMAND_MODULES:
+        module.register(app)
+    return app
+
+
+app = build_app()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

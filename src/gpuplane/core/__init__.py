@@ -1,0 +1,1 @@
+"""Pure scheduling: quota, flavors, placement, devices, preemption and fair share."""

@@ -1,0 +1,349 @@
+"""Quota accounting over the cohort tree.
+
+A :class:`QuotaTree` is the core's working copy of quota and usage, built from a
+frozen :class:`~gpuplane.model.objects.ClusterState` once per scheduling call. It is
+the only mutable structure in a cycle, and every change to it is an add/remove pair:
+preemption search and what-if analysis use :meth:`QuotaTree.without` and
+:meth:`ClusterQueueNode.with_usage`, which restore the tree on exit.
+
+Semantics follow Kueue's resource nodes:
+
+* A node's ``subtree_quota`` is its own nominal quota plus what its children lend
+  (their subtree quota minus the part their ``lendingLimit`` keeps local).
+* Usage past a node's local (non-lendable) quota is stored in its parent.
+* ``available`` is local headroom plus what the parent can give, capped by the
+  node's ``borrowingLimit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from gpuplane.model.objects import ClusterQueue, ClusterState, ResourceGroup, ResourceQuota
+
+FlavorResource = tuple[str, str]  # (flavor, resource)
+Usage = Mapping[FlavorResource, int]
+
+
+class QuotaNode:
+    """Shared behaviour of ClusterQueues and Cohorts in the tree."""
+
+    __slots__ = ("fair_weight", "name", "parent", "quotas", "subtree_quota", "usage")
+
+    def __init__(self, name: str, quotas: dict[FlavorResource, ResourceQuota], fair_weight: float) -> None:
+        self.name = name
+        self.parent: CohortNode | None = None
+        self.quotas = quotas
+        self.subtree_quota: dict[FlavorResource, int] = {}
+        self.usage: dict[FlavorResource, int] = {}
+        self.fair_weight = fair_weight
+
+    # --- capacity ---------------------------------------------------------
+
+    def local_quota(self, fr: FlavorResource) -> int:
+        """Capacity only this subtree sees: what the lending limit keeps back."""
+        quota = self.quotas.get(fr)
+        if quota is None or quota.lending_limit is None:
+            return 0
+        return max(0, self.subtree_quota.get(fr, 0) - quota.lending_limit)
+
+    def local_available(self, fr: FlavorResource) -> int:
+        return max(0, self.local_quota(fr) - self.usage.get(fr, 0))
+
+    def raw_available(self, fr: FlavorResource) -> int:
+        """Headroom for ``fr``; negative when the subtree is over-admitted."""
+        parent = self.parent
+        if parent is None:
+            return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
+        parent_available = parent.raw_available(fr)
+        quota = self.quotas.get(fr)
+        if quota is not None and quota.borrowing_limit is not None:
+            lq = self.local_quota(fr)
+            stored_in_parent = self.subtree_quota.get(fr, 0) - lq
+            used_in_parent = max(0, self.usage.get(fr, 0) - lq)
+            parent_available = min(stored_in_parent - used_in_parent + quota.borrowing_limit, parent_available)
+        return self.local_available(fr) + parent_available
+
+    def potential_available(self, fr: FlavorResource) -> int:
+        """The most this node could ever use of ``fr``, ignoring current usage."""
+        parent = self.parent
+        if parent is None:
+            return self.subtree_quota.get(fr, 0)
+        avail = self.local_quota(fr) + parent.potential_available(fr)
+        quota = self.quotas.get(fr)
+        if quota is not None and quota.borrowing_limit is not None:
+            avail = min(self.subtree_quota.get(fr, 0) + quota.borrowing_limit, avail)
+        return avail
+
+    def borrowing_with(self, fr: FlavorResource, extra: int) -> bool:
+        return self.subtree_quota.get(fr, 0) < self.usage.get(fr, 0) + extra
+
+    def within_nominal(self, frs: frozenset[FlavorResource] | set[FlavorResource]) -> bool:
+        return all(self.subtree_quota.get(fr, 0) >= self.usage.get(fr, 0) for fr in frs)
+
+    # --- usage ------------------------------------------------------------
+
+    def add_usage(self, fr: FlavorResource, value: int) -> None:
+        local_available = self.local_available(fr)
+        self.usage[fr] = self.usage.get(fr, 0) + value
+        if self.parent is not None and value > local_available:
+            self.parent.add_usage(fr, value - local_available)
+
+    def remove_usage(self, fr: FlavorResource, value: int) -> None:
+        stored_in_parent = self.usage.get(fr, 0) - self.local_quota(fr)
+        self.usage[fr] = self.usage.get(fr, 0) - value
+        if stored_in_parent <= 0 or self.parent is None:
+            return
+        self.parent.remove_usage(fr, min(value, stored_in_parent))
+
+    # --- tree -------------------------------------------------------------
+
+    def ancestors(self) -> Iterator[CohortNode]:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def root(self) -> QuotaNode:
+        node: QuotaNode = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+    # --- fair sharing -----------------------------------------------------
+
+    def dominant_resource_share(self) -> DRS:
+        """Kueue's DRS: the largest borrowed share of what the parent can lend."""
+        if self.parent is None:
+            return DRS(self.fair_weight, 0.0, "", False, ())
+        borrowed: dict[str, int] = {}
+        borrowed_frs: list[FlavorResource] = []
+        for fr, quota in self.subtree_quota.items():
+            amount = self.usage.get(fr, 0) - quota
+            if amount > 0:
+                borrowed[fr[1]] = borrowed.get(fr[1], 0) + amount
+                borrowed_frs.append(fr)
+        if not borrowed:
+            return DRS(self.fair_weight, 0.0, "", False, ())
+        lendable = self.parent.lendable()
+        ratio, dominant = 0.0, ""
+        for resource, amount in borrowed.items():
+            lend = lendable.get(resource, 0)
+            if lend > 0:
+                share = amount * 1000.0 / lend
+                if share > ratio or (share == ratio and resource < dominant):
+                    ratio, dominant = share, resource
+        return DRS(self.fair_weight, ratio, dominant, True, tuple(borrowed_frs))
+
+    def lendable(self) -> dict[str, int]:
+        root = self.root()
+        out: dict[str, int] = {}
+        for fr in root.subtree_quota:
+            out[fr[1]] = out.get(fr[1], 0) + self.potential_available(fr)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class DRS:
+    """A dominant resource share with Kueue's comparison rules."""
+
+    fair_weight: float
+    unweighted_ratio: float
+    dominant_resource: str
+    borrowing: bool
+    borrowed_frs: tuple[FlavorResource, ...] = ()
+
+    @property
+    def is_zero(self) -> bool:
+        return self.unweighted_ratio == 0
+
+    @property
+    def zero_weight_borrows(self) -> bool:
+        return self.fair_weight == 0 and self.borrowing
+
+    def weighted(self) -> float:
+        if self.zero_weight_borrows:
+            return float("inf")
+        if self.is_zero:
+            return 0.0
+        return self.unweighted_ratio / self.fair_weight
+
+    def borrowing_on(self, requested: Usage) -> bool:
+        return any(requested.get(fr, 0) > 0 for fr in self.borrowed_frs)
+
+
+NEGATIVE_DRS = DRS(1.0, -1.0, "", False, ())
+
+
+def compare_drs(a: DRS, b: DRS) -> int:
+    """-1, 0 or 1: lower shares are scheduled first and preempted last."""
+    if a.zero_weight_borrows and b.zero_weight_borrows:
+        return (a.unweighted_ratio > b.unweighted_ratio) - (a.unweighted_ratio < b.unweighted_ratio)
+    if a.zero_weight_borrows:
+        return 1
+    if b.zero_weight_borrows:
+        return -1
+    wa, wb = a.weighted(), b.weighted()
+    return (wa > wb) - (wa < wb)
+
+
+class CohortNode(QuotaNode):
+    __slots__ = ("child_cohorts", "child_queues")
+
+    def __init__(self, name: str, quotas: dict[FlavorResource, ResourceQuota], fair_weight: float) -> None:
+        super().__init__(name, quotas, fair_weight)
+        self.child_cohorts: list[CohortNode] = []
+        self.child_queues: list[ClusterQueueNode] = []
+
+    def subtree_queues(self) -> Iterator[ClusterQueueNode]:
+        yield from self.child_queues
+        for child in self.child_cohorts:
+            yield from child.subtree_queues()
+
+
+@dataclass(slots=True)
+class AdmittedWorkload:
+    """A workload that holds quota in the tree, with its usage per flavor-resource."""
+
+    key: str
+    cluster_queue: str
+    usage: dict[FlavorResource, int]
+    flavors: frozenset[FlavorResource] = field(default_factory=frozenset)
+
+
+class ClusterQueueNode(QuotaNode):
+    __slots__ = ("flavor_resources", "resource_group_of", "spec", "workloads")
+
+    def __init__(self, spec: ClusterQueue) -> None:
+        super().__init__(spec.name, quotas_of(spec.resource_groups), spec.fair_weight)
+        self.spec = spec
+        self.workloads: dict[str, AdmittedWorkload] = {}
+        self.resource_group_of: dict[str, ResourceGroup] = {}
+        for group in spec.resource_groups:
+            for res in group.covered_resources:
+                self.resource_group_of[res] = group
+        self.flavor_resources = frozenset(self.quotas)
+
+    def available(self, fr: FlavorResource) -> int:
+        return max(0, self.raw_available(fr))
+
+    def quota_for(self, fr: FlavorResource) -> ResourceQuota:
+        return self.quotas.get(fr) or ResourceQuota(nominal=0)
+
+    def fits(self, usage: Usage) -> bool:
+        return all(self.available(fr) >= q for fr, q in usage.items())
+
+    def add_usage_map(self, usage: Usage) -> None:
+        for fr, q in usage.items():
+            self.add_usage(fr, q)
+
+    def remove_usage_map(self, usage: Usage) -> None:
+        for fr, q in usage.items():
+            self.remove_usage(fr, q)
+
+    @contextmanager
+    def with_usage(self, usage: Usage) -> Iterator[None]:
+        """Temporarily account ``usage`` to this queue (and its ancestors)."""
+        self.add_usage_map(usage)
+        try:
+            yield
+        finally:
+            self.remove_usage_map(usage)
+
+    @contextmanager
+    def without_usage(self, usage: Usage) -> Iterator[None]:
+        self.remove_usage_map(usage)
+        try:
+            yield
+        finally:
+            self.add_usage_map(usage)
+
+
+def quotas_of(groups: tuple[ResourceGroup, ...]) -> dict[FlavorResource, ResourceQuota]:
+    out: dict[FlavorResource, ResourceQuota] = {}
+    for group in groups:
+        for flavor in group.flavors:
+            for res, quota in flavor.resources.items():
+                out[(flavor.name, res)] = quota
+    return out
+
+
+class QuotaTree:
+    """All ClusterQueues and Cohorts, with the usage of admitted workloads."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.queues: dict[str, ClusterQueueNode] = {}
+        self.cohorts: dict[str, CohortNode] = {}
+        for name, spec in state.cohorts.items():
+            self.cohorts[name] = CohortNode(name, quotas_of(spec.resource_groups), spec.fair_weight)
+        for name, cohort_spec in state.cohorts.items():
+            if cohort_spec.parent:
+                parent = self._cohort(cohort_spec.parent)
+                self.cohorts[name].parent = parent
+                parent.child_cohorts.append(self.cohorts[name])
+        for name in sorted(state.cluster_queues):
+            spec = state.cluster_queues[name]
+            node = ClusterQueueNode(spec)
+            self.queues[name] = node
+            if spec.cohort:
+                parent = self._cohort(spec.cohort)
+                node.parent = parent
+                parent.child_queues.append(node)
+        for cohort in self.cohorts.values():
+            cohort.child_cohorts.sort(key=lambda c: c.name)
+            cohort.child_queues.sort(key=lambda q: q.name)
+        for node in self.roots():
+            self._accumulate(node)
+        self.admitted: dict[str, AdmittedWorkload] = {}
+
+    def _cohort(self, name: str) -> CohortNode:
+        node = self.cohorts.get(name)
+        if node is None:  # implicit cohort: named by a queue or a child, with no object
+            node = CohortNode(name, {}, 1.0)
+            self.cohorts[name] = node
+        return node
+
+    def roots(self) -> list[QuotaNode]:
+        out: list[QuotaNode] = [c for c in self.cohorts.values() if c.parent is None]
+        out += [q for q in self.queues.values() if q.parent is None]
+        return sorted(out, key=lambda n: n.name)
+
+    def _accumulate(self, node: QuotaNode) -> None:
+        node.subtree_quota = {fr: q.nominal for fr, q in node.quotas.items()}
+        if isinstance(node, CohortNode):
+            for child in [*node.child_cohorts, *node.child_queues]:
+                self._accumulate(child)
+                for fr, quota in child.subtree_quota.items():
+                    node.subtree_quota[fr] = node.subtree_quota.get(fr, 0) + quota - child.local_quota(fr)
+
+    # --- workloads ----------------------------------------------------------
+
+    def add_workload(self, wl: AdmittedWorkload) -> None:
+        cq = self.queues.get(wl.cluster_queue)
+        if cq is None:
+            return
+        cq.add_usage_map(wl.usage)
+        cq.workloads[wl.key] = wl
+        self.admitted[wl.key] = wl
+
+    def remove_workload(self, wl: AdmittedWorkload) -> None:
+        cq = self.queues.get(wl.cluster_queue)
+        if cq is None or wl.key not in cq.workloads:
+            return
+        cq.remove_usage_map(wl.usage)
+        del cq.workloads[wl.key]
+        del self.admitted[wl.key]
+
+    @contextmanager
+    def without(self, workloads: list[AdmittedWorkload]) -> Iterator[None]:
+        """Simulate the removal of ``workloads``; restores them on exit."""
+        removed = [w for w in workloads if w.key in self.admitted]
+        for w in removed:
+            self.remove_workload(w)
+        try:
+            yield
+        finally:
+            for w in removed:
+                self.add_workload(w)

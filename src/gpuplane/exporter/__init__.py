@@ -1,0 +1,1 @@
+"""Metrics edge: exposes scheduler and usage metrics for Prometheus to scrape."""

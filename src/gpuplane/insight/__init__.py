@@ -1,0 +1,1 @@
+"""Pure analysis over plans and history: why a workload waits, queue position, ETA, usage, chargeback."""

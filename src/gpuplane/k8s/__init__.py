@@ -1,0 +1,1 @@
+"""Kubernetes driver: builds snapshots from the API server and carries out plans against it."""

@@ -1,0 +1,1 @@
+"""Frozen domain types, Kubernetes object parsing and resource quantities (the bottom layer)."""

@@ -1,0 +1,63 @@
+"""The one error type that bad input produces.
+
+Every problem found while reading or validating cluster state is reported as an
+:class:`InputError` naming the file, the document index, the object and the field
+path, so that the command line can print exactly one clear line and exit 2.
+"""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """A problem with user-supplied cluster state.
+
+    ``source`` is the file name (or ``<stdin>``), ``document`` the zero-based index of
+    the YAML/JSON document inside it (``None`` when the problem is with the file as a
+    whole), ``obj`` a ``Kind/namespace/name`` label (``None`` if unknown) and ``field``
+    a dotted field path such as ``spec.resourceGroups[0].flavors[1].name``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        document: int | None = None,
+        obj: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.source = source
+        self.document = document
+        self.obj = obj
+        self.field = field
+
+    def located(
+        self,
+        *,
+        source: str | None = None,
+        document: int | None = None,
+        obj: str | None = None,
+    ) -> InputError:
+        """Return a copy with missing location parts filled in (existing parts win)."""
+        return InputError(
+            self.message,
+            source=self.source if self.source is not None else source,
+            document=self.document if self.document is not None else document,
+            obj=self.obj if self.obj is not None else obj,
+            field=self.field,
+        )
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        if self.source is not None:
+            parts.append(self.source)
+        if self.document is not None:
+            parts.append(f"document {self.document}")
+        if self.obj is not None:
+            parts.append(self.obj)
+        if self.field:
+            parts.append(self.field)
+        where = ": ".join(parts)
+        return f"{where}: {self.message}" if where else self.message

@@ -1,0 +1,380 @@
+"""Reading cluster state files: YAML (multi-document or ``kind: List``) and JSON.
+
+``load_state(sources)`` turns a list of ``(name, text)`` pairs into one validated,
+frozen :class:`ClusterState`, or raises :class:`InputError` naming the file, the
+document index, the object and the field. Reading is defensive: YAML alias bombs,
+deeply nested documents and non-UTF-8 bytes all end as an ``InputError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from gpuplane.model import fields as f
+from gpuplane.model import kinds
+from gpuplane.model.errors import InputError
+from gpuplane.model.objects import (
+    ClusterQueue,
+    ClusterState,
+    Cohort,
+    KueueConfiguration,
+    LocalQueue,
+    Namespace,
+    Node,
+    Pod,
+    ResourceFlavor,
+    Topology,
+    Workload,
+    WorkloadPriorityClass,
+    frozen_map,
+)
+from gpuplane.model.validate import api_server_rejections, validate_state
+
+# A document may expand through aliases to at most this many nodes.
+MAX_EXPANDED_NODES = 2_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One decoded object with where it came from.
+
+    ``index`` is the zero-based document number in its file; ``item`` is the
+    position inside a ``kind: List`` (or a JSON array), ``None`` otherwise.
+    """
+
+    source: str
+    index: int
+    item: int | None
+    body: Mapping[str, Any]
+
+    def label(self) -> str:
+        kind = self.body.get("kind")
+        meta = self.body.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+        parts = [str(kind) if isinstance(kind, str) else "object"]
+        if isinstance(ns, str) and ns:
+            parts.append(ns)
+        if isinstance(name, str) and name:
+            parts.append(name)
+        return "/".join(parts)
+
+    def locate(self, err: InputError) -> InputError:
+        """Fill in this document's location, prefixing the field with the List item."""
+        if self.item is not None:
+            err = InputError(
+                err.message,
+                source=err.source,
+                document=err.document,
+                obj=err.obj,
+                field=f"items[{self.item}]" + (f".{err.field}" if err.field else ""),
+            )
+        return err.located(source=self.source, document=self.index, obj=self.label())
+
+
+class _GuardedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses documents whose aliases expand too far."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_expansion(node)
+        return super().construct_document(node)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    sizes: dict[int, int] = {}
+    # Iterative post-order walk; shared (aliased) nodes are sized once and reused.
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                children += [k, v]
+        if done or not children:
+            total = 1 + sum(sizes.get(id(c), 0) for c in children)
+            if total > MAX_EXPANDED_NODES:
+                raise InputError("YAML aliases expand to too many nodes (possible alias bomb)")
+            sizes[key] = total
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+
+
+def _yaml_documents(text: str) -> list[Any]:
+    # Aliases need anchors; without '&' the fast C loader is safe to use.
+    loader: Any = _GuardedLoader
+    if "&" not in text:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return list(yaml.load_all(text, Loader=loader))
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise InputError(f"invalid YAML{where}: {err.problem or err}") from None
+    except yaml.YAMLError as err:
+        raise InputError(f"invalid YAML: {err}") from None
+
+
+def decode(source: str, text: str) -> list[Document]:
+    """Split one file into documents, expanding ``kind: List`` and JSON arrays."""
+    stripped = text.lstrip()
+    raw_docs: list[Any]
+    try:
+        if stripped.startswith(("{", "[")):
+            try:
+                raw_docs = [json.loads(text)]
+            except json.JSONDecodeError as err:
+                raise InputError(f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+        else:
+            raw_docs = _yaml_documents(text)
+    except RecursionError:
+        raise InputError("document is nested too deeply") from None
+    except InputError as err:
+        raise err.located(source=source) from None
+    out: list[Document] = []
+    for index, raw in enumerate(raw_docs):
+        if raw is None:
+            continue
+        if isinstance(raw, list):
+            items: Sequence[Any] | None = raw
+        elif isinstance(raw, Mapping) and raw.get("kind") == "List":
+            try:
+                items = f.get_list(raw, "items", "", required=True)
+            except InputError as err:
+                raise err.located(source=source, document=index) from None
+        else:
+            items = None
+        if items is None:
+            if not isinstance(raw, Mapping):
+                raise InputError(
+                    f"expected a Kubernetes object, got {f.type_name(raw)}", source=source, document=index
+                )
+            out.append(Document(source, index, None, raw))
+            continue
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InputError(
+                    f"expected a Kubernetes object, got {f.type_name(item)}",
+                    source=source,
+                    document=index,
+                    field=f"items[{i}]",
+                )
+            out.append(Document(source, index, i, item))
+    return out
+
+
+Parser = Callable[[Mapping[str, Any], str], Any]
+
+_KUEUE: dict[str, Parser] = {
+    "ClusterQueue": kinds.parse_cluster_queue,
+    "Cohort": kinds.parse_cohort,
+    "ResourceFlavor": kinds.parse_resource_flavor,
+    "LocalQueue": kinds.parse_local_queue,
+    "WorkloadPriorityClass": kinds.parse_priority_class,
+    "Topology": kinds.parse_topology,
+}
+_CORE: dict[str, Parser] = {
+    "Namespace": kinds.parse_namespace,
+    "Node": kinds.parse_node,
+    "Pod": kinds.parse_pod,
+}
+
+
+def _api(doc: Document) -> tuple[str, str, str]:
+    body = doc.body
+    api_version = f.get_str(body, "apiVersion", "", required=True)
+    kind = f.get_str(body, "kind", "", required=True)
+    assert api_version is not None and kind is not None
+    group, _, version = api_version.rpartition("/")
+    return group, version, kind
+
+
+def _check_version(group: str, version: str, kind: str) -> None:
+    if group == kinds.KUEUE_GROUP:
+        if kind not in (*_KUEUE, "Workload"):
+            raise InputError(f"unknown kind {kind!r} in {group}", field="kind")
+        if version not in kinds.KUEUE_VERSIONS:
+            raise InputError(
+                f"unsupported apiVersion {group}/{version}; served versions are v1beta1 and v1beta2",
+                field="apiVersion",
+            )
+    elif group == "config." + kinds.KUEUE_GROUP:
+        if kind != "Configuration":
+            raise InputError(f"unknown kind {kind!r} in {group}", field="kind")
+        if version not in kinds.KUEUE_VERSIONS:
+            raise InputError(f"unsupported apiVersion {group}/{version}", field="apiVersion")
+    elif group == "":
+        if kind not in _CORE:
+            raise InputError(f"unknown kind {kind!r} in core/v1", field="kind")
+        if version != "v1":
+            raise InputError(f"unsupported apiVersion {version!r} for {kind}; expected v1", field="apiVersion")
+    elif group == "batch":
+        if kind != "Job":
+            raise InputError(f"unknown kind {kind!r} in batch", field="kind")
+        if version != "v1":
+            raise InputError(f"unsupported apiVersion batch/{version}; expected batch/v1", field="apiVersion")
+    else:
+        raise InputError(f"unsupported apiVersion {group}/{version} (kind {kind})", field="apiVersion")
+
+
+class _Collector:
+    """Gathers parsed objects and refuses duplicates with both locations."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], Document] = {}
+
+    def claim(self, kind: str, key: str, doc: Document) -> None:
+        first = self.seen.get((kind, key))
+        if first is not None:
+            raise InputError(
+                f"duplicate {kind} {key!r} (first defined in {first.source} document {first.index})",
+                field="metadata.name",
+            )
+        self.seen[(kind, key)] = doc
+
+
+def load_state(
+    sources: Iterable[tuple[str, str]], *, strict: bool = False, warnings: list[str] | None = None
+) -> ClusterState:
+    """Parse and validate all documents of all sources into one ClusterState.
+
+    ``strict`` also refuses what only a real API server would refuse (see
+    :func:`api_server_rejections`); otherwise those problems are appended to
+    ``warnings`` as located one-line messages.
+    """
+    docs: list[Document] = []
+    for source, text in sources:
+        docs.extend(decode(source, text))
+
+    typed: list[tuple[Document, str, str, str]] = []
+    for doc in docs:
+        try:
+            group, version, kind = _api(doc)
+            _check_version(group, version, kind)
+        except InputError as err:
+            raise doc.locate(err) from None
+        typed.append((doc, group, version, kind))
+
+    collector = _Collector()
+    config = KueueConfiguration()
+    namespaces: dict[str, Namespace] = {}
+    flavors: dict[str, ResourceFlavor] = {}
+    cohorts: dict[str, Cohort] = {}
+    queues: dict[str, ClusterQueue] = {}
+    local_queues: dict[str, LocalQueue] = {}
+    priority_classes: dict[str, WorkloadPriorityClass] = {}
+    topologies: dict[str, Topology] = {}
+    workloads: list[Workload] = []
+    nodes: list[Node] = []
+    pods: list[Pod] = []
+    config_seen = False
+
+    # Priority classes first: workloads and jobs resolve their priority through them.
+    ordered = sorted(typed, key=lambda t: 0 if t[3] == "WorkloadPriorityClass" else 1)
+    for doc, group, version, kind in ordered:
+        try:
+            body = doc.body
+            if kind == "Configuration":
+                if config_seen:
+                    raise InputError("more than one Configuration", field="kind")
+                config_seen = True
+                config = kinds.parse_configuration(body, version)
+            elif group == kinds.KUEUE_GROUP and kind == "Workload":
+                wl = kinds.parse_workload(body, version, {n: p.value for n, p in priority_classes.items()})
+                collector.claim("Workload", wl.key, doc)
+                workloads.append(wl)
+            elif group == "batch":
+                job_wl = kinds.workload_from_job(body, {n: p.value for n, p in priority_classes.items()})
+                if job_wl is not None:
+                    collector.claim("Workload", job_wl.key, doc)
+                    workloads.append(job_wl)
+            elif group == kinds.KUEUE_GROUP:
+                obj = _KUEUE[kind](body, version)
+                if isinstance(obj, LocalQueue):
+                    collector.claim(kind, obj.key, doc)
+                    local_queues[obj.key] = obj
+                else:
+                    collector.claim(kind, obj.name, doc)
+                    {
+                        "ClusterQueue": queues,
+                        "Cohort": cohorts,
+                        "ResourceFlavor": flavors,
+                        "WorkloadPriorityClass": priority_classes,
+                        "Topology": topologies,
+                    }[kind][obj.name] = obj
+            else:
+                obj = _CORE[kind](body, version)
+                if isinstance(obj, Namespace):
+                    collector.claim(kind, obj.name, doc)
+                    namespaces[obj.name] = obj
+                elif isinstance(obj, Node):
+                    collector.claim(kind, obj.name, doc)
+                    nodes.append(obj)
+                else:
+                    collector.claim(kind, obj.key, doc)
+                    pods.append(obj)
+        except InputError as err:
+            raise doc.locate(err) from None
+
+    state = ClusterState(
+        configuration=config,
+        namespaces=frozen_map(namespaces),
+        resource_flavors=frozen_map(flavors),
+        cohorts=frozen_map(cohorts),
+        cluster_queues=frozen_map(queues),
+        local_queues=frozen_map(local_queues),
+        priority_classes=frozen_map(priority_classes),
+        topologies=frozen_map(topologies),
+        workloads=tuple(workloads),
+        nodes=tuple(nodes),
+        pods=tuple(pods),
+    )
+    def locate(err: InputError) -> InputError:
+        kind, _, key = (err.obj or "").partition("/")
+        found = collector.seen.get((kind, key))
+        if found is not None:
+            return err.located(source=found.source, document=found.index)
+        return err
+
+    try:
+        validate_state(state)
+    except InputError as err:
+        raise locate(err) from None
+    for problem in api_server_rejections(state):
+        if strict:
+            raise locate(problem)
+        if warnings is not None:
+            warnings.append(str(locate(problem)))
+    return state
+
+
+def load_files(
+    paths: Sequence[str],
+    read: Callable[[str], bytes] | None = None,
+    *,
+    strict: bool = False,
+    warnings: list[str] | None = None,
+) -> ClusterState:
+    """Read files (``-`` for standard input is handled by the caller) and load them."""
+    sources: list[tuple[str, str]] = []
+    for path in paths:
+        try:
+            data = read(path) if read is not None else open(path, "rb").read()  # noqa: SIM115
+        except OSError as err:
+            raise InputError(f"cannot read file: {err.strerror or err}", source=path) from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(f"file is not UTF-8 text (byte {err.start})", source=path) from None
+        sources.append((path, text))
+    return load_state(sources, strict=strict, warnings=warnings)

@@ -1,0 +1,1 @@
+"""Idle reaper: frees accelerators held by interactive sessions that stopped using them."""

@@ -1,0 +1,1 @@
+"""Web edge: thin HTTP handlers over the public API."""
