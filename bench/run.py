@@ -1,9 +1,98 @@
-"""Benchmark runner. Benchmarks report ratios against a baseline measured in the same run."""
+"""Benchmark runner: lists the benchmarks and runs them by name.
+
+Usage::
+
+    python3 bench/run.py                         # run every benchmark
+    python3 bench/run.py kueue-scale             # run one (or several) by name
+    python3 bench/run.py --list                  # list names and descriptions
+    python3 bench/run.py kueue-scale -- --keep   # arguments after -- go to each selected benchmark
+
+Each benchmark is a script in this folder, run as its own process with this interpreter,
+so one benchmark's memory and child processes never show up in another's numbers.
+Benchmarks report ratios against a baseline measured in the same run, next to absolute
+times. The runner's exit status is the first non-zero status of a benchmark, or 0.
+
+Adding a benchmark means adding an entry to ``BENCHMARKS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+BENCH_DIR = Path(__file__).resolve().parent
 
 
-def main() -> None:
-    print("no benchmarks yet")
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    """A benchmark script in this folder and what it measures."""
+
+    script: str
+    description: str
+
+
+# Name -> benchmark, in the order `run.py` with no names runs them.
+BENCHMARKS: dict[str, Benchmark] = {
+    "kueue-scale": Benchmark(
+        script="kueue_scale.py",
+        description="gpuplane schedule on 50,000 pending Workloads in 1,000 ClusterQueues (10 cohorts)",
+    ),
+}
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Split ``argv`` at ``--``: runner options before it, benchmark arguments after it."""
+    own, passed = list(argv), []
+    if "--" in own:
+        cut = own.index("--")
+        own, passed = own[:cut], own[cut + 1 :]
+    parser = argparse.ArgumentParser(
+        prog="run.py",
+        description="Run gpuplane's benchmarks (all of them, or those named).",
+        epilog="Arguments after -- are passed to every selected benchmark.",
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"benchmark to run: {', '.join(BENCHMARKS)}")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = parser.parse_args(own)
+    unknown = [name for name in args.names if name not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    return args, passed
+
+
+def list_benchmarks(console: Console) -> None:
+    table = Table(title="benchmarks")
+    table.add_column("name")
+    table.add_column("script")
+    table.add_column("measures")
+    for name, bench in BENCHMARKS.items():
+        table.add_row(name, f"bench/{bench.script}", bench.description)
+    console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, passed = parse_args(sys.argv[1:] if argv is None else argv)
+    console = Console()
+    if args.list:
+        list_benchmarks(console)
+        return 0
+    status = 0
+    for name in args.names or list(BENCHMARKS):
+        bench = BENCHMARKS[name]
+        console.rule(f"{name}: {bench.description}")
+        code = subprocess.call([sys.executable, str(BENCH_DIR / bench.script), *passed])
+        if code != 0:
+            console.print(f"[red]{name} exited with status {code}[/red]")
+            status = status or code
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

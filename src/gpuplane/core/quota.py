@@ -211,6 +211,11 @@ class AdmittedWorkload:
     cluster_queue: str
     usage: dict[FlavorResource, int]
     flavors: frozenset[FlavorResource] = field(default_factory=frozenset)
+    priority: int = 0
+    uid: str = ""
+    evicted: bool = False
+    reserved_at: float = 0.0  # when quota was reserved (QuotaReserved condition)
+    queue_timestamp: float = 0.0  # Kueue's queue-order time, for LowerOrNewerEqualPriority
 
 
 class ClusterQueueNode(QuotaNode):

@@ -1,0 +1,341 @@
+"""Flavor assignment: which ResourceFlavor each pod set's resources take.
+
+For each pod set and each resource group it needs, flavors are tried in the
+ClusterQueue's order. A flavor is skipped when its taints are not tolerated or its
+labels contradict the pod's node selector/affinity; otherwise each resource gets a
+mode (fit, preempt, reclaim, no fit) and a borrowing level, and the flavor
+fungibility policy decides whether to stop at it or try the next one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.preemption import PreemptionContext, Preemptor, lowest_subtree_that_fits
+from gpuplane.core.quota import ClusterQueueNode, FlavorResource
+from gpuplane.core.workloads import PendingWorkload, pod_set_requests
+from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor, ResourceQuota
+from gpuplane.model.quantity import format_quantity
+
+# Flavor assignment modes, worst to best.
+NO_FIT, PREEMPT, FIT = 0, 1, 2
+MODE_NAMES = {NO_FIT: "NoFit", PREEMPT: "Preempt", FIT: "Fit"}
+
+# Finer modes used while choosing a flavor.
+G_NO_FIT, G_NO_CANDIDATES, G_PREEMPT, G_RECLAIM, G_FIT = range(5)
+_COARSE = {G_NO_FIT: NO_FIT, G_NO_CANDIDATES: PREEMPT, G_PREEMPT: PREEMPT, G_RECLAIM: PREEMPT, G_FIT: FIT}
+
+# Why a workload does not fit (most severe last).
+WAITING_FOR_QUOTA = "WaitingForQuota"
+EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+_SEVERITY = {"": 0, WAITING_FOR_QUOTA: 2, EXCEEDS_MAX_QUOTA: 3, NO_MATCHING_FLAVOR: 4}
+
+
+def most_severe(a: str, b: str) -> str:
+    return a if _SEVERITY.get(a, 0) >= _SEVERITY.get(b, 0) else b
+
+
+@dataclass(frozen=True, slots=True)
+class Granular:
+    mode: int
+    borrow: float  # borrowing level; inf is the worst
+
+
+WORST = Granular(G_NO_FIT, float("inf"))
+BEST = Granular(G_FIT, 0)
+
+
+def is_preferred(a: Granular, b: Granular, ff: FlavorFungibility) -> bool:
+    """Whether mode ``a`` is better than ``b`` under the fungibility preference."""
+    if a.mode == G_NO_FIT:
+        return False
+    if b.mode == G_NO_FIT:
+        return True
+    a_none, b_none = a.mode == G_NO_CANDIDATES, b.mode == G_NO_CANDIDATES
+    if a_none != b_none:
+        return not a_none
+    if ff.preference == "PreemptionOverBorrowing":
+        if a.borrow != b.borrow:
+            return a.borrow < b.borrow
+        return a.mode > b.mode
+    if a.mode != b.mode:
+        return a.mode > b.mode
+    return a.borrow < b.borrow
+
+
+def should_try_next_flavor(mode: Granular, ff: FlavorFungibility) -> bool:
+    if mode.mode in (G_NO_FIT, G_NO_CANDIDATES):
+        return True
+    if mode.mode in (G_PREEMPT, G_RECLAIM) and ff.when_can_preempt == "TryNextFlavor":
+        return True
+    return mode.borrow != 0 and ff.when_can_borrow == "TryNextFlavor"
+
+
+@dataclass(slots=True)
+class FlavorChoice:
+    flavor: str
+    mode: int
+    borrow: int
+
+
+@dataclass(slots=True)
+class PodSetAssignment:
+    name: str
+    count: int
+    requests: dict[str, int]
+    flavors: dict[str, FlavorChoice] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+    no_fit_reason: str = ""
+
+    @property
+    def is_fit(self) -> bool:
+        return self.error is None and not self.reasons
+
+    def mode(self) -> int:
+        if self.is_fit:
+            return FIT
+        if self.error is not None or not self.flavors:
+            return NO_FIT
+        return min(choice.mode for choice in self.flavors.values())
+
+
+@dataclass(slots=True)
+class Assignment:
+    pod_sets: list[PodSetAssignment] = field(default_factory=list)
+    borrowing: int = 0
+    usage: dict[FlavorResource, int] = field(default_factory=dict)
+    no_fit_reason: str = ""
+
+    def mode(self) -> int:
+        if not self.pod_sets:
+            return NO_FIT
+        return min(ps.mode() for ps in self.pod_sets)
+
+    def message(self) -> str:
+        parts = []
+        for ps in self.pod_sets:
+            if ps.is_fit:
+                continue
+            if ps.error is not None:
+                return f"failed to assign flavors to pod set {ps.name}: {ps.error}"
+            parts.append(f"couldn't assign flavors to pod set {ps.name}: {', '.join(sorted(ps.reasons))}")
+        return "; ".join(parts)
+
+    def append(self, ps: PodSetAssignment) -> None:
+        self.pod_sets.append(ps)
+        for res, choice in ps.flavors.items():
+            self.borrowing = max(self.borrowing, choice.borrow)
+            fr = (choice.flavor, res)
+            self.usage[fr] = self.usage.get(fr, 0) + ps.requests.get(res, 0)
+
+    def flavors_needing_preemption(self) -> frozenset[FlavorResource]:
+        return frozenset(
+            (choice.flavor, res) for ps in self.pod_sets for res, choice in ps.flavors.items() if choice.mode == PREEMPT
+        )
+
+    def quota_requests(self, pending: PendingWorkload) -> dict[FlavorResource, int]:
+        """Kueue's TotalRequestsFor: usage of the pod sets at their assigned counts."""
+        out: dict[FlavorResource, int] = {}
+        counts = [ps.count for ps in self.pod_sets]
+        if len(counts) < len(pending.workload.pod_sets):
+            return out
+        for ps, requests in zip(self.pod_sets, pod_set_requests(pending.workload, counts), strict=True):
+            for res, q in requests.items():
+                if q == 0 or res not in ps.flavors:
+                    continue
+                fr = (ps.flavors[res].flavor, res)
+                out[fr] = out.get(fr, 0) + q
+        return out
+
+
+def untolerated_taint(flavor: ResourceFlavor, template: PodTemplate) -> str | None:
+    tolerations = (*template.tolerations, *flavor.tolerations)
+    for taint in flavor.node_taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return str(taint)
+    return None
+
+
+def flavor_matches_affinity(flavor: ResourceFlavor, template: PodTemplate) -> bool:
+    """Node selector and required affinity, restricted to the flavor's own label keys."""
+    keys = flavor.node_labels
+    labels = flavor.node_labels
+    for k, v in template.node_selector.items():
+        if k in keys and labels.get(k) != v:
+            return False
+    terms = template.required_node_terms
+    if not terms:
+        return True
+    filtered = []
+    for term in terms:
+        exprs = [e for e in term.match_expressions if e.key in keys]
+        if not exprs:
+            return True  # a term with no relevant keys matches any flavor
+        filtered.append(exprs)
+    return any(all(e.matches(labels) for e in exprs) for exprs in filtered)
+
+
+class FlavorAssigner:
+    """Assigns flavors to one pending workload against one ClusterQueue."""
+
+    def __init__(
+        self,
+        pending: PendingWorkload,
+        cq: ClusterQueueNode,
+        flavors: Mapping[str, ResourceFlavor],
+        preemptor: Preemptor,
+        config: SchedulerConfig,
+    ) -> None:
+        self.pending = pending
+        self.cq = cq
+        self.flavors = flavors
+        self.preemptor = preemptor
+        self.config = config
+
+    def assign(self, counts: list[int] | None = None) -> Assignment:
+        wl = self.pending.workload
+        requests_per_set = pod_set_requests(wl, counts)
+        assignment = Assignment()
+        covers_pods = "pods" in self.cq.resource_group_of
+        for i, ps in enumerate(wl.pod_sets):
+            count = ps.count if counts is None else counts[i]
+            requests = dict(requests_per_set[i])
+            if covers_pods:
+                requests["pods"] = count
+            psa = PodSetAssignment(name=ps.name, count=count, requests=requests)
+            chosen: dict[str, FlavorChoice] | None = {}
+            failed = False
+            for res in sorted(requests):
+                quantity = requests[res]
+                if res not in self.cq.resource_group_of and quantity == 0:
+                    continue
+                assert chosen is not None
+                if res in chosen:
+                    continue
+                flavors, reasons, no_fit, error = self._find_flavor(i, requests, res, assignment.usage)
+                if error is not None or not flavors:
+                    chosen = None
+                    psa.reasons = reasons
+                    psa.error = error
+                    psa.no_fit_reason = no_fit
+                    failed = True
+                    break
+                chosen.update(flavors)
+                psa.reasons += reasons
+            psa.flavors = {r: c for r, c in (chosen or {}).items() if r in requests}
+            assignment.append(psa)
+            if failed and requests:
+                assignment.no_fit_reason = most_severe(assignment.no_fit_reason, psa.no_fit_reason)
+                return assignment
+        if assignment.mode() == NO_FIT:
+            for psa in assignment.pod_sets:
+                assignment.no_fit_reason = most_severe(assignment.no_fit_reason, psa.no_fit_reason)
+        return assignment
+
+    def _find_flavor(
+        self, ps_index: int, requests: dict[str, int], res: str, assigned: dict[FlavorResource, int]
+    ) -> tuple[dict[str, FlavorChoice] | None, list[str], str, str | None]:
+        """Returns (flavors for the resource group, reasons, no-fit reason, error)."""
+        group = self.cq.resource_group_of.get(res)
+        if group is None:
+            return None, [f"resource {res} unavailable in ClusterQueue"], NO_MATCHING_FLAVOR, None
+        covered = [r for r in sorted(requests) if r in group.covered_resources]
+        template = self.pending.workload.pod_sets[ps_index].template
+        ff = self.cq.spec.flavor_fungibility
+        reasons: list[str] = []
+        no_fit_reason = ""
+        best: dict[str, FlavorChoice] | None = None
+        best_mode = WORST
+        for flavor_quotas in group.flavors:
+            name = flavor_quotas.name
+            flavor = self.flavors.get(name)
+            if flavor is None:
+                reasons.append(f"flavor {name} not found")
+                no_fit_reason = most_severe(no_fit_reason, NO_MATCHING_FLAVOR)
+                continue
+            taint = untolerated_taint(flavor, template)
+            if taint is not None:
+                reasons.append(f"untolerated taint {taint} in flavor {name}")
+                no_fit_reason = most_severe(no_fit_reason, NO_MATCHING_FLAVOR)
+                continue
+            if not flavor_matches_affinity(flavor, template):
+                reasons.append(f"flavor {name} doesn't match node affinity")
+                no_fit_reason = most_severe(no_fit_reason, NO_MATCHING_FLAVOR)
+                continue
+            choices: dict[str, FlavorChoice] = {}
+            mode = BEST
+            for rname in covered:
+                fr = (name, rname)
+                quota = self.cq.quota_for(fr)
+                gmode, borrow, why, nofit = self._fits_quota(fr, assigned.get(fr, 0), requests[rname], quota)
+                reasons += why
+                no_fit_reason = most_severe(no_fit_reason, nofit)
+                candidate = Granular(gmode, borrow)
+                if is_preferred(mode, candidate, ff):
+                    mode = candidate
+                if mode.mode == G_NO_FIT:
+                    continue
+                choices[rname] = FlavorChoice(name, _COARSE[gmode], borrow)
+            if self.config.flavor_fungibility:
+                if not should_try_next_flavor(mode, ff):
+                    best, best_mode = choices, mode
+                    break
+                if is_preferred(mode, best_mode, ff):
+                    best, best_mode = choices, mode
+            elif mode.mode > best_mode.mode:
+                best, best_mode = choices, mode
+                if mode.mode == G_FIT:
+                    break
+        if best_mode.mode == G_FIT:
+            return best, [], "", None
+        return best, reasons, no_fit_reason, None
+
+    def _fits_quota(
+        self, fr: FlavorResource, assumed: int, request: int, quota: ResourceQuota
+    ) -> tuple[int, int, list[str], str]:
+        """Mode, borrowing level, reasons and no-fit reason for one flavor-resource."""
+        cq = self.cq
+        flavor, res = fr
+        available = cq.available(fr)
+        max_capacity = cq.potential_available(fr)
+        value = assumed + request
+        if value > max_capacity:
+            msg = (
+                f"insufficient quota for {res} in flavor {flavor}, previously considered podsets requests "
+                f"({format_quantity(res, assumed)}) + current podset request ({format_quantity(res, request)}) "
+                f"> maximum capacity ({format_quantity(res, max_capacity)})"
+            )
+            return G_NO_FIT, 0, [msg], EXCEEDS_MAX_QUOTA
+        borrow, may_reclaim = lowest_subtree_that_fits(cq, fr, value)
+        if value <= available:
+            return G_FIT, borrow, [], ""
+        msg = (
+            f"insufficient unused quota for {res} in flavor {flavor}, "
+            f"{format_quantity(res, value - available)} more needed"
+        )
+        policy = cq.spec.preemption
+        can_preempt_while_borrowing = policy.borrow_within_cohort != "Never" or (
+            self.config.fair_sharing and policy.reclaim_within_cohort != "Never"
+        )
+        if quota.nominal >= value or may_reclaim or can_preempt_while_borrowing:
+            gmode, borrow_after = self._simulate_preemption(fr, value)
+            return gmode, borrow_after, [msg], "" if gmode != G_NO_FIT else WAITING_FOR_QUOTA
+        return G_NO_FIT, borrow, [msg], WAITING_FOR_QUOTA
+
+    def _simulate_preemption(self, fr: FlavorResource, value: int) -> tuple[int, int]:
+        ctx = PreemptionContext(self.pending, self.cq, frozenset([fr]), {fr: value})
+        targets = self.preemptor.get_targets(ctx)
+        if not targets:
+            borrow, _ = lowest_subtree_that_fits(self.cq, fr, value)
+            return G_NO_CANDIDATES, borrow
+        with self.preemptor.tree.without([t.workload for t in targets]):
+            borrow_after, _ = lowest_subtree_that_fits(self.cq, fr, value)
+        if any(t.workload.cluster_queue == self.cq.name for t in targets):
+            return G_PREEMPT, borrow_after
+        return G_RECLAIM, borrow_after

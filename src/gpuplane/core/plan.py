@@ -1,0 +1,70 @@
+"""The plan: what one scheduling run decided.
+
+A plan is plain frozen data. Drivers carry it out (the controller binds and evicts,
+the simulator advances its clock); the command line prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    """Where one group of a pod set's pods goes: a node and its devices."""
+
+    node: str
+    devices: tuple[str, ...] = ()
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetDecision:
+    name: str
+    count: int
+    flavors: Mapping[str, str]
+    placement: tuple[PodPlacement, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    workload: str
+    cluster_queue: str
+    pod_sets: tuple[PodSetDecision, ...]
+    cycle: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionDecision:
+    workload: str
+    cluster_queue: str
+    preemptor: str
+    reason: str
+    cycle: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDecision:
+    """Why a workload waits, and where it stands.
+
+    ``position`` is 1-based within its ClusterQueue (``None`` when it is not queued
+    in one), ``local_position`` within its LocalQueue.
+    """
+
+    workload: str
+    cluster_queue: str | None
+    local_queue: str | None
+    position: int | None
+    local_position: int | None
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admitted: tuple[AdmissionDecision, ...] = ()
+    preempted: tuple[PreemptionDecision, ...] = ()
+    pending: tuple[PendingDecision, ...] = ()
+    cycles: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)

@@ -1,0 +1,537 @@
+"""Choosing preemption victims, with Kueue's rules.
+
+Two strategies find the workloads to evict so that an incoming workload fits:
+
+* **classical** (no fair sharing): candidates within the ClusterQueue under
+  ``withinClusterQueue``, and in the cohort under ``reclaimWithinCohort`` (with
+  hierarchical advantage and ``borrowWithinCohort``). Candidates are removed in
+  order until the workload fits, then added back in reverse while it still fits.
+* **fair sharing**: ClusterQueues are visited by dominant resource share, and a
+  candidate is taken when the fair-sharing strategy (S2-a, then S2-b) allows it.
+
+All searches run on the shared :class:`QuotaTree` and restore it before returning.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.quota import (
+    DRS,
+    NEGATIVE_DRS,
+    AdmittedWorkload,
+    ClusterQueueNode,
+    CohortNode,
+    FlavorResource,
+    QuotaNode,
+    QuotaTree,
+    Usage,
+    compare_drs,
+)
+from gpuplane.core.workloads import PendingWorkload
+
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+# Candidate variants (classical preemption).
+NEVER, WITHIN_CQ, HIERARCHICAL_RECLAIM, RECLAIM_WITHOUT_BORROWING, RECLAIM_WHILE_BORROWING = range(5)
+_VARIANT_REASON = {
+    WITHIN_CQ: IN_CLUSTER_QUEUE,
+    HIERARCHICAL_RECLAIM: IN_COHORT_RECLAMATION,
+    RECLAIM_WITHOUT_BORROWING: IN_COHORT_RECLAMATION,
+    RECLAIM_WHILE_BORROWING: IN_COHORT_RECLAIM_WHILE_BORROWING,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A workload to evict and why."""
+
+    workload: AdmittedWorkload
+    reason: str
+
+
+@dataclass(slots=True)
+class PreemptionContext:
+    preemptor: PendingWorkload
+    cq: ClusterQueueNode
+    frs: frozenset[FlavorResource]
+    usage: Usage
+
+
+@dataclass(slots=True)
+class _Candidate:
+    workload: AdmittedWorkload
+    lca: CohortNode | None
+    variant: int
+
+
+def candidate_order(preemptor_cq: str, now: float) -> Callable[[AdmittedWorkload, AdmittedWorkload], int]:
+    """Kueue's candidate ordering: evicted first, other queues first, lower priority
+    first, most recently admitted first, then by UID."""
+
+    def compare(a: AdmittedWorkload, b: AdmittedWorkload) -> int:
+        if a.evicted != b.evicted:
+            return -1 if a.evicted else 1
+        a_in, b_in = a.cluster_queue == preemptor_cq, b.cluster_queue == preemptor_cq
+        if a_in != b_in:
+            return 1 if a_in else -1
+        if a.priority != b.priority:
+            return -1 if a.priority < b.priority else 1
+        ta, tb = a.reserved_at, b.reserved_at
+        if ta != tb:
+            return -1 if ta > tb else 1
+        return (a.uid > b.uid) - (a.uid < b.uid)
+
+    del now
+    return compare
+
+
+def satisfies_policy(policy: str, preemptor: PendingWorkload, candidate: AdmittedWorkload) -> bool:
+    if policy == "LowerPriority":
+        return preemptor.priority > candidate.priority
+    if policy == "LowerOrNewerEqualPriority":
+        if preemptor.priority > candidate.priority:
+            return True
+        return preemptor.priority == candidate.priority and preemptor.timestamp < candidate.queue_timestamp
+    return policy == "Any"
+
+
+def uses_resources(wl: AdmittedWorkload, frs: frozenset[FlavorResource]) -> bool:
+    return not frs.isdisjoint(wl.flavors)
+
+
+def cq_is_borrowing(cq: ClusterQueueNode, frs: frozenset[FlavorResource]) -> bool:
+    return cq.parent is not None and any(cq.borrowing_with(fr, 0) for fr in frs)
+
+
+def workload_fits(ctx: PreemptionContext, allow_borrowing: bool) -> bool:
+    cq = ctx.cq
+    for fr, v in ctx.usage.items():
+        if not allow_borrowing and cq.borrowing_with(fr, v):
+            return False
+        if v > cq.available(fr):
+            return False
+    return True
+
+
+def queue_under_nominal(ctx: PreemptionContext) -> bool:
+    return all(ctx.cq.quota_for(fr).nominal > ctx.cq.usage.get(fr, 0) for fr in ctx.frs)
+
+
+def node_height(node: CohortNode) -> int:
+    height = min(len(node.child_cohorts) + len(node.child_queues), 1)
+    for child in node.child_cohorts:
+        height = max(height, node_height(child) + 1)
+    return height
+
+
+def lowest_subtree_that_fits(cq: ClusterQueueNode, fr: FlavorResource, value: int) -> tuple[int, bool]:
+    """Height of the smallest cohort subtree that can hold ``value`` more of ``fr``,
+    and whether that subtree is smaller than the whole tree."""
+    if not (cq.borrowing_with(fr, value) and cq.parent is not None):
+        return 0, cq.parent is not None
+    remaining = value - cq.local_available(fr)
+    tracking: CohortNode | None = None
+    for node in cq.ancestors():
+        tracking = node
+        if not node.borrowing_with(fr, remaining):
+            return node_height(node), node.parent is not None
+        remaining -= node.local_available(fr)
+    assert tracking is not None
+    return node_height(tracking), tracking.parent is not None
+
+
+def quantities_fit_in_quota(node: QuotaNode, requests: Usage) -> tuple[bool, dict[FlavorResource, int]]:
+    fits = True
+    remaining: dict[FlavorResource, int] = {}
+    for fr, v in requests.items():
+        if node.subtree_quota.get(fr, 0) < node.usage.get(fr, 0) + v:
+            fits = False
+        remaining[fr] = max(0, v - node.local_available(fr))
+    return fits, remaining
+
+
+@dataclass
+class Preemptor:
+    """Finds preemption targets on a QuotaTree."""
+
+    tree: QuotaTree
+    config: SchedulerConfig
+    now: float
+    _cache: dict[tuple[object, ...], list[Target]] = field(default_factory=dict)
+
+    def clear_cache(self) -> None:
+        """Forget memoised searches; call whenever the tree changes for real."""
+        self._cache.clear()
+
+    def get_targets(self, ctx: PreemptionContext) -> list[Target]:
+        key = (ctx.preemptor.key, ctx.cq.name, ctx.frs, tuple(sorted(ctx.usage.items())))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        if self.config.fair_sharing:
+            targets = self._fair_targets(ctx)
+        else:
+            targets = self._classical_targets(ctx)
+        self._cache[key] = targets
+        return targets
+
+    # --- shared -------------------------------------------------------------
+
+    def _fill_back(self, ctx: PreemptionContext, targets: list[Target], allow_borrowing: bool) -> list[Target]:
+        targets = list(targets)
+        for i in range(len(targets) - 2, -1, -1):
+            self.tree.add_workload(targets[i].workload)
+            if workload_fits(ctx, allow_borrowing):
+                targets[i] = targets[-1]
+                targets.pop()
+            else:
+                self.tree.remove_workload(targets[i].workload)
+        return targets
+
+    def _restore(self, targets: list[Target]) -> None:
+        for t in targets:
+            self.tree.add_workload(t.workload)
+
+    def _sorted(self, ctx: PreemptionContext, workloads: list[AdmittedWorkload]) -> list[AdmittedWorkload]:
+        return sorted(workloads, key=functools.cmp_to_key(candidate_order(ctx.cq.name, self.now)))
+
+    # --- classical ----------------------------------------------------------
+
+    def _classify(self, ctx: PreemptionContext, wl: AdmittedWorkload, advantage: bool) -> int:
+        if not uses_resources(wl, ctx.frs):
+            return NEVER
+        policy = ctx.cq.spec.preemption
+        same_cq = wl.cluster_queue == ctx.cq.name
+        rule = policy.within_cluster_queue if same_cq else policy.reclaim_within_cohort
+        if not satisfies_policy(rule, ctx.preemptor, wl):
+            return NEVER
+        if same_cq:
+            return WITHIN_CQ
+        if advantage:
+            return HIERARCHICAL_RECLAIM
+        if policy.borrow_within_cohort == "Never":
+            return RECLAIM_WITHOUT_BORROWING
+        threshold = policy.max_priority_threshold
+        if wl.priority >= ctx.preemptor.priority or (threshold is not None and wl.priority > threshold):
+            return RECLAIM_WITHOUT_BORROWING
+        return RECLAIM_WHILE_BORROWING
+
+    def _from_cq(
+        self, ctx: PreemptionContext, cq: ClusterQueueNode, lca: CohortNode | None, advantage: bool
+    ) -> list[_Candidate]:
+        out = []
+        for wl in cq.workloads.values():
+            variant = self._classify(ctx, wl, advantage)
+            if variant != NEVER:
+                out.append(_Candidate(wl, lca, variant))
+        return out
+
+    def _collect_subtree(
+        self,
+        ctx: PreemptionContext,
+        current: CohortNode,
+        subtree_root: CohortNode,
+        skip: CohortNode | None,
+        advantage: bool,
+        result: list[_Candidate],
+    ) -> None:
+        for child in current.child_cohorts:
+            if child is skip or child.within_nominal(ctx.frs):
+                continue
+            self._collect_subtree(ctx, child, subtree_root, skip, advantage, result)
+        for child_cq in current.child_queues:
+            if child_cq is ctx.cq:
+                continue
+            if not child_cq.within_nominal(ctx.frs):
+                result.extend(self._from_cq(ctx, child_cq, subtree_root, advantage))
+
+    def _hierarchical_candidates(
+        self, ctx: PreemptionContext, want_priority: bool
+    ) -> tuple[list[_Candidate], list[_Candidate]]:
+        hierarchy: list[_Candidate] = []
+        priority: list[_Candidate] = []
+        cq = ctx.cq
+        if cq.parent is None or cq.spec.preemption.reclaim_within_cohort == "Never":
+            return hierarchy, priority
+        advantage, remaining = quantities_fit_in_quota(cq, ctx.usage)
+        previous: CohortNode | None = None
+        for current in cq.ancestors():
+            if advantage:
+                self._collect_subtree(ctx, current, current, previous, True, hierarchy)
+            elif want_priority:
+                self._collect_subtree(ctx, current, current, previous, False, priority)
+            fits, remaining = quantities_fit_in_quota(current, remaining)
+            advantage = advantage or fits
+            previous = current
+        return hierarchy, priority
+
+    def _valid(self, ctx: PreemptionContext, cand: _Candidate, borrow: bool) -> bool:
+        if cand.workload.cluster_queue == ctx.cq.name:
+            return True
+        if borrow and cand.variant == RECLAIM_WITHOUT_BORROWING:
+            return False
+        cq = self.tree.queues[cand.workload.cluster_queue]
+        if cq.within_nominal(ctx.frs):
+            return False
+        for node in cq.ancestors():
+            if node is cand.lca:
+                break
+            if node.within_nominal(ctx.frs):
+                return False
+        return True
+
+    def _classical_targets(self, ctx: PreemptionContext) -> list[Target]:
+        policy = ctx.cq.spec.preemption
+        bwc_forbidden = policy.borrow_within_cohort == "Never"
+        under_nominal = queue_under_nominal(ctx)
+        # When only the borrowing attempt can run, candidates that may only be
+        # preempted without borrowing are never valid: skip collecting them.
+        want_priority = not (bwc_forbidden and not under_nominal)
+        same_queue: list[_Candidate] = []
+        if policy.within_cluster_queue != "Never":
+            same_queue = self._from_cq(ctx, ctx.cq, None, False)
+        hierarchy, priority = self._hierarchical_candidates(ctx, want_priority)
+        order = functools.cmp_to_key(candidate_order(ctx.cq.name, self.now))
+        ordered: list[_Candidate] = []
+        groups = [sorted(g, key=lambda c: order(c.workload)) for g in (hierarchy, priority, same_queue)]
+        ordered += [c for g in groups for c in g if c.workload.evicted]
+        ordered += [c for g in groups for c in g if not c.workload.evicted]
+        no_other_queues = not hierarchy and not priority
+        if no_other_queues or (bwc_forbidden and not under_nominal):
+            attempts = [True]
+        elif bwc_forbidden and not hierarchy:
+            attempts = [False, True]
+        else:
+            attempts = [True, False]
+        for borrow in attempts:
+            targets: list[Target] = []
+            for cand in ordered:
+                if not self._valid(ctx, cand, borrow):
+                    continue
+                self.tree.remove_workload(cand.workload)
+                targets.append(Target(cand.workload, _VARIANT_REASON[cand.variant]))
+                if workload_fits(ctx, borrow):
+                    targets = self._fill_back(ctx, targets, borrow)
+                    self._restore(targets)
+                    return targets
+            self._restore(targets)
+        return []
+
+    # --- fair sharing -------------------------------------------------------
+
+    def _fair_candidates(self, ctx: PreemptionContext) -> list[AdmittedWorkload]:
+        cq = ctx.cq
+        policy = cq.spec.preemption
+        out: list[AdmittedWorkload] = []
+        if policy.within_cluster_queue != "Never":
+            for wl in cq.workloads.values():
+                if satisfies_policy(policy.within_cluster_queue, ctx.preemptor, wl) and uses_resources(wl, ctx.frs):
+                    out.append(wl)
+        if cq.parent is not None and policy.reclaim_within_cohort != "Never":
+            root = cq.root()
+            assert isinstance(root, CohortNode)
+            for other in root.subtree_queues():
+                if other is cq or not cq_is_borrowing(other, ctx.frs):
+                    continue
+                for wl in other.workloads.values():
+                    if satisfies_policy(policy.reclaim_within_cohort, ctx.preemptor, wl) and uses_resources(
+                        wl, ctx.frs
+                    ):
+                        out.append(wl)
+        return self._sorted(ctx, out)
+
+    def _fair_targets(self, ctx: PreemptionContext) -> list[Target]:
+        candidates = self._fair_candidates(ctx)
+        if not candidates:
+            return []
+        found: list[Target] = []
+        taken: list[Target] = []
+        cq = ctx.cq
+
+        def take(wl: AdmittedWorkload, reason: str) -> bool:
+            """Remove ``wl``; True when the incoming workload now fits (stop)."""
+            self.tree.remove_workload(wl)
+            taken.append(Target(wl, reason))
+            with cq.without_usage(ctx.usage):
+                if workload_fits(ctx, True):
+                    kept = self._fill_back(ctx, taken, True)
+                    self._restore(kept)
+                    taken.clear()
+                    found.extend(kept)
+                    return True
+            return False
+
+        with cq.with_usage(ctx.usage):
+            strategies = self.config.fs_strategies or ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+            done, retry, own = self._first_strategy(ctx, candidates, strategies[0], take)
+            if not done and self.config.reevaluate_fair_candidates and own:
+                done, retry, _ = self._first_strategy(ctx, retry, strategies[0], take)
+            if not done and len(strategies) > 1:
+                done = self._second_strategy(ctx, retry, take)
+        if not done:
+            self._restore(taken)
+            return []
+        return found
+
+    def _first_strategy(
+        self,
+        ctx: PreemptionContext,
+        candidates: list[AdmittedWorkload],
+        strategy: str,
+        take: Callable[[AdmittedWorkload, str], bool],
+    ) -> tuple[bool, list[AdmittedWorkload], bool]:
+        ordering = _TargetOrdering(self, ctx, candidates)
+        retry: list[AdmittedWorkload] = []
+        own_targets = False
+        within_nominal = self.config.fair_preempt_within_nominal and not any(
+            ctx.cq.borrowing_with(fr, 0) for fr in ctx.frs
+        )
+        for target in ordering:
+            if target is ctx.cq:
+                wl = ordering.pop(target)
+                own_targets = True
+                if take(wl, IN_CLUSTER_QUEUE):
+                    return True, retry, own_targets
+                continue
+            if within_nominal:
+                if take(ordering.pop(target), IN_COHORT_RECLAMATION):
+                    return True, retry, own_targets
+                continue
+            preemptor_new, target_old = ordering.shares(target)
+            if preemptor_new.zero_weight_borrows and not target_old.zero_weight_borrows:
+                while ordering.has_workload(target):
+                    retry.append(ordering.pop(target))
+                continue
+            while ordering.has_workload(target):
+                wl = ordering.pop(target)
+                with target.without_usage(wl.usage):
+                    target_new = ordering.almost_lca(target, ordering.lca(target)).dominant_resource_share()
+                if strategy == "LessThanOrEqualToFinalShare":
+                    passed = compare_drs(preemptor_new, target_new) <= 0
+                else:
+                    passed = compare_drs(preemptor_new, target_old) < 0
+                if passed:
+                    if take(wl, IN_COHORT_FAIR_SHARING):
+                        return True, retry, own_targets
+                    break
+                retry.append(wl)
+        return False, retry, own_targets
+
+    def _second_strategy(
+        self,
+        ctx: PreemptionContext,
+        retry: list[AdmittedWorkload],
+        take: Callable[[AdmittedWorkload, str], bool],
+    ) -> bool:
+        ordering = _TargetOrdering(self, ctx, retry)
+        for target in ordering:
+            preemptor_new, target_old = ordering.shares(target)
+            passed = compare_drs(preemptor_new, target_old) < 0
+            wl = ordering.pop(target)
+            if passed and take(wl, IN_COHORT_FAIR_SHARING):
+                return True
+            ordering.drop(target)
+        return False
+
+
+class _TargetOrdering:
+    """Visits ClusterQueues from the root by highest dominant resource share.
+
+    The same queue may be yielded repeatedly; the caller must pop a workload from it
+    or drop it between yields.
+    """
+
+    def __init__(self, preemptor: Preemptor, ctx: PreemptionContext, candidates: list[AdmittedWorkload]) -> None:
+        self.preemptor = preemptor
+        self.ctx = ctx
+        self.ancestors = set(map(id, ctx.cq.ancestors()))
+        self.by_cq: dict[str, list[AdmittedWorkload]] = {}
+        for wl in candidates:
+            self.by_cq.setdefault(wl.cluster_queue, []).append(wl)
+        self.pruned_queues: set[str] = set()
+        self.pruned_cohorts: set[int] = set()
+        self.order = functools.cmp_to_key(candidate_order(ctx.cq.name, preemptor.now))
+
+    def has_workload(self, cq: ClusterQueueNode) -> bool:
+        return bool(self.by_cq.get(cq.name))
+
+    def pop(self, cq: ClusterQueueNode) -> AdmittedWorkload:
+        return self.by_cq[cq.name].pop(0)
+
+    def drop(self, cq: ClusterQueueNode) -> None:
+        self.pruned_queues.add(cq.name)
+
+    def lca(self, target: ClusterQueueNode) -> CohortNode:
+        for node in target.ancestors():
+            if id(node) in self.ancestors:
+                return node
+        raise AssertionError("no common ancestor between preemptor and target queues")
+
+    @staticmethod
+    def almost_lca(cq: ClusterQueueNode, lca: CohortNode) -> QuotaNode:
+        node: QuotaNode = cq
+        for ancestor in cq.ancestors():
+            if ancestor is lca:
+                return node
+            node = ancestor
+        raise AssertionError("lca is not an ancestor")
+
+    def shares(self, target: ClusterQueueNode) -> tuple[DRS, DRS]:
+        lca = self.lca(target)
+        return (
+            self.almost_lca(self.ctx.cq, lca).dominant_resource_share(),
+            self.almost_lca(target, lca).dominant_resource_share(),
+        )
+
+    def __iter__(self) -> Iterator[ClusterQueueNode]:
+        cq = self.ctx.cq
+        if cq.parent is None:
+            while self.has_workload(cq):
+                yield cq
+            return
+        root = cq.root()
+        assert isinstance(root, CohortNode)
+        while id(root) not in self.pruned_cohorts:
+            target = self._next(root)
+            if target is not None:
+                yield target
+
+    def _next(self, cohort: CohortNode) -> ClusterQueueNode | None:
+        best_cq: ClusterQueueNode | None = None
+        best_cq_drs = NEGATIVE_DRS
+        for cq in cohort.child_queues:
+            if cq.name in self.pruned_queues:
+                continue
+            drs = cq.dominant_resource_share()
+            if (drs.is_zero and cq is not self.ctx.cq) or not self.has_workload(cq):
+                self.pruned_queues.add(cq.name)
+                continue
+            cmp = compare_drs(drs, best_cq_drs)
+            if cmp == 0 and best_cq is not None:
+                if self.order(self.by_cq[cq.name][0]) < self.order(self.by_cq[best_cq.name][0]):
+                    best_cq = cq
+            elif cmp == 1:
+                best_cq_drs, best_cq = drs, cq
+        best_cohort: CohortNode | None = None
+        best_cohort_drs = NEGATIVE_DRS
+        for child in cohort.child_cohorts:
+            if id(child) in self.pruned_cohorts:
+                continue
+            drs = child.dominant_resource_share()
+            if drs.is_zero and id(child) not in self.ancestors:
+                self.pruned_cohorts.add(id(child))
+            elif compare_drs(drs, best_cohort_drs) >= 0:
+                best_cohort_drs, best_cohort = drs, child
+        if best_cohort is None and best_cq is None:
+            self.pruned_cohorts.add(id(cohort))
+            return None
+        if best_cohort is not None and compare_drs(best_cohort_drs, best_cq_drs) >= 0:
+            return self._next(best_cohort)
+        return best_cq

@@ -1,0 +1,534 @@
+"""Scheduling cycles with Kueue's semantics.
+
+``schedule(state, config, now)`` is the pure entry point: a frozen ClusterState in,
+a :class:`~gpuplane.core.plan.Plan` out. Internally a :class:`Scheduler` keeps a
+working copy (quota tree and queues) that lives only for that call.
+
+One cycle::
+
+    heads (one per ClusterQueue) -> nominate (flavors, preemption targets)
+        -> order (classical or fair sharing) -> for each entry:
+           NoFit: skip | Preempt without targets: reserve | overlap/no longer fits: skip
+           Preempt: evict victims (they are gone in the next cycle) | Fit: admit
+
+With ``cycles=None`` the scheduler repeats cycles until nothing changes (a fixed
+point): victims are requeued, and inadmissible workloads of BestEffortFIFO queues
+wait aside until capacity is freed in their cohort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
+from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PodSetDecision, PreemptionDecision
+from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
+from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
+from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
+from gpuplane.model.objects import ClusterState, Workload
+
+# Pending reasons.
+QUEUED = "Queued"
+WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
+MISCONFIGURED = "Misconfigured"
+INACTIVE = "Inactive"
+NAMESPACE_MISMATCH = "NamespaceMismatch"
+NO_LOCAL_QUEUE = "LocalQueueNotFound"
+NO_CLUSTER_QUEUE = "ClusterQueueNotFound"
+STOPPED = "Stopped"
+DEACTIVATED = "Deactivated"
+SKIPPED = "Skipped"
+WAITING_FOR_QUOTA = "WaitingForQuota"
+
+
+@dataclass(slots=True)
+class Entry:
+    """A head workload nominated in one cycle."""
+
+    pending: PendingWorkload
+    cq: ClusterQueueNode
+    assignment: Assignment
+    targets: list[Target]
+    reason: str = ""
+    message: str = ""
+    requeue_now: bool = False  # skipped or waiting for victims: stays active
+
+
+@dataclass(slots=True)
+class Status:
+    reason: str
+    message: str
+
+
+@dataclass(slots=True)
+class CycleResult:
+    admitted: list[AdmissionDecision] = field(default_factory=list)
+    preempted: list[PreemptionDecision] = field(default_factory=list)
+    parked: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.admitted or self.preempted or self.parked)
+
+
+def workload_priority(state: ClusterState, wl: Workload) -> int:
+    return wl.priority
+
+
+class Scheduler:
+    """Working state for one ``schedule`` call. Not shared, not reused."""
+
+    def __init__(self, state: ClusterState, config: SchedulerConfig, now: float) -> None:
+        self.state = state
+        self.config = config
+        self.now = now
+        self.tree = QuotaTree(state)
+        self.preemptor = Preemptor(self.tree, config, now)
+        self.queues: dict[str, list[PendingWorkload]] = {name: [] for name in sorted(state.cluster_queues)}
+        self.parked: set[str] = set()
+        self.status: dict[str, Status] = {}
+        self.unqueued: dict[str, tuple[Workload, str | None, str | None, Status]] = {}
+        self.admitted: dict[str, AdmissionDecision] = {}
+        self.preempted: list[PreemptionDecision] = []
+        self.workloads: dict[str, Workload] = {}
+        self.cycle_number = 0
+        self._sequence = 0
+        for wl in state.workloads:
+            self.workloads[wl.key] = wl
+            if wl.finished:
+                continue
+            if wl.admission is not None:
+                held = admitted_usage(wl, wl.priority, now)
+                if held is not None:
+                    self.tree.add_workload(held)
+                continue
+            self._enqueue(wl, wl.queue_order_timestamp)
+        for queue in self.queues.values():
+            queue.sort(key=PendingWorkload.sort_key)
+
+    # --- queues -------------------------------------------------------------
+
+    def _enqueue(self, wl: Workload, timestamp: float) -> None:
+        lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
+        if not wl.active:
+            self.unqueued[wl.key] = (wl, None, lq_key, Status(DEACTIVATED, "The workload is deactivated"))
+            return
+        if lq_key is None:
+            self.unqueued[wl.key] = (wl, None, None, Status(NO_LOCAL_QUEUE, "The workload names no LocalQueue"))
+            return
+        lq = self.state.local_queues.get(lq_key)
+        if lq is None:
+            msg = f"LocalQueue {wl.queue_name} doesn't exist in namespace {wl.namespace}"
+            self.unqueued[wl.key] = (wl, None, lq_key, Status(NO_LOCAL_QUEUE, msg))
+            return
+        if lq.stop_policy != "None":
+            msg = f"LocalQueue {lq_key} is stopped ({lq.stop_policy})"
+            self.unqueued[wl.key] = (wl, lq.cluster_queue, lq_key, Status(STOPPED, msg))
+            return
+        if lq.cluster_queue not in self.queues:
+            msg = f"ClusterQueue {lq.cluster_queue} not found"
+            self.unqueued[wl.key] = (wl, lq.cluster_queue, lq_key, Status(NO_CLUSTER_QUEUE, msg))
+            return
+        self._sequence += 1
+        pending = PendingWorkload(wl, lq.cluster_queue, lq_key, wl.priority, timestamp, self._sequence)
+        self.queues[lq.cluster_queue].append(pending)
+        self.status[wl.key] = Status(QUEUED, "")
+
+    def _insert(self, pending: PendingWorkload) -> None:
+        queue = self.queues[pending.cluster_queue]
+        key = pending.sort_key()
+        lo, hi = 0, len(queue)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if queue[mid].sort_key() < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        queue.insert(lo, pending)
+
+    def heads(self) -> list[PendingWorkload]:
+        out = []
+        for name, queue in self.queues.items():
+            if not queue:
+                continue
+            if self.tree.queues[name].spec.queueing_strategy == "StrictFIFO":
+                out.append(queue[0])
+                continue
+            for pending in queue:
+                if pending.key not in self.parked:
+                    out.append(pending)
+                    break
+        return out
+
+    # --- nomination ---------------------------------------------------------
+
+    def _inactive_reason(self, cq: ClusterQueueNode) -> str | None:
+        if cq.spec.stop_policy != "None":
+            return f"ClusterQueue {cq.name} is inactive: stopped ({cq.spec.stop_policy})"
+        missing = sorted(
+            {f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.state.resource_flavors)
+        )
+        if missing:
+            return f"ClusterQueue {cq.name} is inactive: flavor(s) {', '.join(missing)} not found"
+        return None
+
+    def nominate(self, pending: PendingWorkload) -> Entry | Status:
+        cq = self.tree.queues[pending.cluster_queue]
+        inactive = self._inactive_reason(cq)
+        if inactive is not None:
+            return Status(INACTIVE, inactive)
+        ns = self.state.namespaces.get(pending.workload.namespace)
+        labels = ns.labels if ns is not None else {}
+        selector = cq.spec.namespace_selector
+        if selector is not None and not selector.matches(labels):
+            return Status(NAMESPACE_MISMATCH, "Workload namespace doesn't match ClusterQueue selector")
+        bad = sorted({r for ps in pending.workload.pod_sets for r in ps.template.limits_below_requests})
+        if bad:
+            msg = f"resources validation failed: requests exceed limits for {', '.join(bad)}"
+            return Status(MISCONFIGURED, msg)
+        assignment, targets = self._assignments(pending, cq)
+        entry = Entry(pending, cq, assignment, targets)
+        entry.message = assignment.message()
+        entry.reason = assignment.no_fit_reason or WAITING_FOR_QUOTA
+        return entry
+
+    def _targets(self, pending: PendingWorkload, cq: ClusterQueueNode, assignment: Assignment) -> list[Target]:
+        ctx = PreemptionContext(
+            pending, cq, assignment.flavors_needing_preemption(), assignment.quota_requests(pending)
+        )
+        return self.preemptor.get_targets(ctx)
+
+    def _assignments(self, pending: PendingWorkload, cq: ClusterQueueNode) -> tuple[Assignment, list[Target]]:
+        assigner = FlavorAssigner(pending, cq, self.state.resource_flavors, self.preemptor, self.config)
+        full = assigner.assign()
+        mode = full.mode()
+        if mode == FIT:
+            return full, []
+        if mode == PREEMPT:
+            targets = self._targets(pending, cq, full)
+            if targets:
+                return full, targets
+        pod_sets = pending.workload.pod_sets
+        deltas = [ps.count - (ps.count if ps.min_count is None else ps.min_count) for ps in pod_sets]
+        total = sum(deltas)
+        if not self.config.partial_admission or total == 0:
+            return full, []
+        found: dict[int, tuple[Assignment, list[Target]]] = {}
+
+        def fits(step: int) -> bool:
+            counts = [ps.count - d * step // total for ps, d in zip(pod_sets, deltas, strict=True)]
+            partial = assigner.assign(counts)
+            pmode = partial.mode()
+            if pmode == FIT:
+                found[step] = (partial, [])
+                return True
+            if pmode == PREEMPT:
+                targets = self._targets(pending, cq, partial)
+                if targets:
+                    found[step] = (partial, targets)
+                    return True
+            return False
+
+        lo, hi = 0, total + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo <= total and lo in found:
+            return found[lo]
+        return full, []
+
+    # --- ordering -----------------------------------------------------------
+
+    def _classical_order(self, entries: list[Entry]) -> list[Entry]:
+        def key(e: Entry) -> tuple[int, int, float, int]:
+            priority = -e.pending.priority if self.config.priority_sorting_within_cohort else 0
+            return (e.assignment.borrowing, priority, e.pending.timestamp, e.pending.sequence)
+
+        return sorted(entries, key=key)
+
+    def _fair_order(self, entries: list[Entry]) -> Iterator[Entry]:
+        by_cq: dict[str, Entry] = {e.cq.name: e for e in entries}
+        remaining = dict(by_cq)
+        roots: dict[str, list[Entry]] = {}
+        for e in entries:
+            roots.setdefault(e.cq.root().name, []).append(e)
+        for root_name in sorted(roots):
+            group = roots[root_name]
+            root = group[0].cq.root()
+            if not isinstance(root, CohortNode):
+                for e in group:
+                    remaining.pop(e.cq.name, None)
+                    yield e
+                continue
+            while any(e.cq.name in remaining for e in group):
+                winner = self._tournament(root, remaining)
+                assert winner is not None
+                del remaining[winner.cq.name]
+                yield winner
+
+    def _tournament(self, root: CohortNode, remaining: dict[str, Entry]) -> Entry | None:
+        drs: dict[tuple[str, str], object] = {}
+        for cq in root.subtree_queues():
+            entry = remaining.get(cq.name)
+            if entry is None:
+                continue
+            with cq.with_usage(entry.assignment.usage):
+                share = cq.dominant_resource_share()
+                for ancestor in cq.ancestors():
+                    drs[(ancestor.name, entry.pending.key)] = share
+                    share = ancestor.dominant_resource_share()
+        return self._run_tournament(root, remaining, drs)
+
+    def _run_tournament(
+        self, cohort: CohortNode, remaining: dict[str, Entry], drs: dict[tuple[str, str], object]
+    ) -> Entry | None:
+        candidates: list[Entry] = []
+        for child in cohort.child_cohorts:
+            winner = self._run_tournament(child, remaining, drs)
+            if winner is not None:
+                candidates.append(winner)
+        candidates += [remaining[cq.name] for cq in cohort.child_queues if cq.name in remaining]
+        if not candidates:
+            return None
+        best = candidates[0]
+        for current in candidates[1:]:
+            if self._fair_less(current, best, cohort.name, drs):
+                best = current
+        return best
+
+    def _fair_less(self, a: Entry, b: Entry, parent: str, drs: dict[tuple[str, str], object]) -> bool:
+        a_drs = drs[(parent, a.pending.key)]
+        b_drs = drs[(parent, b.pending.key)]
+        from gpuplane.core.quota import DRS
+
+        assert isinstance(a_drs, DRS) and isinstance(b_drs, DRS)
+        if self.config.prioritize_non_borrowing:
+            a_b = a_drs.borrowing_on(a.assignment.usage)
+            b_b = b_drs.borrowing_on(b.assignment.usage)
+            if a_b != b_b:
+                return not a_b
+        cmp = compare_drs(a_drs, b_drs)
+        if cmp != 0:
+            return cmp == -1
+        if self.config.priority_sorting_within_cohort and a.pending.priority != b.pending.priority:
+            return a.pending.priority > b.pending.priority
+        return a.pending.timestamp < b.pending.timestamp
+
+    # --- the cycle ----------------------------------------------------------
+
+    def cycle(self) -> CycleResult:
+        """Run one scheduling cycle and apply its outcome to the working state."""
+        self.cycle_number += 1
+        result = CycleResult()
+        self.preemptor.clear_cache()
+        entries: list[Entry] = []
+        for pending in self.heads():
+            nominated = self.nominate(pending)
+            if isinstance(nominated, Status):
+                self.status[pending.key] = nominated
+                self._park(pending, result)
+                continue
+            entries.append(nominated)
+        order = self._fair_order(entries) if self.config.fair_sharing else iter(self._classical_order(entries))
+        reservations: list[tuple[ClusterQueueNode, dict[tuple[str, str], int]]] = []
+        victims: dict[str, Target] = {}
+        victim_preemptor: dict[str, str] = {}
+        admitted: list[Entry] = []
+        for e in order:
+            self._process(e, reservations, victims, victim_preemptor, admitted)
+        for cq, usage in reversed(reservations):
+            cq.remove_usage_map(usage)
+        self.preemptor.clear_cache()
+        for e in admitted:
+            self._admit(e, result)
+        for key, target in victims.items():
+            self._evict(target, victim_preemptor[key], result)
+        for e in entries:
+            if e.pending.key in self.admitted and self.admitted[e.pending.key].cycle == self.cycle_number:
+                continue
+            self.status[e.pending.key] = Status(e.reason, e.message)
+            if not e.requeue_now:
+                self._park(e.pending, result)
+        return result
+
+    def _park(self, pending: PendingWorkload, result: CycleResult) -> None:
+        if self.tree.queues[pending.cluster_queue].spec.queueing_strategy == "StrictFIFO":
+            return
+        if pending.key not in self.parked:
+            self.parked.add(pending.key)
+            result.parked += 1
+
+    def _process(
+        self,
+        e: Entry,
+        reservations: list[tuple[ClusterQueueNode, dict[tuple[str, str], int]]],
+        victims: dict[str, Target],
+        victim_preemptor: dict[str, str],
+        admitted: list[Entry],
+    ) -> None:
+        mode = e.assignment.mode()
+        cq = e.cq
+        if mode == NO_FIT:
+            return
+        if mode == PREEMPT and not e.targets:
+            if cq.spec.preemption.reclaim_within_cohort != "Any":
+                reserve = self._resources_to_reserve(e)
+                cq.add_usage_map(reserve)
+                reservations.append((cq, reserve))
+            return
+        if any(t.workload.key in victims for t in e.targets):
+            e.reason, e.message, e.requeue_now = SKIPPED, "Workload has overlapping preemption targets with another workload", True
+            return
+        usage = e.assignment.usage
+        removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
+        with self.tree.without(removed):
+            fits = cq.fits(usage)
+        if not fits:
+            e.reason, e.message, e.requeue_now = SKIPPED, "Workload no longer fits after processing another workload", True
+            return
+        for t in e.targets:
+            victims[t.workload.key] = t
+            victim_preemptor[t.workload.key] = e.pending.key
+        cq.add_usage_map(usage)
+        reservations.append((cq, dict(usage)))
+        if mode == PREEMPT:
+            e.reason = WAITING_FOR_PREEMPTED
+            e.message = (e.message + ". " if e.message else "") + f"Pending the preemption of {len(e.targets)} workload(s)"
+            e.requeue_now = True
+            return
+        admitted.append(e)
+
+    def _resources_to_reserve(self, e: Entry) -> dict[tuple[str, str], int]:
+        cq = e.cq
+        out: dict[tuple[str, str], int] = {}
+        for fr, usage in e.assignment.usage.items():
+            quota = cq.quota_for(fr)
+            used = cq.usage.get(fr, 0)
+            if e.assignment.borrowing > 0:
+                if quota.borrowing_limit is None:
+                    reserved = usage
+                else:
+                    reserved = min(usage, quota.nominal + quota.borrowing_limit - used)
+            else:
+                reserved = min(usage, quota.nominal - used)
+            out[fr] = max(0, reserved)
+        return out
+
+    def _admit(self, e: Entry, result: CycleResult) -> None:
+        pending = e.pending
+        flavors = frozenset(
+            (choice.flavor, res) for ps in e.assignment.pod_sets for res, choice in ps.flavors.items()
+        )
+        held = usage_from_assignment(pending, e.assignment.usage, flavors, self.now)
+        self.tree.add_workload(held)
+        queue = self.queues[pending.cluster_queue]
+        queue.remove(pending)
+        self.parked.discard(pending.key)
+        self.status.pop(pending.key, None)
+        decision = AdmissionDecision(
+            workload=pending.key,
+            cluster_queue=pending.cluster_queue,
+            pod_sets=tuple(
+                PodSetDecision(
+                    name=ps.name, count=ps.count, flavors={r: c.flavor for r, c in sorted(ps.flavors.items())}
+                )
+                for ps in e.assignment.pod_sets
+            ),
+            cycle=self.cycle_number,
+        )
+        self.admitted[pending.key] = decision
+        result.admitted.append(decision)
+
+    def _evict(self, target: Target, preemptor: str, result: CycleResult) -> None:
+        victim: AdmittedWorkload = target.workload
+        decision = PreemptionDecision(
+            workload=victim.key,
+            cluster_queue=victim.cluster_queue,
+            preemptor=preemptor,
+            reason=target.reason,
+            cycle=self.cycle_number,
+        )
+        result.preempted.append(decision)
+        self.preempted.append(decision)
+        self.tree.remove_workload(victim)
+        self.admitted.pop(victim.key, None)
+        self._unpark_cohort(victim.cluster_queue)
+        wl = self.workloads.get(victim.key)
+        if wl is not None and wl.queue_name:
+            evicted_at = self.now + self.cycle_number * 1e-3
+            self._sequence += 1
+            lq = self.state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+            if lq is not None and lq.cluster_queue in self.queues and lq.stop_policy == "None":
+                self._insert(
+                    PendingWorkload(wl, lq.cluster_queue, lq.key, victim.priority, evicted_at, self._sequence)
+                )
+                self.status[wl.key] = Status(QUEUED, f"Preempted by {preemptor} ({target.reason}); requeued")
+
+    def _unpark_cohort(self, cq_name: str) -> None:
+        node = self.tree.queues.get(cq_name)
+        if node is None:
+            return
+        root = node.root()
+        names = {q.name for q in root.subtree_queues()} if isinstance(root, CohortNode) else {cq_name}
+        for name in names:
+            for pending in self.queues.get(name, ()):
+                self.parked.discard(pending.key)
+
+    # --- results ------------------------------------------------------------
+
+    def pending_decisions(self) -> list[PendingDecision]:
+        out: list[PendingDecision] = []
+        for cq_name, queue in self.queues.items():
+            lq_positions: dict[str, int] = {}
+            for position, pending in enumerate(queue, start=1):
+                lq_positions[pending.local_queue] = lq_positions.get(pending.local_queue, 0) + 1
+                status = self.status.get(pending.key) or Status(QUEUED, "")
+                message = status.message
+                if status.reason == QUEUED and not message:
+                    message = f"waiting behind {position - 1} workload(s) in ClusterQueue {cq_name}"
+                out.append(
+                    PendingDecision(
+                        workload=pending.key,
+                        cluster_queue=cq_name,
+                        local_queue=pending.local_queue,
+                        position=position,
+                        local_position=lq_positions[pending.local_queue],
+                        reason=status.reason,
+                        message=message,
+                    )
+                )
+        for key in sorted(self.unqueued):
+            _, cq_name, lq_key, status = self.unqueued[key]
+            out.append(PendingDecision(key, cq_name, lq_key, None, None, status.reason, status.message))
+        return out
+
+
+def schedule(state: ClusterState, config: SchedulerConfig, now: float, cycles: int | None = 1) -> Plan:
+    """Decide on a frozen cluster state.
+
+    ``cycles=1`` runs exactly one Kueue cycle; ``cycles=N`` at most N; ``None`` runs
+    until a cycle changes nothing (bounded by ``config.max_cycles``). The same input
+    always gives the same plan.
+    """
+    scheduler = Scheduler(state, config, now)
+    limit = config.max_cycles if cycles is None else cycles
+    admitted_ever: list[AdmissionDecision] = []
+    ran = 0
+    while ran < limit:
+        result = scheduler.cycle()
+        ran += 1
+        admitted_ever += result.admitted
+        if cycles is None and not result.changed:
+            break
+    still = [d for d in admitted_ever if scheduler.admitted.get(d.workload) is d]
+    return Plan(
+        admitted=tuple(sorted(still, key=lambda d: d.workload)),
+        preempted=tuple(scheduler.preempted),
+        pending=tuple(scheduler.pending_decisions()),
+        cycles=ran,
+    )

@@ -1,0 +1,92 @@
+"""Per-workload views the scheduler works with.
+
+``PendingWorkload`` wraps a pending :class:`~gpuplane.model.objects.Workload` with the
+ClusterQueue it is queued in; ``admitted_usage`` turns an admission into the quota
+usage it holds in the tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuplane.core.quota import AdmittedWorkload, FlavorResource
+from gpuplane.model.objects import Workload
+
+
+@dataclass(slots=True)
+class PendingWorkload:
+    """A workload waiting in a ClusterQueue.
+
+    ``timestamp`` is the queue-order time (creation, or the time it was last
+    evicted); ``sequence`` breaks remaining ties so every run is reproducible.
+    """
+
+    workload: Workload
+    cluster_queue: str
+    local_queue: str
+    priority: int
+    timestamp: float
+    sequence: int
+
+    @property
+    def key(self) -> str:
+        return self.workload.key
+
+    def sort_key(self) -> tuple[int, float, int]:
+        return (-self.priority, self.timestamp, self.sequence)
+
+
+def pod_set_requests(wl: Workload, counts: list[int] | None = None) -> list[dict[str, int]]:
+    """Total requests of each pod set: per-pod requests times the (reduced) count."""
+    out = []
+    for i, ps in enumerate(wl.pod_sets):
+        count = ps.count if counts is None else counts[i]
+        out.append({res: q * count for res, q in ps.template.requests.items()})
+    return out
+
+
+def admitted_usage(wl: Workload, priority: int, now: float) -> AdmittedWorkload | None:
+    """Quota held by an admitted workload, from its ``status.admission``."""
+    admission = wl.admission
+    if admission is None:
+        return None
+    usage: dict[FlavorResource, int] = {}
+    flavors: set[FlavorResource] = set()
+    for psa in admission.pod_set_assignments:
+        for res, flavor in psa.flavors.items():
+            flavors.add((flavor, res))
+        for res, q in psa.resource_usage.items():
+            flavor_name = psa.flavors.get(res)
+            if flavor_name is None or q == 0:
+                continue
+            fr = (flavor_name, res)
+            usage[fr] = usage.get(fr, 0) + q
+    return AdmittedWorkload(
+        key=wl.key,
+        cluster_queue=admission.cluster_queue,
+        usage=usage,
+        flavors=frozenset(flavors),
+        priority=priority,
+        uid=wl.uid,
+        evicted=wl.evicted,
+        reserved_at=wl.quota_reservation_time(now),
+        queue_timestamp=wl.queue_order_timestamp,
+    )
+
+
+def usage_from_assignment(
+    pending: PendingWorkload, usage: Mapping[FlavorResource, int], flavors: frozenset[FlavorResource], now: float
+) -> AdmittedWorkload:
+    """The quota a newly admitted workload holds from now on."""
+    return AdmittedWorkload(
+        key=pending.key,
+        cluster_queue=pending.cluster_queue,
+        usage={fr: q for fr, q in usage.items() if q},
+        flavors=flavors,
+        priority=pending.priority,
+        uid=pending.workload.uid,
+        evicted=False,
+        reserved_at=now,
+        queue_timestamp=pending.timestamp,
+    )
