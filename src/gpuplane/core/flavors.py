@@ -213,7 +213,7 @@ class FlavorAssigner:
             failed = False
             for res in sorted(requests):
                 quantity = requests[res]
-                if res not in self.cq.resource_group_of and quantity == 0:
+                if self.cq.group_for(res) is None and quantity == 0:
                     continue
                 assert chosen is not None
                 if res in chosen:
@@ -242,10 +242,10 @@ class FlavorAssigner:
         self, ps_index: int, requests: dict[str, int], res: str, assigned: dict[FlavorResource, int]
     ) -> tuple[dict[str, FlavorChoice] | None, list[str], str, str | None]:
         """Returns (flavors for the resource group, reasons, no-fit reason, error)."""
-        group = self.cq.resource_group_of.get(res)
+        group = self.cq.group_for(res)
         if group is None:
             return None, [f"resource {res} unavailable in ClusterQueue"], NO_MATCHING_FLAVOR, None
-        covered = [r for r in sorted(requests) if r in group.covered_resources]
+        covered = [r for r in sorted(requests) if self.cq.group_for(r) is group]
         template = self.pending.workload.pod_sets[ps_index].template
         ff = self.cq.spec.flavor_fungibility
         reasons: list[str] = []

@@ -190,12 +190,19 @@ def compare_drs(a: DRS, b: DRS) -> int:
 
 
 class CohortNode(QuotaNode):
-    __slots__ = ("child_cohorts", "child_queues")
+    __slots__ = ("child_cohorts", "child_queues", "resource_group_of")
 
-    def __init__(self, name: str, quotas: dict[FlavorResource, ResourceQuota], fair_weight: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        quotas: dict[FlavorResource, ResourceQuota],
+        fair_weight: float,
+        groups: tuple[ResourceGroup, ...] = (),
+    ) -> None:
         super().__init__(name, quotas, fair_weight)
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueueNode] = []
+        self.resource_group_of = {res: group for group in groups for res in group.covered_resources}
 
     def subtree_queues(self) -> Iterator[ClusterQueueNode]:
         yield from self.child_queues
@@ -219,17 +226,38 @@ class AdmittedWorkload:
 
 
 class ClusterQueueNode(QuotaNode):
-    __slots__ = ("flavor_resources", "resource_group_of", "spec", "workloads")
+    __slots__ = ("flavor_resources", "open_group", "resource_group_of", "spec", "workloads")
 
     def __init__(self, spec: ClusterQueue) -> None:
         super().__init__(spec.name, quotas_of(spec.resource_groups), spec.fair_weight)
         self.spec = spec
         self.workloads: dict[str, AdmittedWorkload] = {}
         self.resource_group_of: dict[str, ResourceGroup] = {}
+        # A group that covers no resource (refused by a real API server, but used by
+        # Kueue's own tests) gives its flavors to every other resource with a nominal
+        # quota of zero: the queue can only borrow them from its cohort.
+        self.open_group: ResourceGroup | None = None
         for group in spec.resource_groups:
+            if not group.covered_resources and self.open_group is None:
+                self.open_group = group
             for res in group.covered_resources:
                 self.resource_group_of[res] = group
         self.flavor_resources = frozenset(self.quotas)
+
+    def group_for(self, resource: str) -> ResourceGroup | None:
+        """The resource group that provides ``resource``, if any.
+
+        A queue with no resource groups at all is a pure borrower: it takes the
+        group of the nearest ancestor cohort that covers the resource, with a
+        nominal quota of zero in each of its flavors.
+        """
+        group = self.resource_group_of.get(resource, self.open_group)
+        if group is None and not self.spec.resource_groups:
+            for cohort in self.ancestors():
+                inherited = cohort.resource_group_of.get(resource)
+                if inherited is not None:
+                    return inherited
+        return group
 
     def available(self, fr: FlavorResource) -> int:
         return max(0, self.raw_available(fr))
@@ -282,7 +310,9 @@ class QuotaTree:
         self.queues: dict[str, ClusterQueueNode] = {}
         self.cohorts: dict[str, CohortNode] = {}
         for name, spec in state.cohorts.items():
-            self.cohorts[name] = CohortNode(name, quotas_of(spec.resource_groups), spec.fair_weight)
+            self.cohorts[name] = CohortNode(
+                name, quotas_of(spec.resource_groups), spec.fair_weight, spec.resource_groups
+            )
         for name, cohort_spec in state.cohorts.items():
             if cohort_spec.parent:
                 parent = self._cohort(cohort_spec.parent)

@@ -27,7 +27,7 @@ from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PodSetD
 from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
-from gpuplane.model.objects import ClusterState, Workload
+from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
 
 # Pending reasons.
 QUEUED = "Queued"
@@ -95,6 +95,13 @@ class Scheduler:
         self.workloads: dict[str, Workload] = {}
         self.cycle_number = 0
         self._sequence = 0
+        self.flavors = dict(state.resource_flavors)
+        if not self.flavors:
+            # A state with no ResourceFlavor objects at all (a quick what-if file)
+            # takes every flavor it names as an empty one: no labels, no taints.
+            named = {f.name for q in state.cluster_queues.values() for g in q.resource_groups for f in g.flavors}
+            named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
+            self.flavors = {name: ResourceFlavor(name=name) for name in named}
         for wl in state.workloads:
             self.workloads[wl.key] = wl
             if wl.finished:
@@ -168,7 +175,7 @@ class Scheduler:
         if cq.spec.stop_policy != "None":
             return f"ClusterQueue {cq.name} is inactive: stopped ({cq.spec.stop_policy})"
         missing = sorted(
-            {f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.state.resource_flavors)
+            {f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors)
         )
         if missing:
             return f"ClusterQueue {cq.name} is inactive: flavor(s) {', '.join(missing)} not found"
@@ -201,7 +208,7 @@ class Scheduler:
         return self.preemptor.get_targets(ctx)
 
     def _assignments(self, pending: PendingWorkload, cq: ClusterQueueNode) -> tuple[Assignment, list[Target]]:
-        assigner = FlavorAssigner(pending, cq, self.state.resource_flavors, self.preemptor, self.config)
+        assigner = FlavorAssigner(pending, cq, self.flavors, self.preemptor, self.config)
         full = assigner.assign()
         mode = full.mode()
         if mode == FIT:
