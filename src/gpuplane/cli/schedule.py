@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +26,7 @@ from gpuplane.model.loader import load_files
 from gpuplane.model.objects import ClusterState
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     json = "json"
     table = "table"
 
@@ -61,7 +61,12 @@ def plan_document(plan: Plan, parse_seconds: float, schedule_seconds: float) -> 
     return {
         "admitted": admitted,
         "preempted": [
-            {"workload": p.workload, "clusterQueue": p.cluster_queue, "preemptor": p.preemptor, "reason": p.reason}
+            {
+                "workload": p.workload,
+                "clusterQueue": p.cluster_queue,
+                "preemptor": p.preemptor,
+                "reason": p.reason,
+            }
             for p in plan.preempted
         ],
         "pending": [
@@ -89,22 +94,26 @@ def print_table(plan: Plan, console: Console) -> None:
     for col in ("workload", "cluster queue", "pod sets", "flavors"):
         admitted.add_column(col)
     for a in plan.admitted:
-        sets = ", ".join(f"{ps.name}×{ps.count}" for ps in a.pod_sets)
+        sets = ", ".join(f"{ps.name} x{ps.count}" for ps in a.pod_sets)
         flavors = "; ".join(", ".join(f"{r}={f}" for r, f in ps.flavors.items()) for ps in a.pod_sets)
         admitted.add_row(a.workload, a.cluster_queue, sets, flavors)
     console.print(admitted)
     preempted = Table(title=f"Preempted ({len(plan.preempted)})", title_justify="left")
     for col in ("workload", "cluster queue", "preemptor", "reason"):
         preempted.add_column(col)
-    for p in plan.preempted:
-        preempted.add_row(p.workload, p.cluster_queue, p.preemptor, p.reason)
+    for victim in plan.preempted:
+        preempted.add_row(victim.workload, victim.cluster_queue, victim.preemptor, victim.reason)
     console.print(preempted)
     pending = Table(title=f"Pending ({len(plan.pending)})", title_justify="left")
     for col in ("workload", "cluster queue", "position", "reason", "message"):
         pending.add_column(col, overflow="fold")
     for p in plan.pending:
         pending.add_row(
-            p.workload, p.cluster_queue or "-", "-" if p.position is None else str(p.position), p.reason, p.message
+            p.workload,
+            p.cluster_queue or "-",
+            "-" if p.position is None else str(p.position),
+            p.reason,
+            p.message,
         )
     console.print(pending)
     console.print(f"cycles: {plan.cycles}")
@@ -143,24 +152,36 @@ def register(app: typer.Typer) -> None:
     def schedule_command(
         file: Annotated[
             list[str],
-            typer.Option("--file", "-f", help="Cluster state: YAML (multi-document or kind: List) or JSON; - for stdin."),
+            typer.Option(
+                "--file",
+                "-f",
+                help="Cluster state: YAML (multi-document or kind: List) or JSON; - for stdin.",
+            ),
         ],
         cycles: Annotated[
             int | None,
-            typer.Option(min=1, help="Run exactly this many cycles with Kueue's semantics (default: to a fixed point)."),
+            typer.Option(
+                min=1, help="Run exactly this many cycles with Kueue's semantics (default: to a fixed point)."
+            ),
         ] = None,
-        output: Annotated[OutputFormat, typer.Option("--output", "-o", help="json or table.")] = OutputFormat.table,
+        output: Annotated[
+            OutputFormat, typer.Option("--output", "-o", help="json or table.")
+        ] = OutputFormat.table,
         strict: Annotated[
-            bool, typer.Option(help="Also refuse what a real API server refuses (e.g. borrowingLimit without a cohort).")
+            bool,
+            typer.Option(
+                help="Also refuse what a real API server refuses (e.g. borrowingLimit without a cohort)."
+            ),
         ] = False,
         now: Annotated[
-            str | None, typer.Option(help="The current time (RFC 3339); default: the latest time in the input.")
+            str | None,
+            typer.Option(help="The current time (RFC 3339); default: the latest time in the input."),
         ] = None,
     ) -> None:
         """Decide admissions, preemptions and pending reasons for cluster state files."""
         try:
             code = run_schedule(file, cycles, output, strict, now)
-        except Exception as bug:  # noqa: BLE001 - the one place a bug becomes a single line, never a traceback
+        except Exception as bug:  # the one place a bug becomes a single line, never a traceback
             typer.echo(f"internal error: {type(bug).__name__}: {bug}", err=True)
             raise typer.Exit(1) from None
         raise typer.Exit(code)

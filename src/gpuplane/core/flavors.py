@@ -134,7 +134,10 @@ class Assignment:
 
     def flavors_needing_preemption(self) -> frozenset[FlavorResource]:
         return frozenset(
-            (choice.flavor, res) for ps in self.pod_sets for res, choice in ps.flavors.items() if choice.mode == PREEMPT
+            (choice.flavor, res)
+            for ps in self.pod_sets
+            for res, choice in ps.flavors.items()
+            if choice.mode == PREEMPT
         )
 
     def quota_requests(self, pending: PendingWorkload) -> dict[FlavorResource, int]:
@@ -308,8 +311,8 @@ class FlavorAssigner:
         if value > max_capacity:
             msg = (
                 f"insufficient quota for {res} in flavor {flavor}, previously considered podsets requests "
-                f"({format_quantity(res, assumed)}) + current podset request ({format_quantity(res, request)}) "
-                f"> maximum capacity ({format_quantity(res, max_capacity)})"
+                f"({format_quantity(res, assumed)}) + current podset request "
+                f"({format_quantity(res, request)}) > maximum capacity ({format_quantity(res, max_capacity)})"
             )
             return G_NO_FIT, 0, [msg], EXCEEDS_MAX_QUOTA
         borrow, may_reclaim = lowest_subtree_that_fits(cq, fr, value)

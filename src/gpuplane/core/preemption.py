@@ -121,7 +121,12 @@ def workload_fits(ctx: PreemptionContext, allow_borrowing: bool) -> bool:
 
 
 def queue_under_nominal(ctx: PreemptionContext) -> bool:
-    return all(ctx.cq.quota_for(fr).nominal > ctx.cq.usage.get(fr, 0) for fr in ctx.frs)
+    usage = ctx.cq.usage
+    for fr in ctx.frs:
+        quota = ctx.cq.quotas.get(fr)
+        if (quota.nominal if quota is not None else 0) <= usage.get(fr, 0):
+            return False
+    return True
 
 
 def node_height(node: CohortNode) -> int:
@@ -175,16 +180,15 @@ class Preemptor:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        if self.config.fair_sharing:
-            targets = self._fair_targets(ctx)
-        else:
-            targets = self._classical_targets(ctx)
+        targets = self._fair_targets(ctx) if self.config.fair_sharing else self._classical_targets(ctx)
         self._cache[key] = targets
         return targets
 
     # --- shared -------------------------------------------------------------
 
-    def _fill_back(self, ctx: PreemptionContext, targets: list[Target], allow_borrowing: bool) -> list[Target]:
+    def _fill_back(
+        self, ctx: PreemptionContext, targets: list[Target], allow_borrowing: bool
+    ) -> list[Target]:
         targets = list(targets)
         for i in range(len(targets) - 2, -1, -1):
             self.tree.add_workload(targets[i].workload)
@@ -233,7 +237,7 @@ class Preemptor:
                 out.append(_Candidate(wl, lca, variant))
         return out
 
-    def _collect_subtree(
+    def _collect_subtree(  # noqa: PLR0917 - mirrors the recursive walk's state, kept explicit
         self,
         ctx: PreemptionContext,
         current: CohortNode,
@@ -331,20 +335,24 @@ class Preemptor:
         policy = cq.spec.preemption
         out: list[AdmittedWorkload] = []
         if policy.within_cluster_queue != "Never":
-            for wl in cq.workloads.values():
-                if satisfies_policy(policy.within_cluster_queue, ctx.preemptor, wl) and uses_resources(wl, ctx.frs):
-                    out.append(wl)
+            rule = policy.within_cluster_queue
+            out.extend(
+                wl
+                for wl in cq.workloads.values()
+                if satisfies_policy(rule, ctx.preemptor, wl) and uses_resources(wl, ctx.frs)
+            )
         if cq.parent is not None and policy.reclaim_within_cohort != "Never":
             root = cq.root()
             assert isinstance(root, CohortNode)
             for other in root.subtree_queues():
                 if other is cq or not cq_is_borrowing(other, ctx.frs):
                     continue
-                for wl in other.workloads.values():
-                    if satisfies_policy(policy.reclaim_within_cohort, ctx.preemptor, wl) and uses_resources(
-                        wl, ctx.frs
-                    ):
-                        out.append(wl)
+                out.extend(
+                    wl
+                    for wl in other.workloads.values()
+                    if satisfies_policy(policy.reclaim_within_cohort, ctx.preemptor, wl)
+                    and uses_resources(wl, ctx.frs)
+                )
         return self._sorted(ctx, out)
 
     def _fair_targets(self, ctx: PreemptionContext) -> list[Target]:
@@ -448,7 +456,9 @@ class _TargetOrdering:
     or drop it between yields.
     """
 
-    def __init__(self, preemptor: Preemptor, ctx: PreemptionContext, candidates: list[AdmittedWorkload]) -> None:
+    def __init__(
+        self, preemptor: Preemptor, ctx: PreemptionContext, candidates: list[AdmittedWorkload]
+    ) -> None:
         self.preemptor = preemptor
         self.ctx = ctx
         self.ancestors = set(map(id, ctx.cq.ancestors()))

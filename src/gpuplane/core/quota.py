@@ -63,7 +63,9 @@ class QuotaNode:
             lq = self.local_quota(fr)
             stored_in_parent = self.subtree_quota.get(fr, 0) - lq
             used_in_parent = max(0, self.usage.get(fr, 0) - lq)
-            parent_available = min(stored_in_parent - used_in_parent + quota.borrowing_limit, parent_available)
+            parent_available = min(
+                stored_in_parent - used_in_parent + quota.borrowing_limit, parent_available
+            )
         return self.local_available(fr) + parent_available
 
     def potential_available(self, fr: FlavorResource) -> int:
@@ -309,9 +311,9 @@ class QuotaTree:
     def __init__(self, state: ClusterState) -> None:
         self.queues: dict[str, ClusterQueueNode] = {}
         self.cohorts: dict[str, CohortNode] = {}
-        for name, spec in state.cohorts.items():
+        for name, cohort in state.cohorts.items():
             self.cohorts[name] = CohortNode(
-                name, quotas_of(spec.resource_groups), spec.fair_weight, spec.resource_groups
+                name, quotas_of(cohort.resource_groups), cohort.fair_weight, cohort.resource_groups
             )
         for name, cohort_spec in state.cohorts.items():
             if cohort_spec.parent:
@@ -326,11 +328,11 @@ class QuotaTree:
                 parent = self._cohort(spec.cohort)
                 node.parent = parent
                 parent.child_queues.append(node)
-        for cohort in self.cohorts.values():
-            cohort.child_cohorts.sort(key=lambda c: c.name)
-            cohort.child_queues.sort(key=lambda q: q.name)
-        for node in self.roots():
-            self._accumulate(node)
+        for cohort_node in self.cohorts.values():
+            cohort_node.child_cohorts.sort(key=lambda c: c.name)
+            cohort_node.child_queues.sort(key=lambda q: q.name)
+        for root in self.roots():
+            self._accumulate(root)
         self.admitted: dict[str, AdmittedWorkload] = {}
 
     def _cohort(self, name: str) -> CohortNode:

@@ -25,7 +25,7 @@ from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
 from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PodSetDecision, PreemptionDecision
 from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
-from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
+from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
 from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
 
@@ -39,7 +39,6 @@ NO_LOCAL_QUEUE = "LocalQueueNotFound"
 NO_CLUSTER_QUEUE = "ClusterQueueNotFound"
 STOPPED = "Stopped"
 DEACTIVATED = "Deactivated"
-SKIPPED = "Skipped"
 WAITING_FOR_QUOTA = "WaitingForQuota"
 
 
@@ -73,10 +72,6 @@ class CycleResult:
         return bool(self.admitted or self.preempted or self.parked)
 
 
-def workload_priority(state: ClusterState, wl: Workload) -> int:
-    return wl.priority
-
-
 class Scheduler:
     """Working state for one ``schedule`` call. Not shared, not reused."""
 
@@ -88,6 +83,8 @@ class Scheduler:
         self.preemptor = Preemptor(self.tree, config, now)
         self.queues: dict[str, list[PendingWorkload]] = {name: [] for name in sorted(state.cluster_queues)}
         self.parked: set[str] = set()
+        # Per queue, every workload before this index is parked (BestEffortFIFO).
+        self.cursor: dict[str, int] = dict.fromkeys(self.queues, 0)
         self.status: dict[str, Status] = {}
         self.unqueued: dict[str, tuple[Workload, str | None, str | None, Status]] = {}
         self.admitted: dict[str, AdmissionDecision] = {}
@@ -99,7 +96,9 @@ class Scheduler:
         if not self.flavors:
             # A state with no ResourceFlavor objects at all (a quick what-if file)
             # takes every flavor it names as an empty one: no labels, no taints.
-            named = {f.name for q in state.cluster_queues.values() for g in q.resource_groups for f in g.flavors}
+            named = {
+                f.name for q in state.cluster_queues.values() for g in q.resource_groups for f in g.flavors
+            }
             named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
             self.flavors = {name: ResourceFlavor(name=name) for name in named}
         for wl in state.workloads:
@@ -123,7 +122,12 @@ class Scheduler:
             self.unqueued[wl.key] = (wl, None, lq_key, Status(DEACTIVATED, "The workload is deactivated"))
             return
         if lq_key is None:
-            self.unqueued[wl.key] = (wl, None, None, Status(NO_LOCAL_QUEUE, "The workload names no LocalQueue"))
+            self.unqueued[wl.key] = (
+                wl,
+                None,
+                None,
+                Status(NO_LOCAL_QUEUE, "The workload names no LocalQueue"),
+            )
             return
         lq = self.state.local_queues.get(lq_key)
         if lq is None:
@@ -144,7 +148,8 @@ class Scheduler:
         self.status[wl.key] = Status(QUEUED, "")
 
     def _insert(self, pending: PendingWorkload) -> None:
-        queue = self.queues[pending.cluster_queue]
+        name = pending.cluster_queue
+        queue = self.queues[name]
         key = pending.sort_key()
         lo, hi = 0, len(queue)
         while lo < hi:
@@ -154,6 +159,7 @@ class Scheduler:
             else:
                 hi = mid
         queue.insert(lo, pending)
+        self.cursor[name] = min(self.cursor[name], lo)
 
     def heads(self) -> list[PendingWorkload]:
         out = []
@@ -163,10 +169,12 @@ class Scheduler:
             if self.tree.queues[name].spec.queueing_strategy == "StrictFIFO":
                 out.append(queue[0])
                 continue
-            for pending in queue:
-                if pending.key not in self.parked:
-                    out.append(pending)
-                    break
+            i = self.cursor[name]
+            while i < len(queue) and queue[i].key in self.parked:
+                i += 1
+            self.cursor[name] = i
+            if i < len(queue):
+                out.append(queue[i])
         return out
 
     # --- nomination ---------------------------------------------------------
@@ -174,9 +182,7 @@ class Scheduler:
     def _inactive_reason(self, cq: ClusterQueueNode) -> str | None:
         if cq.spec.stop_policy != "None":
             return f"ClusterQueue {cq.name} is inactive: stopped ({cq.spec.stop_policy})"
-        missing = sorted(
-            {f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors)
-        )
+        missing = sorted({f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors))
         if missing:
             return f"ClusterQueue {cq.name} is inactive: flavor(s) {', '.join(missing)} not found"
         return None
@@ -201,7 +207,9 @@ class Scheduler:
         entry.reason = assignment.no_fit_reason or WAITING_FOR_QUOTA
         return entry
 
-    def _targets(self, pending: PendingWorkload, cq: ClusterQueueNode, assignment: Assignment) -> list[Target]:
+    def _targets(
+        self, pending: PendingWorkload, cq: ClusterQueueNode, assignment: Assignment
+    ) -> list[Target]:
         ctx = PreemptionContext(
             pending, cq, assignment.flavors_needing_preemption(), assignment.quota_requests(pending)
         )
@@ -279,7 +287,7 @@ class Scheduler:
                 yield winner
 
     def _tournament(self, root: CohortNode, remaining: dict[str, Entry]) -> Entry | None:
-        drs: dict[tuple[str, str], object] = {}
+        drs: dict[tuple[str, str], DRS] = {}
         for cq in root.subtree_queues():
             entry = remaining.get(cq.name)
             if entry is None:
@@ -292,7 +300,7 @@ class Scheduler:
         return self._run_tournament(root, remaining, drs)
 
     def _run_tournament(
-        self, cohort: CohortNode, remaining: dict[str, Entry], drs: dict[tuple[str, str], object]
+        self, cohort: CohortNode, remaining: dict[str, Entry], drs: dict[tuple[str, str], DRS]
     ) -> Entry | None:
         candidates: list[Entry] = []
         for child in cohort.child_cohorts:
@@ -308,12 +316,9 @@ class Scheduler:
                 best = current
         return best
 
-    def _fair_less(self, a: Entry, b: Entry, parent: str, drs: dict[tuple[str, str], object]) -> bool:
+    def _fair_less(self, a: Entry, b: Entry, parent: str, drs: dict[tuple[str, str], DRS]) -> bool:
         a_drs = drs[(parent, a.pending.key)]
         b_drs = drs[(parent, b.pending.key)]
-        from gpuplane.core.quota import DRS
-
-        assert isinstance(a_drs, DRS) and isinstance(b_drs, DRS)
         if self.config.prioritize_non_borrowing:
             a_b = a_drs.borrowing_on(a.assignment.usage)
             b_b = b_drs.borrowing_on(b.assignment.usage)
@@ -341,7 +346,9 @@ class Scheduler:
                 self._park(pending, result)
                 continue
             entries.append(nominated)
-        order = self._fair_order(entries) if self.config.fair_sharing else iter(self._classical_order(entries))
+        order = (
+            self._fair_order(entries) if self.config.fair_sharing else iter(self._classical_order(entries))
+        )
         reservations: list[tuple[ClusterQueueNode, dict[tuple[str, str], int]]] = []
         victims: dict[str, Target] = {}
         victim_preemptor: dict[str, str] = {}
@@ -389,14 +396,22 @@ class Scheduler:
                 reservations.append((cq, reserve))
             return
         if any(t.workload.key in victims for t in e.targets):
-            e.reason, e.message, e.requeue_now = SKIPPED, "Workload has overlapping preemption targets with another workload", True
+            e.reason, e.message, e.requeue_now = (
+                WAITING_FOR_QUOTA,
+                "Workload has overlapping preemption targets with another workload",
+                True,
+            )
             return
         usage = e.assignment.usage
         removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
         with self.tree.without(removed):
             fits = cq.fits(usage)
         if not fits:
-            e.reason, e.message, e.requeue_now = SKIPPED, "Workload no longer fits after processing another workload", True
+            e.reason, e.message, e.requeue_now = (
+                WAITING_FOR_QUOTA,
+                "Workload no longer fits after processing another workload",
+                True,
+            )
             return
         for t in e.targets:
             victims[t.workload.key] = t
@@ -405,7 +420,9 @@ class Scheduler:
         reservations.append((cq, dict(usage)))
         if mode == PREEMPT:
             e.reason = WAITING_FOR_PREEMPTED
-            e.message = (e.message + ". " if e.message else "") + f"Pending the preemption of {len(e.targets)} workload(s)"
+            e.message = (
+                e.message + ". " if e.message else ""
+            ) + f"Pending the preemption of {len(e.targets)} workload(s)"
             e.requeue_now = True
             return
         admitted.append(e)
@@ -434,7 +451,10 @@ class Scheduler:
         held = usage_from_assignment(pending, e.assignment.usage, flavors, self.now)
         self.tree.add_workload(held)
         queue = self.queues[pending.cluster_queue]
-        queue.remove(pending)
+        index = queue.index(pending)
+        del queue[index]
+        if index < self.cursor[pending.cluster_queue]:
+            self.cursor[pending.cluster_queue] -= 1
         self.parked.discard(pending.key)
         self.status.pop(pending.key, None)
         decision = AdmissionDecision(
@@ -460,8 +480,10 @@ class Scheduler:
             reason=target.reason,
             cycle=self.cycle_number,
         )
-        result.preempted.append(decision)
-        self.preempted.append(decision)
+        if not victim.evicted:
+            # An already evicted target is still on its way out: no new preemption.
+            result.preempted.append(decision)
+            self.preempted.append(decision)
         self.tree.remove_workload(victim)
         self.admitted.pop(victim.key, None)
         self._unpark_cohort(victim.cluster_queue)
@@ -483,8 +505,11 @@ class Scheduler:
         root = node.root()
         names = {q.name for q in root.subtree_queues()} if isinstance(root, CohortNode) else {cq_name}
         for name in names:
-            for pending in self.queues.get(name, ()):
+            queue = self.queues.get(name, [])
+            for pending in queue:
                 self.parked.discard(pending.key)
+            if name in self.cursor:
+                self.cursor[name] = 0
 
     # --- results ------------------------------------------------------------
 
@@ -493,7 +518,8 @@ class Scheduler:
         for cq_name, queue in self.queues.items():
             lq_positions: dict[str, int] = {}
             for position, pending in enumerate(queue, start=1):
-                lq_positions[pending.local_queue] = lq_positions.get(pending.local_queue, 0) + 1
+                lq_name = pending.local_queue
+                lq_positions[lq_name] = lq_positions.get(lq_name, 0) + 1
                 status = self.status.get(pending.key) or Status(QUEUED, "")
                 message = status.message
                 if status.reason == QUEUED and not message:
@@ -504,14 +530,14 @@ class Scheduler:
                         cluster_queue=cq_name,
                         local_queue=pending.local_queue,
                         position=position,
-                        local_position=lq_positions[pending.local_queue],
+                        local_position=lq_positions[lq_name],
                         reason=status.reason,
                         message=message,
                     )
                 )
         for key in sorted(self.unqueued):
-            _, cq_name, lq_key, status = self.unqueued[key]
-            out.append(PendingDecision(key, cq_name, lq_key, None, None, status.reason, status.message))
+            _, queue_name, lq_key, status = self.unqueued[key]
+            out.append(PendingDecision(key, queue_name, lq_key, None, None, status.reason, status.message))
         return out
 
 

@@ -28,10 +28,10 @@ class PendingWorkload:
     priority: int
     timestamp: float
     sequence: int
+    key: str = ""
 
-    @property
-    def key(self) -> str:
-        return self.workload.key
+    def __post_init__(self) -> None:
+        self.key = self.workload.key
 
     def sort_key(self) -> tuple[int, float, int]:
         return (-self.priority, self.timestamp, self.sequence)
@@ -76,7 +76,10 @@ def admitted_usage(wl: Workload, priority: int, now: float) -> AdmittedWorkload 
 
 
 def usage_from_assignment(
-    pending: PendingWorkload, usage: Mapping[FlavorResource, int], flavors: frozenset[FlavorResource], now: float
+    pending: PendingWorkload,
+    usage: Mapping[FlavorResource, int],
+    flavors: frozenset[FlavorResource],
+    now: float,
 ) -> AdmittedWorkload:
     """The quota a newly admitted workload holds from now on."""
     return AdmittedWorkload(
