@@ -45,3 +45,7 @@ app = build_app()
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

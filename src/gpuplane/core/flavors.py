@@ -252,7 +252,8 @@ class FlavorAssigner:
         template = self.pending.workload.pod_sets[ps_index].template
         ff = self.cq.spec.flavor_fungibility
         reasons: list[str] = []
-        no_fit_reason = ""
+        # Flavors are alternatives: the group is blocked by its least severe reason.
+        attempt_reasons: list[str] = []
         best: dict[str, FlavorChoice] | None = None
         best_mode = WORST
         for flavor_quotas in group.flavors:
@@ -260,31 +261,34 @@ class FlavorAssigner:
             flavor = self.flavors.get(name)
             if flavor is None:
                 reasons.append(f"flavor {name} not found")
-                no_fit_reason = most_severe(no_fit_reason, NO_MATCHING_FLAVOR)
+                attempt_reasons.append(NO_MATCHING_FLAVOR)
                 continue
             taint = untolerated_taint(flavor, template)
             if taint is not None:
                 reasons.append(f"untolerated taint {taint} in flavor {name}")
-                no_fit_reason = most_severe(no_fit_reason, NO_MATCHING_FLAVOR)
+                attempt_reasons.append(NO_MATCHING_FLAVOR)
                 continue
             if not flavor_matches_affinity(flavor, template):
                 reasons.append(f"flavor {name} doesn't match node affinity")
-                no_fit_reason = most_severe(no_fit_reason, NO_MATCHING_FLAVOR)
+                attempt_reasons.append(NO_MATCHING_FLAVOR)
                 continue
             choices: dict[str, FlavorChoice] = {}
             mode = BEST
+            flavor_reason = ""
             for rname in covered:
                 fr = (name, rname)
                 quota = self.cq.quota_for(fr)
                 gmode, borrow, why, nofit = self._fits_quota(fr, assigned.get(fr, 0), requests[rname], quota)
                 reasons += why
-                no_fit_reason = most_severe(no_fit_reason, nofit)
+                flavor_reason = most_severe(flavor_reason, nofit)
                 candidate = Granular(gmode, borrow)
                 if is_preferred(mode, candidate, ff):
                     mode = candidate
                 if mode.mode == G_NO_FIT:
                     continue
                 choices[rname] = FlavorChoice(name, _COARSE[gmode], borrow)
+            if mode.mode == G_NO_FIT:
+                attempt_reasons.append(flavor_reason or WAITING_FOR_QUOTA)
             if self.config.flavor_fungibility:
                 if not should_try_next_flavor(mode, ff):
                     best, best_mode = choices, mode
@@ -297,6 +301,7 @@ class FlavorAssigner:
                     break
         if best_mode.mode == G_FIT:
             return best, [], "", None
+        no_fit_reason = min(attempt_reasons, key=lambda r: _SEVERITY.get(r, 0)) if attempt_reasons else ""
         return best, reasons, no_fit_reason, None
 
     def _fits_quota(

@@ -523,7 +523,7 @@ class Scheduler:
                 status = self.status.get(pending.key) or Status(QUEUED, "")
                 message = status.message
                 if status.reason == QUEUED and not message:
-                    message = f"waiting behind {position - 1} workload(s) in ClusterQueue {cq_name}"
+                    message = f"queued at position {position} in ClusterQueue {cq_name}; not attempted yet"
                 out.append(
                     PendingDecision(
                         workload=pending.key,
