@@ -15,12 +15,12 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
 
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.loader import load_state
+from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from manifests import cluster_queue, documents, local_queue, namespace, resource_flavor, workload
 
 REPO = Path(__file__).resolve().parents[1]

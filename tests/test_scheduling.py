@@ -7,6 +7,10 @@ from typing import Any
 
 import pytest
 
+from gpuplane.cli.schedule import default_now, plan_document
+from gpuplane.core.config import config_from_kueue
+from gpuplane.core.scheduler import schedule
+from gpuplane.model.loader import load_state
 from manifests import (
     Manifest,
     cluster_queue,
@@ -19,11 +23,6 @@ from manifests import (
     resource_flavor,
     workload,
 )
-
-from gpuplane.cli.schedule import default_now, plan_document
-from gpuplane.core.config import config_from_kueue
-from gpuplane.core.scheduler import schedule
-from gpuplane.model.loader import load_state
 
 T0 = "2026-01-01T00:00:00Z"
 

@@ -60,4 +60,6 @@ class InputError(Exception):
         if self.field:
             parts.append(self.field)
         where = ": ".join(parts)
-        return f"{where}: {self.message}" if where else self.message
+        text = f"{where}: {self.message}" if where else self.message
+        # Names and values from the input may hold line breaks; the command line promises one line.
+        return "\\n".join(text.splitlines())

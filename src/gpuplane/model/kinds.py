@@ -66,8 +66,7 @@ Doc = Mapping[str, Any]
 
 def metadata_name(doc: Doc) -> str:
     meta = f.get_map(doc, "metadata", "", required=True)
-    name = f.req_str(meta, "name", "metadata")
-    return name
+    return f.req_str(meta, "name", "metadata")
 
 
 def metadata_namespace(doc: Doc, default: str = "default") -> str:
@@ -85,7 +84,10 @@ def _requirements(raw: Sequence[Any], path: str, operators: Sequence[str]) -> tu
         op = f.get_enum(req, "operator", here, operators, None)
         if op is None:
             raise InputError("required field is missing", field=f.join(here, "operator"))
-        values = tuple(f.as_str(v, f.join(f.join(here, "values"), j)) for j, v in enumerate(f.get_list(req, "values", here)))
+        values = tuple(
+            f.as_str(v, f.join(f.join(here, "values"), j))
+            for j, v in enumerate(f.get_list(req, "values", here))
+        )
         if op in ("In", "NotIn") and not values:
             raise InputError(f"operator {op} needs at least one value", field=f.join(here, "values"))
         if op in ("Exists", "DoesNotExist") and values:
@@ -96,7 +98,9 @@ def _requirements(raw: Sequence[Any], path: str, operators: Sequence[str]) -> tu
             try:
                 int(values[0])
             except ValueError:
-                raise InputError(f"operator {op} needs an integer value", field=f.join(here, "values")) from None
+                raise InputError(
+                    f"operator {op} needs an integer value", field=f.join(here, "values")
+                ) from None
         out.append(SelectorRequirement(key=key, operator=op, values=values))
     return tuple(out)
 
@@ -118,7 +122,9 @@ def taints(raw: Sequence[Any], path: str) -> tuple[Taint, ...]:
         effect = f.get_enum(t, "effect", here, TAINT_EFFECTS, None)
         if effect is None:
             raise InputError("required field is missing", field=f.join(here, "effect"))
-        out.append(Taint(key=f.req_str(t, "key", here), value=f.get_str(t, "value", here) or "", effect=effect))
+        out.append(
+            Taint(key=f.req_str(t, "key", here), value=f.get_str(t, "value", here) or "", effect=effect)
+        )
     return tuple(out)
 
 
@@ -129,7 +135,8 @@ def tolerations(raw: Sequence[Any], path: str) -> tuple[Toleration, ...]:
         t = f.as_map(item, here)
         op = f.get_enum(t, "operator", here, ("Equal", "Exists"), "Equal")
         effect = f.get_enum(t, "effect", here, ("", *TAINT_EFFECTS), "")
-        assert op is not None and effect is not None
+        assert op is not None
+        assert effect is not None
         out.append(
             Toleration(
                 key=f.get_str(t, "key", here) or "",
@@ -204,7 +211,9 @@ def pod_template(spec: Doc, path: str, meta: Doc | None = None) -> PodTemplate:
             terms.append(
                 NodeSelectorTerm(
                     _requirements(
-                        f.get_list(term, "matchExpressions", here), f.join(here, "matchExpressions"), NODE_OPERATORS
+                        f.get_list(term, "matchExpressions", here),
+                        f.join(here, "matchExpressions"),
+                        NODE_OPERATORS,
                     )
                 )
             )
@@ -244,14 +253,16 @@ def _resource_groups(spec: Doc, path: str, *, required: bool) -> tuple[ResourceG
     raw_groups = f.get_list(spec, "resourceGroups", path, required=required)
     for gi, raw in enumerate(raw_groups):
         here = f.join(gpath, gi)
-        group = f.as_map(raw, here)
-        covered_raw = f.get_list(group, "coveredResources", here, required=True)
-        covered = tuple(f.as_str(v, f.join(f.join(here, "coveredResources"), i)) for i, v in enumerate(covered_raw))
+        group_doc = f.as_map(raw, here)
+        covered_raw = f.get_list(group_doc, "coveredResources", here, required=True)
+        covered = tuple(
+            f.as_str(v, f.join(f.join(here, "coveredResources"), i)) for i, v in enumerate(covered_raw)
+        )
         if len(set(covered)) != len(covered):
             raise InputError("duplicate resource name", field=f.join(here, "coveredResources"))
         flavors = []
         fpath = f.join(here, "flavors")
-        for fi, fraw in enumerate(f.get_list(group, "flavors", here, required=True)):
+        for fi, fraw in enumerate(f.get_list(group_doc, "flavors", here, required=True)):
             fhere = f.join(fpath, fi)
             flavor = f.as_map(fraw, fhere)
             fname = f.req_str(flavor, "name", fhere)
@@ -276,13 +287,19 @@ def _resource_groups(spec: Doc, path: str, *, required: bool) -> tuple[ResourceG
                     borrowing_limit=None
                     if borrowing is None
                     else f.quantity(rname, borrowing, f.join(rhere, "borrowingLimit")),
-                    lending_limit=None if lending is None else f.quantity(rname, lending, f.join(rhere, "lendingLimit")),
+                    lending_limit=None
+                    if lending is None
+                    else f.quantity(rname, lending, f.join(rhere, "lendingLimit")),
                 )
                 if quotas[rname].lending_limit is not None and quotas[rname].lending_limit > nominal:  # type: ignore[operator]
-                    raise InputError("lendingLimit must not exceed nominalQuota", field=f.join(rhere, "lendingLimit"))
+                    raise InputError(
+                        "lendingLimit must not exceed nominalQuota", field=f.join(rhere, "lendingLimit")
+                    )
             missing = [r for r in covered if r not in quotas]
             if missing:
-                raise InputError(f"flavor {fname!r} has no quota for covered resource(s) {', '.join(missing)}", field=rpath)
+                raise InputError(
+                    f"flavor {fname!r} has no quota for covered resource(s) {', '.join(missing)}", field=rpath
+                )
             flavors.append(FlavorQuotas(name=fname, resources=frozen_map(quotas)))
         if not flavors:
             raise InputError("a resource group needs at least one flavor", field=fpath)
@@ -292,11 +309,15 @@ def _resource_groups(spec: Doc, path: str, *, required: bool) -> tuple[ResourceG
     for gi, group in enumerate(groups):
         for r in group.covered_resources:
             if r in seen_res:
-                raise InputError(f"resource {r!r} is covered by more than one resource group", field=f.join(gpath, gi))
+                raise InputError(
+                    f"resource {r!r} is covered by more than one resource group", field=f.join(gpath, gi)
+                )
             seen_res.add(r)
         for fl in group.flavors:
             if fl.name in seen_flavor:
-                raise InputError(f"flavor {fl.name!r} appears in more than one resource group", field=f.join(gpath, gi))
+                raise InputError(
+                    f"flavor {fl.name!r} appears in more than one resource group", field=f.join(gpath, gi)
+                )
             seen_flavor.add(fl.name)
     return tuple(groups)
 
@@ -325,8 +346,11 @@ def parse_cluster_queue(doc: Doc, version: str) -> ClusterQueue:
     if version == "v1beta1" and cohort is None:
         cohort = f.get_str(spec, "cohortName", path)
     selector_raw = spec.get("namespaceSelector")
-    selector = LabelSelector() if selector_raw is None else label_selector(
-        f.as_map(selector_raw, "spec.namespaceSelector"), "spec.namespaceSelector"
+    # Kueue: "Defaults to null which is a nothing selector (no namespaces eligible)."
+    selector = (
+        LabelSelector(nothing=True)
+        if selector_raw is None
+        else label_selector(f.as_map(selector_raw, "spec.namespaceSelector"), "spec.namespaceSelector")
     )
     strategy = f.get_enum(spec, "queueingStrategy", path, ("BestEffortFIFO", "StrictFIFO"), "BestEffortFIFO")
     pre = f.get_map(spec, "preemption", path)
@@ -347,11 +371,11 @@ def parse_cluster_queue(doc: Doc, version: str) -> ClusterQueue:
     )
     ff = f.get_map(spec, "flavorFungibility", path)
     fpath = "spec.flavorFungibility"
+    borrow_values: tuple[str, ...] = ("MayStopSearch", "TryNextFlavor")
+    preempt_values: tuple[str, ...] = ("MayStopSearch", "TryNextFlavor")
     if version == "v1beta1":
-        borrow_values = ("Borrow", "MayStopSearch", "TryNextFlavor")
-        preempt_values = ("Preempt", "MayStopSearch", "TryNextFlavor")
-    else:
-        borrow_values = preempt_values = ("MayStopSearch", "TryNextFlavor")
+        borrow_values = ("Borrow", *borrow_values)
+        preempt_values = ("Preempt", *preempt_values)
     when_borrow = f.get_enum(ff, "whenCanBorrow", fpath, borrow_values, "MayStopSearch") or "MayStopSearch"
     when_preempt = f.get_enum(ff, "whenCanPreempt", fpath, preempt_values, "TryNextFlavor") or "TryNextFlavor"
     fungibility = FlavorFungibility(
@@ -410,7 +434,8 @@ def parse_local_queue(doc: Doc, version: str) -> LocalQueue:
         namespace=metadata_namespace(doc),
         name=name,
         cluster_queue=f.req_str(spec, "clusterQueue", "spec"),
-        stop_policy=f.get_enum(spec, "stopPolicy", "spec", ("None", "Hold", "HoldAndDrain"), "None") or "None",
+        stop_policy=f.get_enum(spec, "stopPolicy", "spec", ("None", "Hold", "HoldAndDrain"), "None")
+        or "None",
     )
 
 
@@ -485,7 +510,9 @@ def _admission(status: Doc, pod_sets: Sequence[PodSet]) -> Admission | None:
             per_pod = by_name[name].template.requests
             usage = {r: per_pod.get(r, 0) * count for r in flavors}
         assignments.append(
-            PodSetAssignment(name=name, count=count, flavors=frozen_map(flavors), resource_usage=frozen_map(usage))
+            PodSetAssignment(
+                name=name, count=count, flavors=frozen_map(flavors), resource_usage=frozen_map(usage)
+            )
         )
     return Admission(cluster_queue=cq, pod_set_assignments=tuple(assignments))
 
@@ -510,7 +537,9 @@ def _pod_sets(spec: Doc, path: str) -> tuple[PodSet, ...]:
             raise InputError("must not be negative", field=f.join(here, "count"))
         min_count = f.get_int(ps, "minCount", here)
         if min_count is not None and not 0 <= min_count <= count:
-            raise InputError(f"minCount must be between 0 and count ({count})", field=f.join(here, "minCount"))
+            raise InputError(
+                f"minCount must be between 0 and count ({count})", field=f.join(here, "minCount")
+            )
         template = _template(f.get_map(ps, "template", here, required=True), f.join(here, "template"))
         topo = f.get_map(ps, "topologyRequest", here)
         tpath = f.join(here, "topologyRequest")
@@ -571,7 +600,9 @@ def parse_configuration(doc: Doc, version: str) -> KueueConfiguration:
         here = f"fairSharing.preemptionStrategies[{i}]"
         value = f.as_str(s, here)
         if value not in allowed:
-            raise InputError(f"unsupported strategy {value!r}; expected one of {', '.join(allowed)}", field=here)
+            raise InputError(
+                f"unsupported strategy {value!r}; expected one of {', '.join(allowed)}", field=here
+            )
         strategies.append(value)
     gates_raw = f.get_map(doc, "featureGates", "")
     gates = {k: f.as_bool(v, f"featureGates.{k}") for k, v in gates_raw.items()}
@@ -653,7 +684,9 @@ def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | Non
         try:
             min_count = int(annotations[MIN_PARALLELISM])
         except ValueError:
-            raise InputError("expected an integer", field=f"metadata.annotations[{MIN_PARALLELISM}]") from None
+            raise InputError(
+                "expected an integer", field=f"metadata.annotations[{MIN_PARALLELISM}]"
+            ) from None
         if not 0 < min_count <= count:
             raise InputError(
                 f"must be between 1 and the job's pod count ({count})",

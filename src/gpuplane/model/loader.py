@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
 from gpuplane.model import fields as f
 from gpuplane.model import kinds
@@ -77,8 +81,19 @@ class Document:
         return err.located(source=self.source, document=self.index, obj=self.label())
 
 
+# Kubernetes timestamps are strings. Left unresolved, they reach fields.timestamp, which reports a bad
+# one with its field path; PyYAML's own resolver raises a bare ValueError for a date such as
+# 2026-13-45 and reads a timestamp without a zone in the machine's local time.
+_RESOLVERS_WITHOUT_TIMESTAMPS = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
+}
+
+
 class _GuardedLoader(yaml.SafeLoader):
     """SafeLoader that refuses documents whose aliases expand too far."""
+
+    yaml_implicit_resolvers = _RESOLVERS_WITHOUT_TIMESTAMPS
 
     def construct_document(self, node: yaml.Node) -> Any:
         _check_expansion(node)
@@ -110,19 +125,50 @@ def _check_expansion(root: yaml.Node) -> None:
         stack.extend((c, False) for c in children if id(c) not in sizes)
 
 
+_FastLoader: Any = None
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser
+
+    class _CParsedLoader(Composer, CParser, SafeConstructor, Resolver):
+        """libyaml's parser under PyYAML's composer.
+
+        libyaml's own composer recurses in C and kills the interpreter on input nested tens of
+        thousands deep; PyYAML's composer raises RecursionError, which ends as an InputError.
+        """
+
+        yaml_implicit_resolvers = _RESOLVERS_WITHOUT_TIMESTAMPS
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+    _FastLoader = _CParsedLoader
+
+
 def _yaml_documents(text: str) -> list[Any]:
-    # Aliases need anchors; without '&' the fast C loader is safe to use.
-    loader: Any = _GuardedLoader
-    if "&" not in text:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    # Aliases need anchors; without '&' the faster libyaml-based loader is safe to use.
+    loader: Any = _GuardedLoader if "&" in text or _FastLoader is None else _FastLoader
+    docs: list[Any] = []
     try:
-        return list(yaml.load_all(text, Loader=loader))
+        docs.extend(yaml.load_all(text, Loader=loader))
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise InputError(f"invalid YAML{where}: {err.problem or err}") from None
-    except yaml.YAMLError as err:
-        raise InputError(f"invalid YAML: {err}") from None
+        reason = err.problem or " ".join(str(err).split())
+        raise InputError(f"invalid YAML{where}: {reason}", document=len(docs)) from None
+    except yaml.YAMLError as err:  # e.g. a control character; str(err) spans two lines
+        raise InputError(f"invalid YAML: {' '.join(str(err).split())}", document=len(docs)) from None
+    except ValueError as err:
+        # From int() or datetime() on a value: 5000 digits, or an explicit !!timestamp 2026-13-45.
+        reason = str(err).split(";")[0]
+        raise InputError(f"invalid YAML: cannot decode a value ({reason})", document=len(docs)) from None
+    except RecursionError:
+        raise InputError("document is nested too deeply", document=len(docs)) from None
+    except InputError as err:
+        raise err.located(document=len(docs)) from None
+    return docs
 
 
 def decode(source: str, text: str) -> list[Document]:
@@ -134,11 +180,15 @@ def decode(source: str, text: str) -> list[Document]:
             try:
                 raw_docs = [json.loads(text)]
             except json.JSONDecodeError as err:
-                raise InputError(f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+                raise InputError(
+                    f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
+                ) from None
+            except ValueError as err:  # int() refuses numbers of more than 4300 digits
+                raise InputError(f"invalid JSON: cannot decode a value ({str(err).split(';')[0]})") from None
+            except RecursionError:
+                raise InputError("document is nested too deeply") from None
         else:
             raw_docs = _yaml_documents(text)
-    except RecursionError:
-        raise InputError("document is nested too deeply") from None
     except InputError as err:
         raise err.located(source=source) from None
     out: list[Document] = []
@@ -194,7 +244,8 @@ def _api(doc: Document) -> tuple[str, str, str]:
     body = doc.body
     api_version = f.get_str(body, "apiVersion", "", required=True)
     kind = f.get_str(body, "kind", "", required=True)
-    assert api_version is not None and kind is not None
+    assert api_version is not None
+    assert kind is not None
     group, _, version = api_version.rpartition("/")
     return group, version, kind
 
@@ -217,7 +268,9 @@ def _check_version(group: str, version: str, kind: str) -> None:
         if kind not in _CORE:
             raise InputError(f"unknown kind {kind!r} in core/v1", field="kind")
         if version != "v1":
-            raise InputError(f"unsupported apiVersion {version!r} for {kind}; expected v1", field="apiVersion")
+            raise InputError(
+                f"unsupported apiVersion {version!r} for {kind}; expected v1", field="apiVersion"
+            )
     elif group == "batch":
         if kind != "Job":
             raise InputError(f"unknown kind {kind!r} in batch", field="kind")
@@ -305,13 +358,14 @@ def load_state(
                     local_queues[obj.key] = obj
                 else:
                     collector.claim(kind, obj.name, doc)
-                    {
+                    by_kind: dict[str, dict[str, Any]] = {
                         "ClusterQueue": queues,
                         "Cohort": cohorts,
                         "ResourceFlavor": flavors,
                         "WorkloadPriorityClass": priority_classes,
                         "Topology": topologies,
-                    }[kind][obj.name] = obj
+                    }
+                    by_kind[kind][obj.name] = obj
             else:
                 obj = _CORE[kind](body, version)
                 if isinstance(obj, Namespace):
@@ -339,6 +393,7 @@ def load_state(
         nodes=tuple(nodes),
         pods=tuple(pods),
     )
+
     def locate(err: InputError) -> InputError:
         kind, _, key = (err.obj or "").partition("/")
         found = collector.seen.get((kind, key))
@@ -369,7 +424,7 @@ def load_files(
     sources: list[tuple[str, str]] = []
     for path in paths:
         try:
-            data = read(path) if read is not None else open(path, "rb").read()  # noqa: SIM115
+            data = read(path) if read is not None else Path(path).read_bytes()
         except OSError as err:
             raise InputError(f"cannot read file: {err.strerror or err}", source=path) from None
         try:

@@ -93,12 +93,19 @@ class SelectorRequirement:
 
 @dataclass(frozen=True, slots=True)
 class LabelSelector:
-    """A metav1.LabelSelector. ``{}`` selects everything."""
+    """A metav1.LabelSelector. ``{}`` selects everything.
+
+    ``nothing=True`` is the null selector where Kueue reads null as "no object": a ClusterQueue
+    without ``namespaceSelector`` admits from no namespace.
+    """
 
     match_labels: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     match_expressions: tuple[SelectorRequirement, ...] = ()
+    nothing: bool = False
 
     def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.nothing:
+            return False
         for k, v in self.match_labels.items():
             if labels.get(k) != v:
                 return False

@@ -20,17 +20,30 @@ def api_server_rejections(state: ClusterState) -> list[InputError]:
     """
     found: list[InputError] = []
     for cq in sorted(state.cluster_queues.values(), key=lambda q: q.name):
+        for gi, group in enumerate(cq.resource_groups):
+            if not group.covered_resources:
+                found.append(
+                    InputError(
+                        "coveredResources must list at least one resource",
+                        obj=f"ClusterQueue/{cq.name}",
+                        field=f"spec.resourceGroups[{gi}].coveredResources",
+                    )
+                )
         if cq.cohort:
             continue
         for gi, group in enumerate(cq.resource_groups):
             for fi, flavor in enumerate(group.flavors):
                 for ri, (rname, quota) in enumerate(flavor.resources.items()):
                     rpath = f"spec.resourceGroups[{gi}].flavors[{fi}].resources[{ri}]"
-                    for limit, value in (("borrowingLimit", quota.borrowing_limit), ("lendingLimit", quota.lending_limit)):
+                    for limit, value in (
+                        ("borrowingLimit", quota.borrowing_limit),
+                        ("lendingLimit", quota.lending_limit),
+                    ):
                         if value is not None:
                             found.append(
                                 InputError(
-                                    f"{limit} for {rname!r} needs the ClusterQueue to be in a cohort (set spec.cohortName)",
+                                    f"{limit} for {rname!r} needs the ClusterQueue to be in a cohort "
+                                    "(set spec.cohortName)",
                                     obj=f"ClusterQueue/{cq.name}",
                                     field=f"{rpath}.{limit}",
                                 )
@@ -58,7 +71,7 @@ def _check_cohort_cycles(state: ClusterState) -> None:
         node: str | None = start
         while node is not None and node not in done:
             if node in on_path:
-                cycle = path[path.index(node) :] + [node]
+                cycle = [*path[path.index(node) :], node]
                 raise InputError(
                     "cohort cycle: " + " -> ".join(cycle),
                     obj=f"Cohort/{node}",
