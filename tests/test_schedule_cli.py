@@ -120,3 +120,23 @@ def test_quickstart_example_runs() -> None:
     doc = json.loads(run.stdout)
     assert doc["admitted"]
     assert doc["preempted"] or doc["pending"]
+
+
+DOCS = [REPO / "README.md", REPO / "docs" / "scheduling.md"]
+CONSOLE_COMMAND = re.compile(r"^\$ (gpuplane [^#\n]*)", re.MULTILINE)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_commands_in_the_docs_run(doc: Path) -> None:
+    commands = CONSOLE_COMMAND.findall(doc.read_text())
+    assert commands, f"{doc.name} shows no gpuplane command"
+    for command in commands:
+        args = command.split()[1:]
+        run = subprocess.run(
+            [sys.executable, "-m", "gpuplane.cli.app", *args],
+            cwd=REPO,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert run.returncode == 0, (command, run.stderr)
