@@ -53,9 +53,7 @@ def plan_document(plan: Plan, parse_seconds: float, schedule_seconds: float) -> 
         for ps in a.pod_sets:
             item: dict[str, Any] = {"name": ps.name, "count": ps.count, "flavors": dict(ps.flavors)}
             if ps.placement is not None:
-                item["placement"] = [
-                    {"node": p.node, "devices": list(p.devices), "count": p.count} for p in ps.placement
-                ]
+                item["placement"] = [{"node": p.node, "devices": list(p.devices)} for p in ps.placement]
             pod_sets.append(item)
         admitted.append({"workload": a.workload, "clusterQueue": a.cluster_queue, "podSets": pod_sets})
     return {

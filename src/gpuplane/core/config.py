@@ -6,8 +6,9 @@ into plain booleans from Kueue's Configuration object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gpuplane.core.inventory import DeviceConfig
 from gpuplane.model.objects import KueueConfiguration
 
 STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
@@ -32,6 +33,7 @@ class SchedulerConfig:
     fair_preempt_within_nominal: bool = False
     preemption_gates: bool = False
     max_cycles: int = 100_000
+    devices: DeviceConfig = field(default_factory=DeviceConfig)
 
 
 def config_from_kueue(conf: KueueConfiguration) -> SchedulerConfig:

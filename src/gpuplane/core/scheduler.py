@@ -18,12 +18,21 @@ wait aside until capacity is freed in their cohort.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
-from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PodSetDecision, PreemptionDecision
+from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
+from gpuplane.core.inventory import pod_needs
+from gpuplane.core.plan import (
+    AdmissionDecision,
+    PendingDecision,
+    Plan,
+    PodPlacement,
+    PodSetDecision,
+    PreemptionDecision,
+)
 from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
 from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
@@ -38,6 +47,7 @@ NAMESPACE_MISMATCH = "NamespaceMismatch"
 NO_LOCAL_QUEUE = "LocalQueueNotFound"
 NO_CLUSTER_QUEUE = "ClusterQueueNotFound"
 STOPPED = "Stopped"
+WORKLOAD_LABEL = "kueue.x-k8s.io/workload-name"
 DEACTIVATED = "Deactivated"
 WAITING_FOR_QUOTA = "WaitingForQuota"
 
@@ -53,6 +63,7 @@ class Entry:
     reason: str = ""
     message: str = ""
     requeue_now: bool = False  # skipped or waiting for victims: stays active
+    placement: GangPlacement | None = None
 
 
 @dataclass(slots=True)
@@ -101,6 +112,10 @@ class Scheduler:
             }
             named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
             self.flavors = {name: ResourceFlavor(name=name) for name in named}
+        self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
+        self.notes: list[str] = []
+        if self.cluster is not None:
+            self._hold_running_pods()
         for wl in state.workloads:
             self.workloads[wl.key] = wl
             if wl.finished:
@@ -109,10 +124,89 @@ class Scheduler:
                 held = admitted_usage(wl, wl.priority, now)
                 if held is not None:
                     self.tree.add_workload(held)
+                    self._place_admitted(wl)
                 continue
             self._enqueue(wl, wl.queue_order_timestamp)
         for queue in self.queues.values():
             queue.sort(key=PendingWorkload.sort_key)
+
+    # --- placement ----------------------------------------------------------
+
+    def _hold_running_pods(self) -> None:
+        """Pods bound to nodes hold their resources (and devices, as far as they fit)."""
+        assert self.cluster is not None
+        for pod in self.state.pods:
+            if pod.node_name is None or pod.phase not in ("Pending", "Running"):
+                continue
+            if pod.node_name not in self.cluster.nodes:
+                continue
+            owner = pod.template.labels.get(WORKLOAD_LABEL)
+            owner = f"{pod.namespace}/{owner}" if owner else f"pod:{pod.key}"
+            try:
+                needs = pod_needs(pod.template, self.config.devices)
+            except ValueError as err:
+                self.notes.append(f"pod {pod.key}: {err}")
+                continue
+            node = self.cluster.nodes[pod.node_name]
+            grants = node.fit(needs)
+            if grants is None:
+                self.notes.append(
+                    f"pod {pod.key} does not fit node {pod.node_name}; counted as overcommitted"
+                )
+                grants = []
+            self.cluster.hold(owner, pod.node_name, needs, grants)
+
+    def _gang(self, wl: Workload, counts: list[int], flavors: list[dict[str, str]]) -> list[GangPodSet]:
+        out = []
+        for ps, count, chosen in zip(wl.pod_sets, counts, flavors, strict=True):
+            flavor_name = chosen.get(self._device_resource(ps.template.requests)) or next(
+                (chosen[r] for r in sorted(chosen)), None
+            )
+            out.append(
+                GangPodSet(
+                    name=ps.name,
+                    count=count,
+                    needs=pod_needs(ps.template, self.config.devices),
+                    template=ps.template,
+                    flavor=self.flavors.get(flavor_name) if flavor_name else None,
+                    required_level=ps.required_topology,
+                    preferred_level=ps.preferred_topology,
+                )
+            )
+        return out
+
+    def _device_resource(self, requests: Mapping[str, int]) -> str:
+        """The accelerator resource a pod requests, whose flavor places it."""
+        return next((name for name in sorted(requests) if self.config.devices.is_device_resource(name)), "")
+
+    def _place_admitted(self, wl: Workload) -> None:
+        """Workloads admitted in the input without pods are placed as if running."""
+        assert wl.admission is not None
+        if self.cluster is None or wl.key in self.cluster.owners:
+            return
+        by_name = {a.name: a for a in wl.admission.pod_set_assignments}
+        counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in wl.pod_sets]
+        flavors = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in wl.pod_sets]
+        try:
+            result = self.cluster.place(wl.key, self._gang(wl, counts, flavors))
+        except ValueError as err:
+            self.notes.append(f"admitted workload {wl.key}: {err}")
+            return
+        if isinstance(result, PlacementFailure):
+            self.notes.append(f"admitted workload {wl.key} has no room on the nodes: {result.message}")
+
+    def _placement_for(self, e: Entry, probe: bool) -> GangPlacement | PlacementFailure:
+        assert self.cluster is not None
+        counts = [ps.count for ps in e.assignment.pod_sets]
+        flavors = [{r: c.flavor for r, c in ps.flavors.items()} for ps in e.assignment.pod_sets]
+        gang = self._gang(e.pending.workload, counts, flavors)
+        if not probe:
+            return self.cluster.place(e.pending.key, gang)
+        owner = f"probe:{e.pending.key}"
+        with self.cluster.without(t.workload.key for t in e.targets):
+            result = self.cluster.place(owner, gang)
+            self.cluster.release(owner)
+        return result
 
     # --- queues -------------------------------------------------------------
 
@@ -201,6 +295,12 @@ class Scheduler:
         if bad:
             msg = f"resources validation failed: requests exceed limits for {', '.join(bad)}"
             return Status(MISCONFIGURED, msg)
+        if self.cluster is not None:
+            try:
+                for ps in pending.workload.pod_sets:
+                    pod_needs(ps.template, self.config.devices)
+            except ValueError as err:
+                return Status(MISCONFIGURED, str(err))
         assignment, targets = self._assignments(pending, cq)
         entry = Entry(pending, cq, assignment, targets)
         entry.message = assignment.message()
@@ -413,6 +513,13 @@ class Scheduler:
                 True,
             )
             return
+        if self.cluster is not None:
+            placed = self._placement_for(e, probe=mode == PREEMPT)
+            if isinstance(placed, PlacementFailure):
+                e.reason, e.message = placed.reason, placed.message
+                return
+            if mode == FIT:
+                e.placement = placed
         for t in e.targets:
             victims[t.workload.key] = t
             victim_preemptor[t.workload.key] = e.pending.key
@@ -462,7 +569,10 @@ class Scheduler:
             cluster_queue=pending.cluster_queue,
             pod_sets=tuple(
                 PodSetDecision(
-                    name=ps.name, count=ps.count, flavors={r: c.flavor for r, c in sorted(ps.flavors.items())}
+                    name=ps.name,
+                    count=ps.count,
+                    flavors={r: c.flavor for r, c in sorted(ps.flavors.items())},
+                    placement=self._placements(e, ps.name),
                 )
                 for ps in e.assignment.pod_sets
             ),
@@ -470,6 +580,14 @@ class Scheduler:
         )
         self.admitted[pending.key] = decision
         result.admitted.append(decision)
+
+    def _placements(self, e: Entry, pod_set: str) -> tuple[PodPlacement, ...] | None:
+        if e.placement is None:
+            return None
+        return tuple(
+            PodPlacement(p.node, tuple(g.describe() for g in p.grants))
+            for p in e.placement.pods.get(pod_set, [])
+        )
 
     def _evict(self, target: Target, preemptor: str, result: CycleResult) -> None:
         victim: AdmittedWorkload = target.workload
@@ -485,6 +603,8 @@ class Scheduler:
             result.preempted.append(decision)
             self.preempted.append(decision)
         self.tree.remove_workload(victim)
+        if self.cluster is not None:
+            self.cluster.release(victim.key)
         self.admitted.pop(victim.key, None)
         self._unpark_cohort(victim.cluster_queue)
         wl = self.workloads.get(victim.key)
@@ -564,4 +684,5 @@ def schedule(state: ClusterState, config: SchedulerConfig, now: float, cycles: i
         preempted=tuple(scheduler.preempted),
         pending=tuple(scheduler.pending_decisions()),
         cycles=ran,
+        notes=tuple(scheduler.notes),
     )

@@ -1,0 +1,424 @@
+"""Nodes and their devices, as placement sees them.
+
+Every node keeps what is placed on it, per device, so fractions add up per GPU and
+never per node. A device is one physical accelerator in one of four sharing modes:
+
+* ``exclusive``: whole-GPU requests take it entirely; fractional requests
+  (``gpuplane.dev/gpu-fraction``, ``gpuplane.dev/gpu-memory``, KAI's ``gpu-fraction``)
+  share it by milli-GPU and memory;
+* ``mig``: a MIG layout (see :mod:`gpuplane.core.mig`) whose instances are taken one
+  by one; with repartitioning on, a new layout may be chosen for a GPU whose affected
+  slots hold no running instance;
+* ``time-slicing`` / ``mps``: ``replicas`` slots per GPU.
+
+Resource names come from :class:`DeviceConfig`; nothing assumes one vendor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from gpuplane.core import mig
+from gpuplane.model.objects import Node, PodTemplate, Taint
+from gpuplane.model.quantity import QuantityError, parse_quantity, parse_resource_quantity
+
+MILLI = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """Which resource names and labels describe accelerators."""
+
+    whole_resources: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
+    shared_suffix: str = ".shared"
+    mig_prefix: str = "nvidia.com/mig-"
+    model_label: str = "nvidia.com/gpu.product"
+    memory_label: str = "nvidia.com/gpu.memory"  # MiB per GPU
+    count_label: str = "nvidia.com/gpu.count"
+    replicas_label: str = "nvidia.com/gpu.replicas"
+    sharing_label: str = "nvidia.com/gpu.sharing-strategy"
+    mig_config_state_label: str = "nvidia.com/mig.config.state"
+    layout_annotation: str = "gpuplane.dev/mig-layout"
+    fraction_annotations: tuple[str, ...] = ("gpuplane.dev/gpu-fraction", "gpu-fraction")
+    memory_annotations: tuple[str, ...] = ("gpuplane.dev/gpu-memory", "gpu-memory")
+    mig_repartition: bool = False
+
+    def is_device_resource(self, name: str) -> bool:
+        return (
+            name in self.whole_resources
+            or name.startswith(self.mig_prefix)
+            or any(name == r + self.shared_suffix for r in self.whole_resources)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodNeeds:
+    """What one pod asks of a node: plain resources plus device needs."""
+
+    resources: Mapping[str, int]
+    whole: int = 0
+    whole_resource: str = ""
+    fraction_milli: int = 0
+    fraction_memory_mib: int = 0
+    mig: Mapping[str, int] = field(default_factory=dict)
+    shared: int = 0
+
+    @property
+    def gpu_milli(self) -> int:
+        """GPU demand in milli-GPU (MIG instances count by compute slices of 7)."""
+        slices = sum(mig.parse_profile(p).compute * n for p, n in self.mig.items())
+        return self.whole * MILLI + self.fraction_milli + slices * MILLI // 7 + self.shared * MILLI
+
+    @property
+    def uses_devices(self) -> bool:
+        return bool(self.whole or self.fraction_milli or self.fraction_memory_mib or self.mig or self.shared)
+
+
+def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
+    """Split a pod's requests into plain resources and device needs."""
+    plain: dict[str, int] = {}
+    whole = shared = 0
+    whole_resource = ""
+    migs: dict[str, int] = {}
+    for name, q in template.requests.items():
+        if name in config.whole_resources:
+            whole += q
+            whole_resource = name
+        elif name.startswith(config.mig_prefix):
+            migs[mig.parse_profile(name).name] = q
+        elif config.is_device_resource(name):
+            shared += q
+        elif q:
+            plain[name] = q
+    fraction = 0
+    memory = 0
+    for key in config.fraction_annotations:
+        if key in template.annotations:
+            try:
+                value = parse_quantity(template.annotations[key])
+            except QuantityError:
+                value = Fraction(-1)
+            if not 0 < value <= 1:
+                raise ValueError(
+                    f"annotation {key} must be a fraction in (0, 1], got {template.annotations[key]!r}"
+                )
+            fraction = int(value * MILLI)
+            break
+    for key in config.memory_annotations:
+        if key in template.annotations:
+            memory = parse_resource_quantity("memory", template.annotations[key]) // (1024 * 1024)
+            break
+    if (fraction or memory) and whole == 1:
+        whole = 0  # a fractional pod may also ask for the whole-GPU resource; the fraction wins
+    if memory and not fraction:
+        fraction = 1  # a memory-only request still takes a share of one GPU
+    plain["pods"] = plain.get("pods", 0) + 1
+    return PodNeeds(plain, whole, whole_resource, fraction, memory, migs, shared)
+
+
+@dataclass(slots=True)
+class MigSlot:
+    instance: mig.Instance
+    used_by: str | None = None
+
+
+@dataclass(slots=True)
+class Device:
+    index: int
+    model: str
+    memory_mib: int
+    sharing: str = "exclusive"  # exclusive | mig | time-slicing | mps
+    replicas: int = 1
+    whole_by: str | None = None
+    milli_used: int = 0
+    memory_used: int = 0
+    slots_used: int = 0
+    mig: list[MigSlot] = field(default_factory=list)
+
+    @property
+    def free_whole(self) -> bool:
+        return self.sharing == "exclusive" and self.whole_by is None and self.milli_used == 0
+
+    @property
+    def milli_free(self) -> int:
+        if self.sharing != "exclusive" or self.whole_by is not None:
+            return 0
+        return MILLI - self.milli_used
+
+    @property
+    def memory_free(self) -> int:
+        return self.memory_mib - self.memory_used if self.memory_mib else 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """What one pod got on one device; ``describe`` is what the plan prints."""
+
+    device: int
+    kind: str  # whole | fraction | mig | shared
+    amount: int = 0  # milli for fractions, slots for shared
+    memory_mib: int = 0
+    instance: mig.Instance | None = None
+    repartition: tuple[mig.Instance, ...] | None = None  # new layout chosen for the GPU
+
+    def describe(self) -> str:
+        if self.kind == "whole":
+            return str(self.device)
+        if self.kind == "fraction":
+            text = f"{self.device}:{self.amount}m"
+            return text + (f"/{self.memory_mib}Mi" if self.memory_mib else "")
+        if self.kind == "mig":
+            return f"{self.device}:{self.instance}"
+        return f"{self.device}:{self.amount}x"
+
+
+@dataclass(slots=True)
+class NodeState:
+    """One node: allocatable plain resources, what is used, and its devices."""
+
+    node: Node
+    allocatable: dict[str, int]
+    used: dict[str, int] = field(default_factory=dict)
+    devices: list[Device] = field(default_factory=list)
+    mig_ready: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.node.labels
+
+    @property
+    def taints(self) -> tuple[Taint, ...]:
+        return self.node.taints
+
+    def free_whole(self) -> int:
+        return sum(1 for d in self.devices if d.free_whole)
+
+    def free_gpu_milli(self) -> int:
+        total = 0
+        for d in self.devices:
+            if d.sharing == "exclusive":
+                total += d.milli_free
+            elif d.sharing == "mig":
+                total += MILLI * sum(s.instance.profile.compute for s in d.mig if s.used_by is None) // 7
+            else:
+                total += MILLI * (d.replicas - d.slots_used) // max(d.replicas, 1)
+        return total
+
+    def advertises(self, needs: PodNeeds) -> bool:
+        if needs.whole and not any(d.sharing == "exclusive" for d in self.devices):
+            return False
+        if (needs.fraction_milli or needs.fraction_memory_mib) and not any(
+            d.sharing == "exclusive" for d in self.devices
+        ):
+            return False
+        if needs.shared and not any(d.sharing in ("time-slicing", "mps") for d in self.devices):
+            return False
+        return not any(name not in self.allocatable for name in needs.resources if name != "pods")
+
+    # --- fitting --------------------------------------------------------------
+
+    def plain_fits(self, needs: PodNeeds) -> bool:
+        for name, q in needs.resources.items():
+            if self.used.get(name, 0) + q > self.allocatable.get(name, 0 if name != "pods" else 110):
+                return False
+        return True
+
+    def fit(self, needs: PodNeeds, repartition: bool = False) -> list[DeviceGrant] | None:
+        """Devices for one pod on this node (without taking them), or ``None``."""
+        if not self.plain_fits(needs):
+            return None
+        grants: list[DeviceGrant] = []
+        if needs.whole:
+            free = [d.index for d in self.devices if d.free_whole]
+            if len(free) < needs.whole:
+                return None
+            grants += [DeviceGrant(i, "whole") for i in free[: needs.whole]]
+        if needs.fraction_milli or needs.fraction_memory_mib:
+            best: Device | None = None
+            for d in self.devices:
+                fits = d.milli_free >= needs.fraction_milli and d.memory_free >= needs.fraction_memory_mib
+                # Best fit: the most used device that still holds the fraction.
+                if fits and (best is None or d.milli_free < best.milli_free):
+                    best = d
+            if best is None:
+                return None
+            grants.append(
+                DeviceGrant(best.index, "fraction", needs.fraction_milli, needs.fraction_memory_mib)
+            )
+        if needs.shared:
+            left = needs.shared
+            for d in sorted(self.devices, key=lambda d: (d.replicas - d.slots_used, d.index)):
+                if d.sharing not in ("time-slicing", "mps") or left == 0:
+                    continue
+                take = min(left, d.replicas - d.slots_used)
+                if take > 0:
+                    grants.append(DeviceGrant(d.index, "shared", take))
+                    left -= take
+            if left:
+                return None
+        for profile_name, count in sorted(needs.mig.items()):
+            mig_grants = self._fit_mig(profile_name, count, repartition)
+            if mig_grants is None:
+                return None
+            grants += mig_grants
+        return grants
+
+    def _fit_mig(self, profile_name: str, count: int, repartition: bool) -> list[DeviceGrant] | None:
+        if not self.mig_ready:
+            return None
+        grants: list[DeviceGrant] = []
+        for d in self.devices:
+            if d.sharing != "mig":
+                continue
+            for slot in d.mig:
+                if len(grants) == count:
+                    return grants
+                if slot.used_by is None and slot.instance.profile.name == profile_name:
+                    grants.append(DeviceGrant(d.index, "mig", instance=slot.instance))
+        if len(grants) == count:
+            return grants
+        if not repartition:
+            return None
+        # Choose new layouts for GPUs whose affected slots hold no running instance.
+        while len(grants) < count:
+            for d in self.devices:
+                if d.sharing != "mig":
+                    continue
+                profile = mig.parse_profile(profile_name, d.memory_mib / 1024 if d.memory_mib else None)
+                keep = [s.instance for s in d.mig if s.used_by is not None]
+                keep += [g.instance for g in grants if g.device == d.index and g.instance is not None]
+                layout = mig.pack([profile], keep)
+                if layout is None:
+                    continue
+                new = next(i for i in layout if i not in keep)
+                grants.append(DeviceGrant(d.index, "mig", instance=new, repartition=tuple(layout)))
+                break
+            else:
+                return None
+        return grants
+
+    # --- taking and giving back -------------------------------------------------
+
+    def take(self, owner: str, needs: PodNeeds, grants: Sequence[DeviceGrant]) -> None:
+        for name, q in needs.resources.items():
+            self.used[name] = self.used.get(name, 0) + q
+        for g in grants:
+            d = self.devices[g.device]
+            if g.kind == "whole":
+                d.whole_by = owner
+            elif g.kind == "fraction":
+                d.milli_used += g.amount
+                d.memory_used += g.memory_mib
+            elif g.kind == "shared":
+                d.slots_used += g.amount
+            elif g.instance is not None:
+                if not any(s.instance == g.instance for s in d.mig):
+                    # Repartition: drop free instances that clash with the new one.
+                    clash = set(g.instance.slots)
+                    d.mig = [s for s in d.mig if s.used_by is not None or not clash & set(s.instance.slots)]
+                    d.mig.append(MigSlot(g.instance))
+                for s in d.mig:
+                    if s.instance == g.instance and s.used_by is None:
+                        s.used_by = owner
+                        break
+
+    def give_back(self, owner: str, needs: PodNeeds, grants: Sequence[DeviceGrant]) -> None:
+        for name, q in needs.resources.items():
+            self.used[name] = self.used.get(name, 0) - q
+        for g in grants:
+            d = self.devices[g.device]
+            if g.kind == "whole" and d.whole_by == owner:
+                d.whole_by = None
+            elif g.kind == "fraction":
+                d.milli_used -= g.amount
+                d.memory_used -= g.memory_mib
+            elif g.kind == "shared":
+                d.slots_used -= g.amount
+            elif g.instance is not None:
+                for s in d.mig:
+                    if s.instance == g.instance and s.used_by == owner:
+                        s.used_by = None
+                        break
+
+
+def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+    value = labels.get(key)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def node_state(node: Node, config: DeviceConfig) -> NodeState:
+    """Build a node's device inventory from allocatable, GFD labels and annotations."""
+    labels = node.labels
+    model = labels.get(config.model_label, "")
+    memory = _int_label(labels, config.memory_label) or 0
+    plain = {k: v for k, v in node.allocatable.items() if not config.is_device_resource(k)}
+    devices: list[Device] = []
+    replicas = max(1, _int_label(labels, config.replicas_label) or 1)
+    strategy = labels.get(config.sharing_label, "none")
+    for res in config.whole_resources:
+        count = node.allocatable.get(res, 0)
+        shared_count = node.allocatable.get(res + config.shared_suffix, 0)
+        if shared_count or (count and replicas > 1 and strategy in ("time-slicing", "mps")):
+            slots = shared_count or count
+            mode = strategy if strategy in ("time-slicing", "mps") else "time-slicing"
+            for _ in range(max(1, slots // replicas)):
+                devices.append(Device(len(devices), model, memory, mode, replicas))
+            if not shared_count:
+                continue
+        for _ in range(count):
+            devices.append(Device(len(devices), model, memory))
+    mig_counts = {
+        k.removeprefix(config.mig_prefix): v
+        for k, v in node.allocatable.items()
+        if k.startswith(config.mig_prefix) and v
+    }
+    if mig_counts:
+        gpu_gb = memory / 1024 if memory else None
+        layouts = _mig_layouts(node, config, mig_counts, gpu_gb)
+        for layout in layouts:
+            devices.append(Device(len(devices), model, memory, "mig", mig=[MigSlot(inst) for inst in layout]))
+        total = _int_label(labels, config.count_label)
+        if config.mig_repartition and total is not None:
+            while len(devices) < total:
+                devices.append(Device(len(devices), model, memory, "mig"))
+    ready = labels.get(config.mig_config_state_label, "success") == "success"
+    return NodeState(node=node, allocatable=plain, devices=devices, mig_ready=ready)
+
+
+def _mig_layouts(
+    node: Node, config: DeviceConfig, counts: Mapping[str, int], gpu_gb: float | None
+) -> list[list[mig.Instance]]:
+    """Per-GPU layouts: from the layout annotation, else packed from the advertised counts."""
+    text = node.annotations.get(config.layout_annotation)
+    if text:
+        given = []
+        for part in text.split(";"):
+            _, _, spec = part.strip().rpartition("=")
+            given.append(mig.parse_layout(spec, gpu_gb))
+        return given
+    remaining = [mig.parse_profile(name, gpu_gb) for name, n in sorted(counts.items()) for _ in range(n)]
+    remaining.sort(key=lambda p: (-p.size, p.name))
+    layouts: list[list[mig.Instance]] = []
+    for profile in remaining:
+        for layout in layouts:
+            packed = mig.pack([profile], layout)
+            if packed is not None:
+                layout[:] = packed
+                break
+        else:
+            packed = mig.pack([profile])
+            if packed is None:
+                raise mig.MigError(f"profile {profile.name} does not fit an empty GPU")
+            layouts.append(packed)
+    return layouts
