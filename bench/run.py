@@ -44,6 +44,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="kueue_scale.py",
         description="gpuplane schedule on 50,000 pending Workloads in 1,000 ClusterQueues (10 cohorts)",
     ),
+    "placement-scale": Benchmark(
+        script="placement_scale.py",
+        description="placement-aware admission on 10,000 nodes x 8 GPUs: 1,000 rack gangs + 20,000 pods",
+    ),
 }
 
 
