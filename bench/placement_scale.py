@@ -197,9 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             }
     base, placed = results["baseline"], results["placement"]
     ratio = placed["podsPerSecond"] / base["podsPerSecond"] if base["podsPerSecond"] else 0.0
-    table = Table(
-        title=f"placement-scale: {args.nodes:,} nodes x 8 GPUs, {args.gangs:,} gangs, {args.singles:,} singles"
-    )
+    shape = f"{args.nodes:,} nodes x 8 GPUs, {args.gangs:,} gangs, {args.singles:,} singles"
+    table = Table(title=f"placement-scale: {shape}")
     table.add_column("measure")
     for label in results:
         table.add_column(label, justify="right")
