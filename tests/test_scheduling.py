@@ -336,3 +336,31 @@ def test_fair_sharing_admits_the_lower_share_first() -> None:
     )
     assert "default/b-new" in admitted(doc)
     assert "default/a-new" not in admitted(doc)
+
+
+# --- driving the scheduler over time ----------------------------------------------------------------
+
+
+def test_incremental_submit_finish_and_evict() -> None:
+    from gpuplane.core.scheduler import Scheduler
+
+    state = load_state([("state.yaml", documents(*base(cluster_queue("a").flavor("default", cpu="4"))))])
+    scheduler = Scheduler(state, config_from_kueue(state.configuration), 0.0)
+    first = load_state(
+        [("w.yaml", documents(workload("w1").queue("a").created(T0).podset(cpu="4")))]
+    ).workloads[0]
+    second = load_state(
+        [("w.yaml", documents(workload("w2").queue("a").created("2026-01-01T00:00:01Z").podset(cpu="4")))]
+    ).workloads[0]
+    scheduler.submit(first)
+    scheduler.submit(second)
+    assert [a.workload for a in scheduler.cycle().admitted] == ["default/w1"]
+    assert scheduler.cycle().admitted == []
+    assert scheduler.pending_count() == 1
+    scheduler.advance(10.0)
+    assert scheduler.finish("default/w1")
+    assert not scheduler.finish("default/w1")  # idempotent
+    assert [a.workload for a in scheduler.cycle().admitted] == ["default/w2"]
+    assert scheduler.evict("default/w2", "idle")
+    assert scheduler.pending_count() == 1
+    assert [a.workload for a in scheduler.cycle().admitted] == ["default/w2"]

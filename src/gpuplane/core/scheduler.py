@@ -210,7 +210,61 @@ class Scheduler:
 
     # --- queues -------------------------------------------------------------
 
-    def _enqueue(self, wl: Workload, timestamp: float) -> None:
+    # --- driving over time (simulator, controller) ---------------------------
+
+    def advance(self, now: float) -> None:
+        """Move the scheduler's clock (time is always passed in, never read)."""
+        self.now = now
+        self.preemptor.now = now
+
+    def submit(self, wl: Workload) -> None:
+        """A new pending workload arrives and is queued by its LocalQueue."""
+        self.workloads[wl.key] = wl
+        self._enqueue(wl, wl.queue_order_timestamp, keep_sorted=True)
+
+    def finish(self, key: str) -> bool:
+        """An admitted workload completed: free its quota and devices (idempotent)."""
+        held = self.tree.admitted.get(key)
+        if held is None:
+            return False
+        self.tree.remove_workload(held)
+        if self.cluster is not None:
+            self.cluster.release(key)
+        self.admitted.pop(key, None)
+        self._unpark_cohort(held.cluster_queue)
+        self.preemptor.clear_cache()
+        return True
+
+    def evict(self, key: str, why: str) -> bool:
+        """Evict an admitted workload outside preemption (reaper, node failure) and requeue it."""
+        held = self.tree.admitted.get(key)
+        if held is None or not self.finish(key):
+            return False
+        wl = self.workloads.get(key)
+        if wl is not None and wl.queue_name:
+            self._sequence += 1
+            self._enqueue(wl, self.now, keep_sorted=True)
+            self.status[key] = Status(QUEUED, f"evicted: {why}; requeued")
+        return True
+
+    def withdraw(self, key: str) -> bool:
+        """A pending workload was deleted before admission."""
+        for queue in self.queues.values():
+            for i, pending in enumerate(queue):
+                if pending.key == key:
+                    del queue[i]
+                    name = pending.cluster_queue
+                    if i < self.cursor[name]:
+                        self.cursor[name] -= 1
+                    self.parked.discard(key)
+                    self.status.pop(key, None)
+                    return True
+        return self.unqueued.pop(key, None) is not None
+
+    def pending_count(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def _enqueue(self, wl: Workload, timestamp: float, keep_sorted: bool = False) -> None:
         lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
         if not wl.active:
             self.unqueued[wl.key] = (wl, None, lq_key, Status(DEACTIVATED, "The workload is deactivated"))
@@ -238,7 +292,10 @@ class Scheduler:
             return
         self._sequence += 1
         pending = PendingWorkload(wl, lq.cluster_queue, lq_key, wl.priority, timestamp, self._sequence)
-        self.queues[lq.cluster_queue].append(pending)
+        if keep_sorted:
+            self._insert(pending)
+        else:
+            self.queues[lq.cluster_queue].append(pending)
         self.status[wl.key] = Status(QUEUED, "")
 
     def _insert(self, pending: PendingWorkload) -> None:
