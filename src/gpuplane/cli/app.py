@@ -9,10 +9,10 @@ from __future__ import annotations
 import typer
 
 from gpuplane import __version__
-from gpuplane.cli import schedule
+from gpuplane.cli import schedule, simulate
 
 # Modules whose ``register(app)`` adds their commands, in the order they appear in --help.
-_COMMAND_MODULES = (schedule,)
+_COMMAND_MODULES = (schedule, simulate)
 
 
 def build_app() -> typer.Typer:
