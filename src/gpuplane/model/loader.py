@@ -308,7 +308,26 @@ def load_state(
     docs: list[Document] = []
     for source, text in sources:
         docs.extend(decode(source, text))
+    return build_state(docs, strict=strict, warnings=warnings)
 
+
+def state_from_objects(
+    objects: Iterable[Mapping[str, Any]],
+    source: str = "cluster",
+    *,
+    strict: bool = False,
+    warnings: list[str] | None = None,
+) -> ClusterState:
+    """Build a ClusterState from already decoded objects (e.g. an informer cache)."""
+    return build_state(
+        [Document(source, i, None, obj) for i, obj in enumerate(objects)], strict=strict, warnings=warnings
+    )
+
+
+def build_state(
+    docs: Sequence[Document], *, strict: bool = False, warnings: list[str] | None = None
+) -> ClusterState:
+    """Parse, cross-check and freeze decoded documents."""
     typed: list[tuple[Document, str, str, str]] = []
     for doc in docs:
         try:

@@ -1,0 +1,218 @@
+"""A thin, dict-based layer over the official Kubernetes Python client.
+
+The official client does authentication, TLS and kubeconfig handling; this module
+only builds paths for any resource (built-in or custom) and returns plain dicts, so
+informers, the cache and the core's parser all work on the same JSON shapes the API
+server sends. Errors are :class:`ApiError` with the HTTP status.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One REST resource: where it lives and what its objects are called."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+KUEUE = "kueue.x-k8s.io"
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+PODS = Resource("", "v1", "pods", "Pod")
+EVENTS = Resource("", "v1", "events", "Event")
+JOBS = Resource("batch", "v1", "jobs", "Job")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+CLUSTER_QUEUES = Resource(KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
+LOCAL_QUEUES = Resource(KUEUE, "v1beta2", "localqueues", "LocalQueue")
+RESOURCE_FLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)
+COHORTS = Resource(KUEUE, "v1beta2", "cohorts", "Cohort", namespaced=False)
+WORKLOADS = Resource(KUEUE, "v1beta2", "workloads", "Workload")
+PRIORITY_CLASSES = Resource(
+    KUEUE, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False
+)
+TOPOLOGIES = Resource(KUEUE, "v1beta2", "topologies", "Topology", namespaced=False)
+JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+PYTORCH_JOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
+TRAIN_JOBS = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
+RAY_JOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
+LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
+
+
+class ApiError(Exception):
+    """An HTTP error from the API server."""
+
+    def __init__(self, status: int, reason: str, body: str = "") -> None:
+        super().__init__(f"{status} {reason}: {body[:300]}")
+        self.status = status
+        self.reason = reason
+        self.body = body
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
+    """An ApiClient from a kubeconfig file, or in-cluster configuration when none is given."""
+    configuration = k8s_client.Configuration()
+    if kubeconfig:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]  # the client ships no annotations here
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]  # the client ships no annotations here
+                context=context, client_configuration=configuration
+            )
+    return k8s_client.ApiClient(configuration)
+
+
+class KubeApi:
+    """Raw JSON requests through the official client's transport."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.timeout = timeout
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, object] | None = None,
+        body: object = None,
+        *,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> Any:
+        params = [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (query or {}).items()]
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        serialized = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self.api_client.call_api(*serialized, _request_timeout=timeout or self.timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, object] | None = None,
+        body: object = None,
+        *,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        response = self._call(method, path, query, body, content_type=content_type)
+        data = response.read()
+        if response.status >= 400:
+            raise ApiError(response.status, str(response.reason), data.decode("utf-8", "replace"))
+        if not data:
+            return {}
+        parsed = json.loads(data)
+        return parsed if isinstance(parsed, dict) else {"items": parsed}
+
+    # --- verbs --------------------------------------------------------------
+
+    def list(self, res: Resource, namespace: str | None = None, **query: str | int | bool) -> dict[str, Any]:
+        return self.request("GET", res.path(namespace), query)
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return self.request("GET", res.path(namespace, name))
+
+    def create(self, res: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        return self.request("POST", res.path(namespace), body=dict(body))
+
+    def replace(self, res: Resource, body: Mapping[str, Any], sub: str | None = None) -> dict[str, Any]:
+        meta = body["metadata"]
+        return self.request("PUT", res.path(meta.get("namespace"), meta["name"], sub), body=dict(body))
+
+    def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: object,
+        namespace: str | None = None,
+        *,
+        sub: str | None = None,
+        kind: str = "merge",
+    ) -> dict[str, Any]:
+        content = {
+            "merge": "application/merge-patch+json",
+            "json": "application/json-patch+json",
+            "strategic": "application/strategic-merge-patch+json",
+        }[kind]
+        return self.request("PATCH", res.path(namespace, name, sub), body=patch, content_type=content)
+
+    def delete(
+        self, res: Resource, name: str, namespace: str | None = None, **options: Any
+    ) -> dict[str, Any]:
+        return self.request("DELETE", res.path(namespace, name), body=options or None)
+
+    def watch(
+        self, res: Resource, resource_version: str, timeout_seconds: int = 60, namespace: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events from ``resource_version`` (with bookmarks) until the server ends the stream."""
+        query = {
+            "watch": True,
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": timeout_seconds,
+        }
+        response = self._call("GET", res.path(namespace), query, timeout=(10.0, timeout_seconds + 10.0))
+        if response.status >= 400:
+            raise ApiError(response.status, str(response.reason), response.read().decode("utf-8", "replace"))
+        buffer = b""
+        try:
+            for chunk in response.response.stream(65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+            if buffer.strip():
+                yield json.loads(buffer)
+        finally:
+            response.response.release_conn()

@@ -1,0 +1,629 @@
+"""The gpuplane controller: carries the core's plan out in a cluster.
+
+One reconcile pass (only on the leader)::
+
+    informer cache --snapshot--> core.schedule (one Kueue cycle) --plan-->
+      1. queued jobs / gated pods get their Workload
+      2. admissions: assume in the cache, then write Workload status.admission
+         (placement as a hostname topology assignment); on failure forget
+      3. admitted jobs are released: templates stamped (scheduler name, flavor node
+         selector, workload/pod-set labels), then unsuspended or ungated
+      4. pods of admitted workloads are bound, a whole gang at a time, to the planned
+         nodes through the Binding API, with their devices recorded on the pod
+      5. preemptions: dry run (Events "WouldPreempt", counters) or eviction through
+         the Eviction API with the pod's grace period, and the victim requeued
+      6. pending workloads get a QuotaReserved=False condition with the core's reason
+
+Every step is idempotent, and the API server's resourceVersion checks make a write
+from a stale view fail (409) instead of doing something twice. The controller can be
+killed at any point and restarted: the cluster's objects are the only state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplane.core.config import SchedulerConfig, config_from_kueue
+from gpuplane.core.inventory import node_state, pod_needs
+from gpuplane.core.plan import Plan
+from gpuplane.core.scheduler import schedule
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s import integrations as jobs
+from gpuplane.k8s.api import ApiError, KubeApi
+from gpuplane.k8s.informer import Cache, Informer, object_key
+from gpuplane.k8s.leader import LeaderElector, micro_time
+from gpuplane.model.errors import InputError
+from gpuplane.model.kinds import parse_node, pod_template
+from gpuplane.model.loader import state_from_objects
+from gpuplane.model.quantity import format_quantity
+
+log = logging.getLogger(__name__)
+
+DEVICES_ANNOTATION = "gpuplane.dev/devices"
+HOSTNAME = "kubernetes.io/hostname"
+
+STATE_RESOURCES = (
+    k8s.NAMESPACES,
+    k8s.NODES,
+    k8s.PODS,
+    k8s.CLUSTER_QUEUES,
+    k8s.LOCAL_QUEUES,
+    k8s.RESOURCE_FLAVORS,
+    k8s.COHORTS,
+    k8s.WORKLOADS,
+    k8s.PRIORITY_CLASSES,
+    k8s.TOPOLOGIES,
+)
+
+
+@dataclass
+class ControllerConfig:
+    dry_run_preemption: bool = True
+    leader_election: bool = True
+    identity: str = "gpuplane-0"
+    lease_namespace: str = "gpuplane-system"
+    lease_duration: float = 15.0
+    integrations: tuple[str, ...] = tuple(jobs.INTEGRATIONS)
+    scheduler: SchedulerConfig | None = None
+
+
+@dataclass
+class Counters:
+    admitted: int = 0
+    bound: int = 0
+    preempted: int = 0
+    would_preempt: int = 0
+    write_failures: int = 0
+    workloads_created: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(
+        self, api: KubeApi, config: ControllerConfig | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.api = api
+        self.config = config or ControllerConfig()
+        self.clock = clock
+        self.cache = Cache()
+        self.counters = Counters()
+        resources = list(STATE_RESOURCES)
+        resources += [jobs.INTEGRATIONS[k].resource for k in self.config.integrations]
+        self.informers = [Informer(api, r, self.cache) for r in resources]
+        self.elector = LeaderElector(
+            api,
+            self.config.identity,
+            namespace=self.config.lease_namespace,
+            lease_duration=self.config.lease_duration,
+            clock=clock,
+        )
+        self._released: set[str] = set()
+        self._pending_written: dict[str, tuple[str, str]] = {}
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    def start(self, wait: float = 10.0) -> None:
+        for informer in self.informers:
+            informer.start()
+        deadline = time.monotonic() + wait
+        for informer in self.informers:
+            informer.synced.wait(max(0.0, deadline - time.monotonic()))
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+        if self.config.leader_election:
+            self.elector.release()
+
+    def run(self, stop: Callable[[], bool], interval: float = 1.0) -> None:
+        while not stop():
+            try:
+                self.reconcile()
+            except Exception:  # keep running; the next pass starts from the cluster again
+                log.exception("reconcile failed")
+            self.cache.changed.wait(interval)
+            self.cache.changed.clear()
+
+    # --- one pass -----------------------------------------------------------------
+
+    def reconcile(self) -> Plan | None:
+        if self.config.leader_election and not self.elector.try_acquire_or_renew():
+            return None
+        self._ensure_workloads()
+        plan = self._schedule()
+        if plan is None:
+            return None
+        self._apply_admissions(plan)
+        self._apply_preemptions(plan)
+        self._release_and_bind()
+        self._record_pending(plan)
+        return plan
+
+    def _priorities(self) -> dict[str, int]:
+        out = {}
+        for pc in self.cache.items("WorkloadPriorityClass"):
+            value = pc.get("value")
+            if isinstance(value, int):
+                out[pc["metadata"]["name"]] = value
+        return out
+
+    def _workloads_by_owner(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for wl in self.cache.items("Workload"):
+            uid = (wl.get("metadata", {}).get("labels") or {}).get(jobs.JOB_UID_LABEL)
+            if uid:
+                out[uid] = wl
+        return out
+
+    def _create_workload(self, body: dict[str, Any]) -> None:
+        try:
+            created = self.api.create(k8s.WORKLOADS, body, body["metadata"]["namespace"])
+        except ApiError as err:
+            if not err.conflict:
+                self.counters.write_failures += 1
+            return
+        self.cache.upsert("Workload", created)
+        self.counters.workloads_created += 1
+
+    def _ensure_workloads(self) -> None:
+        owned = self._workloads_by_owner()
+        priorities = self._priorities()
+        for kind in self.config.integrations:
+            for obj in self.cache.items(kind):
+                uid = obj.get("metadata", {}).get("uid", "")
+                if uid in owned or (not jobs.is_suspended(kind, obj) and kind != "LeaderWorkerSet"):
+                    continue
+                body = jobs.workload_for(kind, obj, priorities)
+                if body is not None:
+                    self._create_workload(body)
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for pod in self.cache.items("Pod"):
+            spec = pod.get("spec", {})
+            gates = [g.get("name") for g in spec.get("schedulingGates", []) or []]
+            if jobs.GATE not in gates:
+                continue
+            meta = pod["metadata"]
+            group = (meta.get("labels") or {}).get(jobs.POD_GROUP_LABEL) or meta["name"]
+            groups.setdefault(f"{meta.get('namespace')}/{group}", []).append(pod)
+        for pods in groups.values():
+            body = jobs.pod_group_workload(pods, priorities)
+            if body is not None and body["metadata"]["labels"][jobs.JOB_UID_LABEL] not in owned:
+                self._create_workload(body)
+
+    def _snapshot_objects(self) -> list[dict[str, Any]]:
+        objects: list[dict[str, Any]] = []
+        kinds = (
+            "Namespace",
+            "Node",
+            "ClusterQueue",
+            "LocalQueue",
+            "ResourceFlavor",
+            "Cohort",
+            "WorkloadPriorityClass",
+            "Topology",
+        )
+        for kind in kinds:
+            objects.extend(
+                {**obj, "kind": kind, "apiVersion": obj.get("apiVersion") or _api_version(kind)}
+                for obj in self.cache.items(kind)
+            )
+        objects.extend(
+            {**wl, "kind": "Workload", "apiVersion": wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2"}
+            for wl in self.cache.items("Workload")
+            if not _condition(wl, "Finished")
+        )
+        objects.extend(
+            {**pod, "kind": "Pod", "apiVersion": "v1"}
+            for pod in self.cache.items("Pod")
+            if pod.get("spec", {}).get("nodeName")
+            and pod.get("status", {}).get("phase") in (None, "Pending", "Running")
+        )
+        return objects
+
+    def _schedule(self) -> Plan | None:
+        try:
+            state = state_from_objects(self._snapshot_objects())
+        except InputError as err:
+            log.warning("cluster state rejected: %s", err)
+            return None
+        config = self.config.scheduler or config_from_kueue(state.configuration)
+        return schedule(state, config, self.clock(), cycles=1)
+
+    # --- admissions -------------------------------------------------------------
+
+    def _apply_admissions(self, plan: Plan) -> None:
+        for decision in plan.admitted:
+            wl = self.cache.get("Workload", decision.workload)
+            if wl is None or wl.get("status", {}).get("admission"):
+                continue
+            now = micro_time(self.clock())
+            assignments = []
+            by_name = {ps["name"]: ps for ps in wl["spec"]["podSets"]}
+            for ps in decision.pod_sets:
+                requests = _template_requests(by_name[ps.name]["template"])
+                assignment: dict[str, Any] = {
+                    "name": ps.name,
+                    "count": ps.count,
+                    "flavors": dict(ps.flavors),
+                    "resourceUsage": {
+                        r: format_quantity(r, q * ps.count) for r, q in requests.items() if r in ps.flavors
+                    },
+                }
+                if ps.placement is not None:
+                    per_node: dict[str, int] = {}
+                    for place in ps.placement:
+                        per_node[place.node] = per_node.get(place.node, 0) + 1
+                    assignment["topologyAssignment"] = {
+                        "levels": [HOSTNAME],
+                        "domains": [{"values": [n], "count": c} for n, c in sorted(per_node.items())],
+                    }
+                assignments.append(assignment)
+            updated = json.loads(json.dumps(wl))
+            status = updated.setdefault("status", {})
+            status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
+            conditions = [
+                c for c in status.get("conditions", []) if c.get("type") not in ("QuotaReserved", "Admitted")
+            ]
+            conditions.extend(
+                {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
+                for ctype in ("QuotaReserved", "Admitted")
+            )
+            status["conditions"] = conditions
+            self.cache.assume("Workload", updated)  # assume, then write
+            try:
+                written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+            except ApiError as err:
+                self.cache.forget("Workload", decision.workload)
+                self.counters.write_failures += 1
+                log.debug("admission of %s failed: %s", decision.workload, err)
+                continue
+            self.cache.upsert("Workload", written)
+            self.counters.admitted += 1
+            self._event(
+                written, "Normal", "QuotaReserved", f"Admitted by ClusterQueue {decision.cluster_queue}"
+            )
+
+    # --- preemption ---------------------------------------------------------------
+
+    def _apply_preemptions(self, plan: Plan) -> None:
+        for victim in plan.preempted:
+            wl = self.cache.get("Workload", victim.workload)
+            if wl is None:
+                continue
+            message = f"Preempted to accommodate {victim.preemptor} ({victim.reason})"
+            if self.config.dry_run_preemption:
+                self.counters.would_preempt += 1
+                self._event(wl, "Warning", "WouldPreempt", f"dry run: {message}")
+                continue
+            self._evict_workload(wl, message, victim.reason)
+
+    def _evict_workload(self, wl: dict[str, Any], message: str, reason: str) -> None:
+        key = object_key(wl)
+        for pod in self._pods_of(wl):
+            grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+            meta = pod["metadata"]
+            body = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "deleteOptions": {"gracePeriodSeconds": grace},
+            }
+            try:
+                self.api.request(
+                    "POST", k8s.PODS.path(meta["namespace"], meta["name"], "eviction"), body=body
+                )
+            except ApiError as err:
+                if not err.not_found:
+                    self.counters.write_failures += 1
+                    return  # retried next pass; the workload stays admitted until its pods are gone
+        owner = self._owner_job(wl)
+        if owner is not None:
+            kind, job = owner
+            if not jobs.is_suspended(kind, job):
+                try:
+                    self.api.replace(jobs.INTEGRATIONS[kind].resource, jobs.suspended_job(kind, job))
+                except ApiError:
+                    self.counters.write_failures += 1
+                    return
+        updated = json.loads(json.dumps(wl))
+        status = updated.setdefault("status", {})
+        status.pop("admission", None)
+        now = micro_time(self.clock())
+        conditions = [
+            c
+            for c in status.get("conditions", [])
+            if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted")
+        ]
+        conditions += [
+            {
+                "type": "Evicted",
+                "status": "True",
+                "reason": "Preempted",
+                "message": message,
+                "lastTransitionTime": now,
+            },
+            {
+                "type": "Preempted",
+                "status": "True",
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now,
+            },
+            {
+                "type": "QuotaReserved",
+                "status": "False",
+                "reason": "Preempted",
+                "message": message,
+                "lastTransitionTime": now,
+            },
+        ]
+        status["conditions"] = conditions
+        try:
+            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+        except ApiError:
+            self.counters.write_failures += 1
+            return
+        self.cache.upsert("Workload", written)
+        self._released.discard(key)
+        self.counters.preempted += 1
+        self._event(written, "Normal", "Preempted", message)
+
+    # --- release and bind -----------------------------------------------------------
+
+    def _owner_job(self, wl: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        for ref in wl.get("metadata", {}).get("ownerReferences", []) or []:
+            kind = ref.get("kind")
+            if kind in jobs.INTEGRATIONS:
+                job = self.cache.get(kind, f"{wl['metadata']['namespace']}/{ref['name']}")
+                if job is not None and job.get("metadata", {}).get("uid") == ref.get("uid"):
+                    return kind, job
+        return None
+
+    def _pods_of(self, wl: dict[str, Any]) -> list[dict[str, Any]]:
+        ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
+        uid = (wl["metadata"].get("labels") or {}).get(jobs.JOB_UID_LABEL)
+        out = []
+        for pod in self.cache.items("Pod"):
+            meta = pod["metadata"]
+            if meta.get("namespace") != ns:
+                continue
+            labels = meta.get("labels") or {}
+            if labels.get(jobs.WORKLOAD_LABEL) == name or (
+                not wl["metadata"].get("ownerReferences")
+                and uid
+                in (
+                    labels.get(jobs.POD_GROUP_LABEL),
+                    meta["name"],
+                )
+            ):
+                out.append(pod)
+        return out
+
+    def _release_and_bind(self) -> None:
+        for wl in self.cache.items("Workload"):
+            admission = wl.get("status", {}).get("admission")
+            if not admission or _condition(wl, "Evicted"):
+                continue
+            self._release(wl, admission)
+            self._bind_gang(wl, admission)
+
+    def _release(self, wl: dict[str, Any], admission: dict[str, Any]) -> None:
+        key = object_key(wl)
+        owner = self._owner_job(wl)
+        if owner is not None:
+            kind, job = owner
+            if not jobs.is_suspended(kind, job) and kind != "LeaderWorkerSet":
+                self._released.add(key)
+                return
+            labels: dict[str, dict[str, str]] = {}
+            flavors = {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")}
+            for psa in admission.get("podSetAssignments", []):
+                node_labels: dict[str, str] = {}
+                for flavor in set(psa.get("flavors", {}).values()):
+                    node_labels.update(flavors.get(flavor, {}).get("spec", {}).get("nodeLabels", {}) or {})
+                labels[psa["name"]] = node_labels
+            released = jobs.released_job(kind, job, wl["metadata"]["name"], labels)
+            if released == job:
+                self._released.add(key)
+                return
+            try:
+                written = self.api.replace(jobs.INTEGRATIONS[kind].resource, released)
+            except ApiError:
+                self.counters.write_failures += 1
+                return
+            self.cache.upsert(kind, written)
+            self._released.add(key)
+            return
+        for pod in self._pods_of(wl):  # plain pods and pod groups: lift the gate
+            gates = pod.get("spec", {}).get("schedulingGates") or []
+            if not any(g.get("name") == jobs.GATE for g in gates):
+                continue
+            updated = json.loads(json.dumps(pod))
+            updated["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != jobs.GATE]
+            updated["spec"]["schedulerName"] = jobs.SCHEDULER_NAME
+            updated["metadata"].setdefault("labels", {})[jobs.WORKLOAD_LABEL] = wl["metadata"]["name"]
+            updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
+            try:
+                written = self.api.replace(k8s.PODS, updated)
+            except ApiError:
+                self.counters.write_failures += 1
+                continue
+            self.cache.upsert("Pod", written)
+
+    def _bind_gang(self, wl: dict[str, Any], admission: dict[str, Any]) -> None:
+        """Bind every pod of the workload to its planned node, only once all have arrived."""
+        pods = [
+            p for p in self._pods_of(wl) if (p.get("spec", {}).get("schedulerName") == jobs.SCHEDULER_NAME)
+        ]
+        expected = sum(int(psa.get("count", 0)) for psa in admission.get("podSetAssignments", []))
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        if len(live) < expected or not any(not p.get("spec", {}).get("nodeName") for p in live):
+            return
+        targets: dict[str, list[str]] = {}
+        for psa in admission.get("podSetAssignments", []):
+            slots: list[str] = []
+            topo = psa.get("topologyAssignment") or {}
+            for domain in topo.get("domains", []):
+                slots += [domain["values"][-1]] * int(domain.get("count", 0))
+            targets[psa["name"]] = slots
+        for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
+            node = pod.get("spec", {}).get("nodeName")
+            podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
+            slots = targets.get(podset, [])
+            if node and node in slots:
+                slots.remove(node)
+        for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
+            if pod.get("spec", {}).get("nodeName"):
+                continue
+            podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
+            slots = targets.get(podset, [])
+            if not slots:
+                continue  # quota-only admission (no nodes known) or more pods than planned
+            node = slots.pop(0)
+            self._bind(pod, node)
+
+    def _bind(self, pod: dict[str, Any], node: str) -> None:
+        meta = pod["metadata"]
+        devices = self._devices_for(pod, node)
+        if devices is not None and (meta.get("annotations") or {}).get(DEVICES_ANNOTATION) != devices:
+            patch = {"metadata": {"annotations": {DEVICES_ANNOTATION: devices}}}
+            try:
+                pod = self.api.patch(k8s.PODS, meta["name"], patch, meta["namespace"])
+            except ApiError:
+                self.counters.write_failures += 1
+                return
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            self.api.request("POST", k8s.PODS.path(meta["namespace"], meta["name"], "binding"), body=binding)
+        except ApiError as err:
+            if not err.conflict:  # 409: already bound, by us before a restart
+                self.counters.write_failures += 1
+            return
+        bound = {**pod, "spec": {**pod.get("spec", {}), "nodeName": node}}
+        self.cache.upsert("Pod", bound)
+        self.counters.bound += 1
+
+    def _devices_for(self, pod: dict[str, Any], node_name: str) -> str | None:
+        """Choose this pod's devices on ``node_name`` beside the pods already bound there."""
+        node = self.cache.get("Node", node_name)
+        if node is None:
+            return None
+        try:
+            config = (self.config.scheduler or SchedulerConfig()).devices
+            state = node_state(parse_node(node, "v1"), config)
+            for other in self.cache.items("Pod"):
+                if other.get("spec", {}).get("nodeName") != node_name:
+                    continue
+                needs = pod_needs(
+                    pod_template(other.get("spec", {}), "spec", other.get("metadata", {})), config
+                )
+                grants = state.fit(needs)
+                if grants is not None:
+                    state.take(object_key(other), needs, grants)
+            needs = pod_needs(pod_template(pod.get("spec", {}), "spec", pod.get("metadata", {})), config)
+            if not needs.uses_devices:
+                return None
+            grants = state.fit(needs)
+        except (InputError, ValueError):
+            return None
+        if grants is None:
+            return None
+        return ",".join(g.describe() for g in grants)
+
+    # --- pending --------------------------------------------------------------------
+
+    def _record_pending(self, plan: Plan) -> None:
+        for pending in plan.pending:
+            wl = self.cache.get("Workload", pending.workload)
+            if wl is None or wl.get("status", {}).get("admission"):
+                continue
+            current = next(
+                (c for c in wl.get("status", {}).get("conditions", []) if c.get("type") == "QuotaReserved"),
+                None,
+            )
+            if (
+                current
+                and current.get("reason") == pending.reason
+                and current.get("message") == pending.message
+            ):
+                continue
+            if self._pending_written.get(pending.workload) == (pending.reason, pending.message):
+                continue
+            updated = json.loads(json.dumps(wl))
+            status = updated.setdefault("status", {})
+            conditions = [c for c in status.get("conditions", []) if c.get("type") != "QuotaReserved"]
+            conditions.append(
+                {
+                    "type": "QuotaReserved",
+                    "status": "False",
+                    "reason": pending.reason,
+                    "message": pending.message or pending.reason,
+                    "lastTransitionTime": micro_time(self.clock()),
+                }
+            )
+            status["conditions"] = conditions
+            try:
+                written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+            except ApiError:
+                continue
+            self.cache.upsert("Workload", written)
+            self._pending_written[pending.workload] = (pending.reason, pending.message)
+            self._event(written, "Normal", "Pending", f"{pending.reason}: {pending.message}")
+
+    # --- events ----------------------------------------------------------------------
+
+    def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        meta = obj.get("metadata", {})
+        ns = meta.get("namespace") or "default"
+        now = micro_time(self.clock())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", ""),
+                "kind": obj.get("kind", ""),
+                "name": meta.get("name", ""),
+                "namespace": ns,
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "firstTimestamp": now[:19] + "Z",
+            "lastTimestamp": now[:19] + "Z",
+            "count": 1,
+            "source": {"component": "gpuplane-controller"},
+        }
+        try:
+            self.api.create(k8s.EVENTS, body, ns)
+        except ApiError:
+            self.counters.extra["event_failures"] = self.counters.extra.get("event_failures", 0) + 1
+
+
+def _api_version(kind: str) -> str:
+    return "v1" if kind in ("Namespace", "Node", "Pod") else f"{k8s.KUEUE}/v1beta2"
+
+
+def _condition(obj: dict[str, Any], ctype: str) -> bool:
+    return any(
+        c.get("type") == ctype and c.get("status") == "True"
+        for c in obj.get("status", {}).get("conditions", []) or []
+    )
+
+
+def _template_requests(template: dict[str, Any]) -> dict[str, int]:
+    try:
+        return dict(pod_template(template.get("spec", {}), "spec").requests)
+    except InputError:
+        return {}
