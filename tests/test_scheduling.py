@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.scheduler import Scheduler, schedule
 from gpuplane.model.loader import load_state
 from manifests import (
     Manifest,
@@ -342,8 +342,6 @@ def test_fair_sharing_admits_the_lower_share_first() -> None:
 
 
 def test_incremental_submit_finish_and_evict() -> None:
-    from gpuplane.core.scheduler import Scheduler
-
     state = load_state([("state.yaml", documents(*base(cluster_queue("a").flavor("default", cpu="4"))))])
     scheduler = Scheduler(state, config_from_kueue(state.configuration), 0.0)
     first = load_state(
@@ -364,3 +362,34 @@ def test_incremental_submit_finish_and_evict() -> None:
     assert scheduler.evict("default/w2", "idle")
     assert scheduler.pending_count() == 1
     assert [a.workload for a in scheduler.cycle().admitted] == ["default/w2"]
+
+
+@pytest.mark.parametrize(
+    ("checkpoints", "min_runtime", "want_victim"),
+    [
+        pytest.param({}, 0.0, "default/young", id="kueue-order-newest-first"),
+        pytest.param({"old": "2026-01-01T09:59:00Z"}, 0.0, "default/old", id="checkpoint-makes-old-cheapest"),
+        pytest.param({}, 3600.0, "default/old", id="min-runtime-protects-young"),
+    ],
+)
+def test_checkpoint_aware_preemption(
+    checkpoints: dict[str, str], min_runtime: float, want_victim: str
+) -> None:
+    cq = preempting(cluster_queue("a").flavor("default", cpu="4"))
+    old = running("old", "a", "2").set(
+        "status.conditions",
+        [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    )
+    young = running("young", "a", "2").set(
+        "status.conditions",
+        [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-01-01T09:30:00Z"}],
+    )
+    for name, when in checkpoints.items():
+        (old if name == "old" else young).annotate("gpuplane.dev/last-checkpoint", when)
+    incoming = workload("high").queue("a").priority(10).created("2026-01-01T10:00:00Z").podset(cpu="2")
+    state = load_state([("state.yaml", documents(*base(cq), old, young, incoming))])
+    config = replace(
+        config_from_kueue(state.configuration), checkpoint_aware=True, min_runtime_seconds=min_runtime
+    )
+    plan = schedule(state, config, default_now(state), cycles=1)
+    assert [p.workload for p in plan.preempted] == [want_victim]

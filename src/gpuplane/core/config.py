@@ -33,6 +33,11 @@ class SchedulerConfig:
     fair_preempt_within_nominal: bool = False
     preemption_gates: bool = False
     max_cycles: int = 100_000
+    # gpuplane's cheaper preemption (off for Kueue fidelity): a workload younger than
+    # ``min_runtime_seconds`` is never a victim, and among equal priorities the victim
+    # that loses the least work since its last checkpoint goes first.
+    min_runtime_seconds: float = 0.0
+    checkpoint_aware: bool = False
     devices: DeviceConfig = field(default_factory=DeviceConfig)
 
 

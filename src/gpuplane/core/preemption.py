@@ -71,9 +71,12 @@ class _Candidate:
     variant: int
 
 
-def candidate_order(preemptor_cq: str, now: float) -> Callable[[AdmittedWorkload, AdmittedWorkload], int]:
+def candidate_order(
+    preemptor_cq: str, now: float, checkpoint_aware: bool = False
+) -> Callable[[AdmittedWorkload, AdmittedWorkload], int]:
     """Kueue's candidate ordering: evicted first, other queues first, lower priority
-    first, most recently admitted first, then by UID."""
+    first, most recently admitted first, then by UID. With ``checkpoint_aware``, among
+    equal priorities the one losing the least work since its last checkpoint goes first."""
 
     def compare(a: AdmittedWorkload, b: AdmittedWorkload) -> int:
         if a.evicted != b.evicted:
@@ -83,12 +86,15 @@ def candidate_order(preemptor_cq: str, now: float) -> Callable[[AdmittedWorkload
             return 1 if a_in else -1
         if a.priority != b.priority:
             return -1 if a.priority < b.priority else 1
+        if checkpoint_aware:
+            la, lb = a.work_at_risk(now), b.work_at_risk(now)
+            if la != lb:
+                return -1 if la < lb else 1
         ta, tb = a.reserved_at, b.reserved_at
         if ta != tb:
             return -1 if ta > tb else 1
         return (a.uid > b.uid) - (a.uid < b.uid)
 
-    del now
     return compare
 
 
@@ -204,12 +210,20 @@ class Preemptor:
             self.tree.add_workload(t.workload)
 
     def _sorted(self, ctx: PreemptionContext, workloads: list[AdmittedWorkload]) -> list[AdmittedWorkload]:
-        return sorted(workloads, key=functools.cmp_to_key(candidate_order(ctx.cq.name, self.now)))
+        return sorted(workloads, key=functools.cmp_to_key(self._order(ctx)))
+
+    def _order(self, ctx: PreemptionContext) -> Callable[[AdmittedWorkload, AdmittedWorkload], int]:
+        return candidate_order(ctx.cq.name, self.now, self.config.checkpoint_aware)
+
+    def _protected(self, wl: AdmittedWorkload) -> bool:
+        """Too young to preempt under the minimum-runtime policy."""
+        limit = self.config.min_runtime_seconds
+        return limit > 0 and self.now - wl.reserved_at < limit
 
     # --- classical ----------------------------------------------------------
 
     def _classify(self, ctx: PreemptionContext, wl: AdmittedWorkload, advantage: bool) -> int:
-        if not uses_resources(wl, ctx.frs):
+        if not uses_resources(wl, ctx.frs) or self._protected(wl):
             return NEVER
         policy = ctx.cq.spec.preemption
         same_cq = wl.cluster_queue == ctx.cq.name
@@ -302,7 +316,7 @@ class Preemptor:
         if policy.within_cluster_queue != "Never":
             same_queue = self._from_cq(ctx, ctx.cq, None, False)
         hierarchy, priority = self._hierarchical_candidates(ctx, want_priority)
-        order = functools.cmp_to_key(candidate_order(ctx.cq.name, self.now))
+        order = functools.cmp_to_key(self._order(ctx))
         ordered: list[_Candidate] = []
         groups = [sorted(g, key=lambda c: order(c.workload)) for g in (hierarchy, priority, same_queue)]
         ordered += [c for g in groups for c in g if c.workload.evicted]
@@ -353,7 +367,7 @@ class Preemptor:
                     if satisfies_policy(policy.reclaim_within_cohort, ctx.preemptor, wl)
                     and uses_resources(wl, ctx.frs)
                 )
-        return self._sorted(ctx, out)
+        return self._sorted(ctx, [wl for wl in out if not self._protected(wl)])
 
     def _fair_targets(self, ctx: PreemptionContext) -> list[Target]:
         candidates = self._fair_candidates(ctx)
@@ -467,7 +481,7 @@ class _TargetOrdering:
             self.by_cq.setdefault(wl.cluster_queue, []).append(wl)
         self.pruned_queues: set[str] = set()
         self.pruned_cohorts: set[int] = set()
-        self.order = functools.cmp_to_key(candidate_order(ctx.cq.name, preemptor.now))
+        self.order = functools.cmp_to_key(preemptor._order(ctx))
 
     def has_workload(self, cq: ClusterQueueNode) -> bool:
         return bool(self.by_cq.get(cq.name))

@@ -225,6 +225,14 @@ class AdmittedWorkload:
     evicted: bool = False
     reserved_at: float = 0.0  # when quota was reserved (QuotaReserved condition)
     queue_timestamp: float = 0.0  # Kueue's queue-order time, for LowerOrNewerEqualPriority
+    last_checkpoint: float | None = None  # from the gpuplane.dev/last-checkpoint annotation
+
+    def work_at_risk(self, now: float) -> float:
+        """Seconds of work a preemption would throw away."""
+        since = (
+            self.reserved_at if self.last_checkpoint is None else max(self.reserved_at, self.last_checkpoint)
+        )
+        return max(0.0, now - since)
 
 
 class ClusterQueueNode(QuotaNode):

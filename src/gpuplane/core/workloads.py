@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpuplane.core.quota import AdmittedWorkload, FlavorResource
 from gpuplane.model.objects import Workload
@@ -72,7 +73,26 @@ def admitted_usage(wl: Workload, priority: int, now: float) -> AdmittedWorkload 
         evicted=wl.evicted,
         reserved_at=wl.quota_reservation_time(now),
         queue_timestamp=wl.queue_order_timestamp,
+        last_checkpoint=last_checkpoint(wl),
     )
+
+
+CHECKPOINT_ANNOTATION = "gpuplane.dev/last-checkpoint"
+
+
+def last_checkpoint(wl: Workload) -> float | None:
+    """When the workload last checkpointed (RFC 3339 or seconds since the epoch), if known."""
+    text = wl.annotations.get(CHECKPOINT_ANNOTATION)
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def usage_from_assignment(
