@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
@@ -70,6 +70,8 @@ class ControllerConfig:
     lease_duration: float = 15.0
     integrations: tuple[str, ...] = tuple(jobs.INTEGRATIONS)
     scheduler: SchedulerConfig | None = None
+    min_runtime_seconds: float = 0.0
+    checkpoint_aware: bool = True
 
 
 @dataclass
@@ -231,7 +233,11 @@ class Controller:
         except InputError as err:
             log.warning("cluster state rejected: %s", err)
             return None
-        config = self.config.scheduler or config_from_kueue(state.configuration)
+        config = replace(
+            self.config.scheduler or config_from_kueue(state.configuration),
+            min_runtime_seconds=self.config.min_runtime_seconds,
+            checkpoint_aware=self.config.checkpoint_aware,
+        )
         return schedule(state, config, self.clock(), cycles=1)
 
     # --- admissions -------------------------------------------------------------

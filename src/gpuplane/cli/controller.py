@@ -1,0 +1,69 @@
+"""`gpuplane controller`: run the controller against a cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("controller")
+    def controller_command(
+        kubeconfig: Annotated[
+            str | None, typer.Option(help="kubeconfig file; in-cluster configuration when omitted.")
+        ] = None,
+        context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
+        dry_run: Annotated[
+            bool,
+            typer.Option("--dry-run/--no-dry-run", help="Only report would-be preemptions (the default)."),
+        ] = True,
+        leader_elect: Annotated[bool, typer.Option(help="Use a Lease so only one replica acts.")] = True,
+        identity: Annotated[
+            str | None, typer.Option(help="Leader-election identity (default: hostname).")
+        ] = None,
+        lease_namespace: Annotated[
+            str, typer.Option(help="Namespace of the leader Lease.")
+        ] = "gpuplane-system",
+        min_runtime: Annotated[
+            float, typer.Option(help="Seconds a workload runs before it may be preempted.")
+        ] = 0.0,
+        interval: Annotated[float, typer.Option(help="Seconds between reconcile passes when idle.")] = 2.0,
+        once: Annotated[bool, typer.Option(help="Run one reconcile pass and exit.")] = False,
+    ) -> None:
+        """Admit, place, bind and preempt in a cluster, as the core decides."""
+        from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
+        from gpuplane.k8s.controller import Controller, ControllerConfig  # noqa: PLC0415
+
+        logging.basicConfig(level=os.environ.get("GPUPLANE_LOG", "INFO"))
+        try:
+            api = KubeApi(load_api_client(kubeconfig, context))
+        except Exception as err:
+            typer.echo(f"error: cannot configure the Kubernetes client: {err}", err=True)
+            raise typer.Exit(2) from None
+        controller = Controller(
+            api,
+            ControllerConfig(
+                dry_run_preemption=dry_run,
+                leader_election=leader_elect,
+                identity=identity or socket.gethostname(),
+                lease_namespace=lease_namespace,
+                min_runtime_seconds=min_runtime,
+            ),
+        )
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        controller.start()
+        try:
+            if once:
+                controller.reconcile()
+            else:
+                controller.run(stop.is_set, interval)
+        finally:
+            controller.stop()

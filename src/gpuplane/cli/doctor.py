@@ -1,0 +1,60 @@
+"""`gpuplane doctor`: check a cluster (live or from files) and print what to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuplane.insight.doctor import diagnose
+from gpuplane.model.errors import InputError
+from gpuplane.model.loader import load_files, state_from_objects
+from gpuplane.model.objects import ClusterState
+
+
+def _live_state(kubeconfig: str | None, context: str | None) -> ClusterState:
+    from gpuplane.k8s import api as k8s  # noqa: PLC0415 - the client is only needed for a live cluster
+
+    client = k8s.KubeApi(k8s.load_api_client(kubeconfig, context))
+    objects = []
+    for res in (k8s.NAMESPACES, k8s.NODES, k8s.RESOURCE_FLAVORS, k8s.CLUSTER_QUEUES, k8s.TOPOLOGIES):
+        try:
+            items = client.list(res).get("items", [])
+        except k8s.ApiError as err:
+            if err.not_found:
+                continue
+            raise
+        objects += [{**o, "kind": res.kind, "apiVersion": res.api_version} for o in items]
+    return state_from_objects(objects, source="cluster")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("doctor")
+    def doctor_command(
+        file: Annotated[
+            list[str] | None,
+            typer.Option("--file", "-f", help="Check these state files instead of a cluster."),
+        ] = None,
+        kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig of the cluster to check.")] = None,
+        context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
+    ) -> None:
+        """Check GPU nodes, flavors, MIG and topology labels; one finding per line."""
+        try:
+            state = (
+                load_files(file, read=lambda p: Path(p).read_bytes())
+                if file
+                else _live_state(kubeconfig, context)
+            )
+        except InputError as problem:
+            typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2) from None
+        except Exception as err:  # a cluster that cannot be reached is one line, not a traceback
+            typer.echo(f"error: cannot read the cluster: {type(err).__name__}: {err}", err=True)
+            raise typer.Exit(2) from None
+        findings = diagnose(state)
+        for finding in findings:
+            typer.echo(finding.line())
+        if not findings:
+            typer.echo("no problems found")
+        raise typer.Exit(1 if any(f.severity == "error" for f in findings) else 0)

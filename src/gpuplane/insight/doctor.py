@@ -1,0 +1,149 @@
+"""`gpuplane doctor`: what an experienced platform engineer would check first.
+
+Pure checks over a :class:`ClusterState`; each finding names the objects involved and
+says what to fix. The checks:
+
+* GPU nodes (by their GPU Feature Discovery labels) that advertise no GPU: the device
+  plugin is missing or broken;
+* GPU nodes tainted with a taint that no flavor and no queued workload tolerates;
+* ResourceFlavors whose node labels match no node;
+* MIG nodes whose ``nvidia.com/mig.config.state`` is not ``success``;
+* nodes of a topology-aware flavor that lack one of the topology's level labels;
+* time-slicing on nodes where isolation is expected (a flavor or namespace labelled
+  ``gpuplane.dev/isolation=required``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuplane.core.inventory import DeviceConfig
+from gpuplane.model.objects import ClusterState, Node, ResourceFlavor, Toleration
+
+ISOLATION_LABEL = "gpuplane.dev/isolation"
+SEVERITY_ORDER = {"error": 0, "warning": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: str  # error | warning
+    check: str
+    objects: tuple[str, ...]
+    message: str
+    fix: str
+
+    def line(self) -> str:
+        return f"[{self.severity}] {self.check}: {', '.join(self.objects)}: {self.message}. Fix: {self.fix}"
+
+
+def _is_gpu_node(node: Node, config: DeviceConfig) -> bool:
+    labels = node.labels
+    return config.model_label in labels or config.count_label in labels or "nvidia.com/gpu.present" in labels
+
+
+def _advertised_gpus(node: Node, config: DeviceConfig) -> int:
+    return sum(q for name, q in node.allocatable.items() if config.is_device_resource(name))
+
+
+def _flavor_nodes(flavor: ResourceFlavor, nodes: Iterable[Node]) -> list[Node]:
+    return [n for n in nodes if all(n.labels.get(k) == v for k, v in flavor.node_labels.items())]
+
+
+def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Finding]:
+    """Every finding, errors first, then by check and object."""
+    config = config or DeviceConfig()
+    findings: list[Finding] = []
+    nodes = list(state.nodes)
+    gpu_nodes = [n for n in nodes if _is_gpu_node(n, config)]
+    findings.extend(
+        Finding(
+            "error",
+            "device-plugin",
+            (f"Node/{node.name}",),
+            f"labelled as a GPU node ({node.labels.get(config.model_label, 'GPU present')}) "
+            "but allocatable advertises no GPU",
+            "check that the NVIDIA device plugin (or GPU Operator) runs on this node",
+        )
+        for node in gpu_nodes
+        if _advertised_gpus(node, config) == 0
+    )
+    tolerations: list[Toleration] = [t for f in state.resource_flavors.values() for t in f.tolerations]
+    tolerations += [t for wl in state.workloads for ps in wl.pod_sets for t in ps.template.tolerations]
+    for node in gpu_nodes:
+        for taint in node.taints:
+            if taint.effect not in ("NoSchedule", "NoExecute"):
+                continue
+            if not any(t.tolerates(taint) for t in tolerations):
+                findings.append(
+                    Finding(
+                        "warning",
+                        "untolerated-taint",
+                        (f"Node/{node.name}",),
+                        f"taint {taint} is tolerated by no ResourceFlavor and no queued workload",
+                        "add the toleration to the flavor's spec.tolerations, or remove the taint",
+                    )
+                )
+    for flavor in sorted(state.resource_flavors.values(), key=lambda f: f.name):
+        if flavor.node_labels and not _flavor_nodes(flavor, nodes):
+            wanted = ", ".join(f"{k}={v}" for k, v in sorted(flavor.node_labels.items()))
+            findings.append(
+                Finding(
+                    "error",
+                    "flavor-matches-no-node",
+                    (f"ResourceFlavor/{flavor.name}",),
+                    f"no node has the labels {wanted}",
+                    "fix the flavor's nodeLabels or label the nodes it should describe",
+                )
+            )
+    for node in nodes:
+        mig_state = node.labels.get(config.mig_config_state_label)
+        if mig_state is not None and mig_state != "success":
+            findings.append(
+                Finding(
+                    "error" if mig_state == "failed" else "warning",
+                    "mig-config",
+                    (f"Node/{node.name}",),
+                    f"nvidia.com/mig.config.state is {mig_state!r}, so its MIG capacity is not counted",
+                    "wait for the MIG manager, or check its logs and the requested nvidia.com/mig.config",
+                )
+            )
+    for flavor in state.resource_flavors.values():
+        topology = state.topologies.get(flavor.topology_name or "")
+        if topology is None:
+            continue
+        for node in _flavor_nodes(flavor, nodes):
+            missing = [level for level in topology.levels if level not in node.labels]
+            if missing:
+                findings.append(
+                    Finding(
+                        "warning",
+                        "topology-labels",
+                        (f"Node/{node.name}", f"Topology/{topology.name}", f"ResourceFlavor/{flavor.name}"),
+                        f"missing topology level label(s) {', '.join(missing)}",
+                        "label the node with every level of the flavor's Topology",
+                    )
+                )
+    isolated = [
+        f for f in state.resource_flavors.values() if f.node_labels.get(ISOLATION_LABEL) == "required"
+    ]
+    isolated_ns = {
+        ns.name for ns in state.namespaces.values() if ns.labels.get(ISOLATION_LABEL) == "required"
+    }
+    for node in nodes:
+        if node.labels.get(config.sharing_label) != "time-slicing":
+            continue
+        reasons = [f"ResourceFlavor/{f.name}" for f in isolated if node in _flavor_nodes(f, [node])]
+        if isolated_ns:
+            reasons += [f"Namespace/{ns}" for ns in sorted(isolated_ns)]
+        if reasons:
+            findings.append(
+                Finding(
+                    "warning",
+                    "time-slicing-without-isolation",
+                    (f"Node/{node.name}", *reasons),
+                    "GPUs are time-sliced (no memory or fault isolation) where isolation is required",
+                    "use MIG or whole GPUs for these workloads, or drop the isolation requirement",
+                )
+            )
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.check, f.objects))
