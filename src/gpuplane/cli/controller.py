@@ -13,6 +13,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
+    register_webhook(app)
+
     @app.command("controller")
     def controller_command(
         kubeconfig: Annotated[
@@ -67,3 +69,18 @@ def register(app: typer.Typer) -> None:
                 controller.run(stop.is_set, interval)
         finally:
             controller.stop()
+
+
+def register_webhook(app: typer.Typer) -> None:
+    @app.command("webhook")
+    def webhook_command(
+        port: Annotated[int, typer.Option(help="Port to listen on.")] = 9443,
+        cert: Annotated[str | None, typer.Option(help="TLS certificate file (PEM).")] = None,
+        key: Annotated[str | None, typer.Option(help="TLS private key file (PEM).")] = None,
+    ) -> None:
+        """Serve the mutating webhook that hands gpuplane's pods to gpuplane."""
+        from gpuplane.k8s.webhook import serve  # noqa: PLC0415
+
+        server = serve(port, cert, key)
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+        server.serve_forever()
