@@ -122,7 +122,7 @@ def test_quickstart_example_runs() -> None:
     assert doc["preempted"] or doc["pending"]
 
 
-DOCS = [REPO / "README.md", REPO / "docs" / "scheduling.md"]
+DOCS = [REPO / "README.md", REPO / "docs" / "scheduling.md", REPO / "docs" / "devices.md"]
 CONSOLE_COMMAND = re.compile(r"^\$ (gpuplane [^#\n]*)", re.MULTILINE)
 
 

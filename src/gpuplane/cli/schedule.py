@@ -89,12 +89,20 @@ def plan_document(plan: Plan, parse_seconds: float, schedule_seconds: float) -> 
 
 def print_table(plan: Plan, console: Console) -> None:
     admitted = Table(title=f"Admitted ({len(plan.admitted)})", title_justify="left")
-    for col in ("workload", "cluster queue", "pod sets", "flavors"):
+    placed = any(ps.placement is not None for a in plan.admitted for ps in a.pod_sets)
+    for col in ("workload", "cluster queue", "pod sets", "flavors", *(("nodes",) if placed else ())):
         admitted.add_column(col)
     for a in plan.admitted:
         sets = ", ".join(f"{ps.name} x{ps.count}" for ps in a.pod_sets)
         flavors = "; ".join(", ".join(f"{r}={f}" for r, f in ps.flavors.items()) for ps in a.pod_sets)
-        admitted.add_row(a.workload, a.cluster_queue, sets, flavors)
+        row = [a.workload, a.cluster_queue, sets, flavors]
+        if placed:
+            per_node: dict[str, int] = {}
+            for ps in a.pod_sets:
+                for p in ps.placement or ():
+                    per_node[p.node] = per_node.get(p.node, 0) + 1
+            row.append(", ".join(f"{n} x{c}" for n, c in sorted(per_node.items())))
+        admitted.add_row(*row)
     console.print(admitted)
     preempted = Table(title=f"Preempted ({len(plan.preempted)})", title_justify="left")
     for col in ("workload", "cluster queue", "preemptor", "reason"):
