@@ -345,6 +345,18 @@ class WorkloadManifest(Manifest):
         }
         return self
 
+    def pod_annotation(self, key: str, value: str) -> Self:
+        """Annotate the pods of the last pod set (e.g. ``gpuplane.dev/gpu-fraction``)."""
+        template = self.body["spec"]["podSets"][-1]["template"]
+        template.setdefault("metadata", {}).setdefault("annotations", {})[key] = value
+        return self
+
+    def topology(self, *, required: str | None = None, preferred: str | None = None) -> Self:
+        """Set the last pod set's ``topologyRequest`` (a node label key per level)."""
+        request = {k: v for k, v in (("required", required), ("preferred", preferred)) if v is not None}
+        self.body["spec"]["podSets"][-1]["topologyRequest"] = request
+        return self
+
 
 def workload(name: str, ns: str = "default") -> WorkloadManifest:
     return WorkloadManifest(name, ns)
