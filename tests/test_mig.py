@@ -537,11 +537,6 @@ def test_repartition_keeps_layouts_valid_and_never_moves_used_instances(
         held_instances_stay(state, held)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pod asking for two different MIG profiles is fitted one profile at a time, so with "
-    "repartitioning both new instances can be cut from the same slots (2g.20gb@4 and 3g.40gb@4)",
-)
 @pytest.mark.parametrize(
     "layout",
     [

@@ -547,11 +547,6 @@ def test_mig_repartition_gives_a_free_gpu_a_new_layout() -> None:
     assert all(g.repartition is not None and g.instance in g.repartition for g in grants)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a gang that fails after repartitioning a GPU is rolled back with give_back, which frees the new "
-    "instances but does not restore the layout they replaced (7x1g.10gb become 3g.40gb@0,3g.40gb@4)",
-)
 def test_failed_gang_with_repartitioning_leaves_the_mig_layout_as_it_was() -> None:
     config = DeviceConfig(mig_repartition=True)
     state = loaded(
@@ -567,11 +562,6 @@ def test_failed_gang_with_repartitioning_leaves_the_mig_layout_as_it_was() -> No
     assert snapshot(cluster) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="NodeState.advertises ignores MIG needs, so nodes without MIG devices are eligible for MIG pods "
-    "and the reason is computed from their whole GPUs",
-)
 @pytest.mark.parametrize(
     ("nodes", "want_reason"),
     [
@@ -624,11 +614,6 @@ def test_eight_gpus_with_four_replicas_hold_32_pods(strategy: str) -> None:
     assert extra.reason == WAITING_FOR_GANG_CAPACITY
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a time-sliced node that keeps the name nvidia.com/gpu (renameByDefault: false) gets only shared "
-    "devices, and a pod asking for nvidia.com/gpu: 1 is then refused with NoNodeAdvertisesResource",
-)
 def test_time_slicing_without_rename_serves_nvidia_com_gpu_requests() -> None:
     state = loaded(
         shared_node("ts", "nvidia.com/gpu", "time-slicing"),
@@ -718,11 +703,6 @@ def test_fractions(case: FractionCase) -> None:
     assert [g.describe() for p in result.pods["main"] for g in p.grants] == case.want_devices
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a gpu-fraction below 0.001 rounds down to 0 milli, so the pod needs no device at all and is "
-    "placed like a CPU-only pod (on a node without GPUs)",
-)
 def test_tiny_fraction_still_needs_a_gpu() -> None:
     state = loaded(
         gpu_node("gpu", 1),
@@ -1135,11 +1115,6 @@ def test_cli_prints_placements_and_placement_reasons(tmp_path: Path) -> None:
     assert "8 GPUs needed, 0 free" in waiting["message"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an invalid gpuplane.dev/mig-layout annotation (4g.40gb may only start at slot 0) escapes as "
-    "'internal error: MigError' with exit status 1 instead of a bad-input error with exit status 2",
-)
 def test_cli_refuses_an_invalid_mig_layout_annotation_as_bad_input(tmp_path: Path) -> None:
     path = tmp_path / "state.yaml"
     path.write_text(

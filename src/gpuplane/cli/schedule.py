@@ -99,8 +99,8 @@ def print_table(plan: Plan, console: Console) -> None:
         if placed:
             per_node: dict[str, int] = {}
             for ps in a.pod_sets:
-                for p in ps.placement or ():
-                    per_node[p.node] = per_node.get(p.node, 0) + 1
+                for where in ps.placement or ():
+                    per_node[where.node] = per_node.get(where.node, 0) + 1
             row.append(", ".join(f"{n} x{c}" for n, c in sorted(per_node.items())))
         admitted.add_row(*row)
     console.print(admitted)
@@ -142,7 +142,14 @@ def run_schedule(
         err.print(f"warning: {warning}", markup=False)
     config = config_from_kueue(state.configuration)
     started = time.perf_counter()
-    plan = schedule(state, config, at, cycles=cycles)
+    try:
+        plan = schedule(state, config, at, cycles=cycles)
+    except InputError as problem:  # found while building node inventories (e.g. a MIG layout)
+        origin = state.locate(problem.obj)
+        if origin is not None:
+            problem = problem.located(source=origin[0], document=origin[1])
+        err.print(f"error: {problem}", markup=False)
+        return 2
     schedule_seconds = time.perf_counter() - started
     if output is OutputFormat.json:
         sys.stdout.write(json.dumps(plan_document(plan, parse_seconds, schedule_seconds), indent=1) + "\n")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from gpuplane.core import mig
+from gpuplane.model.errors import InputError
 from gpuplane.model.objects import Node, PodTemplate, Taint
 from gpuplane.model.quantity import QuantityError, parse_quantity, parse_resource_quantity
 
@@ -64,6 +65,7 @@ class PodNeeds:
     fraction_memory_mib: int = 0
     mig: Mapping[str, int] = field(default_factory=dict)
     shared: int = 0
+    shared_resource: str = ""
 
     @property
     def gpu_milli(self) -> int:
@@ -80,7 +82,7 @@ def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
     """Split a pod's requests into plain resources and device needs."""
     plain: dict[str, int] = {}
     whole = shared = 0
-    whole_resource = ""
+    whole_resource = shared_resource = ""
     migs: dict[str, int] = {}
     for name, q in template.requests.items():
         if name in config.whole_resources:
@@ -90,6 +92,7 @@ def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
             migs[mig.parse_profile(name).name] = q
         elif config.is_device_resource(name):
             shared += q
+            shared_resource = name
         elif q:
             plain[name] = q
     fraction = 0
@@ -104,7 +107,7 @@ def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
                 raise ValueError(
                     f"annotation {key} must be a fraction in (0, 1], got {template.annotations[key]!r}"
                 )
-            fraction = int(value * MILLI)
+            fraction = max(1, -(-value.numerator * MILLI // value.denominator))  # ceiling: never 0
             break
     for key in config.memory_annotations:
         if key in template.annotations:
@@ -115,7 +118,7 @@ def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
     if memory and not fraction:
         fraction = 1  # a memory-only request still takes a share of one GPU
     plain["pods"] = plain.get("pods", 0) + 1
-    return PodNeeds(plain, whole, whole_resource, fraction, memory, migs, shared)
+    return PodNeeds(plain, whole, whole_resource, fraction, memory, migs, shared, shared_resource)
 
 
 @dataclass(slots=True)
@@ -136,6 +139,7 @@ class Device:
     memory_used: int = 0
     slots_used: int = 0
     mig: list[MigSlot] = field(default_factory=list)
+    shared_resource: str = ""  # the resource name pods use for this device's slots
 
     @property
     def free_whole(self) -> bool:
@@ -183,6 +187,8 @@ class NodeState:
     used: dict[str, int] = field(default_factory=dict)
     devices: list[Device] = field(default_factory=list)
     mig_ready: bool = True
+    # Free MIG instances a repartition dropped, to restore when the new one is given back.
+    undo: dict[tuple[str, int, mig.Instance], list[MigSlot]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -210,14 +216,22 @@ class NodeState:
                 total += MILLI * (d.replicas - d.slots_used) // max(d.replicas, 1)
         return total
 
+    def _exclusive(self) -> bool:
+        return any(d.sharing == "exclusive" for d in self.devices)
+
+    def _slots_named(self, resource: str) -> list[Device]:
+        return [
+            d for d in self.devices if d.sharing in ("time-slicing", "mps") and d.shared_resource == resource
+        ]
+
     def advertises(self, needs: PodNeeds) -> bool:
-        if needs.whole and not any(d.sharing == "exclusive" for d in self.devices):
+        if needs.whole and not self._exclusive() and not self._slots_named(needs.whole_resource):
             return False
-        if (needs.fraction_milli or needs.fraction_memory_mib) and not any(
-            d.sharing == "exclusive" for d in self.devices
-        ):
+        if (needs.fraction_milli or needs.fraction_memory_mib) and not self._exclusive():
             return False
-        if needs.shared and not any(d.sharing in ("time-slicing", "mps") for d in self.devices):
+        if needs.shared and not self._slots_named(needs.shared_resource):
+            return False
+        if needs.mig and not any(d.sharing == "mig" for d in self.devices):
             return False
         return not any(name not in self.allocatable for name in needs.resources if name != "pods")
 
@@ -234,11 +248,17 @@ class NodeState:
         if not self.plain_fits(needs):
             return None
         grants: list[DeviceGrant] = []
-        if needs.whole:
+        if needs.whole and self._exclusive():
             free = [d.index for d in self.devices if d.free_whole]
             if len(free) < needs.whole:
                 return None
             grants += [DeviceGrant(i, "whole") for i in free[: needs.whole]]
+        elif needs.whole:
+            # A time-sliced node that kept the plain resource name serves it as slots.
+            slots = self._fit_slots(needs.whole, needs.whole_resource)
+            if slots is None:
+                return None
+            grants += slots
         if needs.fraction_milli or needs.fraction_memory_mib:
             best: Device | None = None
             for d in self.devices:
@@ -252,34 +272,51 @@ class NodeState:
                 DeviceGrant(best.index, "fraction", needs.fraction_milli, needs.fraction_memory_mib)
             )
         if needs.shared:
-            left = needs.shared
-            for d in sorted(self.devices, key=lambda d: (d.replicas - d.slots_used, d.index)):
-                if d.sharing not in ("time-slicing", "mps") or left == 0:
-                    continue
-                take = min(left, d.replicas - d.slots_used)
-                if take > 0:
-                    grants.append(DeviceGrant(d.index, "shared", take))
-                    left -= take
-            if left:
+            slots = self._fit_slots(needs.shared, needs.shared_resource)
+            if slots is None:
                 return None
-        for profile_name, count in sorted(needs.mig.items()):
-            mig_grants = self._fit_mig(profile_name, count, repartition)
+            grants += slots
+        taken: list[DeviceGrant] = []
+        for profile_name, count in sorted(needs.mig.items(), key=lambda kv: -mig.parse_profile(kv[0]).size):
+            mig_grants = self._fit_mig(profile_name, count, repartition, taken)
             if mig_grants is None:
                 return None
-            grants += mig_grants
-        return grants
+            taken += mig_grants
+        return grants + taken
 
-    def _fit_mig(self, profile_name: str, count: int, repartition: bool) -> list[DeviceGrant] | None:
+    def _fit_slots(self, count: int, resource: str) -> list[DeviceGrant] | None:
+        left = count
+        grants: list[DeviceGrant] = []
+        for d in sorted(self._slots_named(resource), key=lambda d: (d.replicas - d.slots_used, d.index)):
+            take = min(left, d.replicas - d.slots_used)
+            if take > 0:
+                grants.append(DeviceGrant(d.index, "shared", take))
+                left -= take
+            if left == 0:
+                return grants
+        return None if left else grants
+
+    def _fit_mig(
+        self, profile_name: str, count: int, repartition: bool, taken: Sequence[DeviceGrant]
+    ) -> list[DeviceGrant] | None:
+        """``count`` instances of a profile, beside the instances ``taken`` for the same pod."""
         if not self.mig_ready:
             return None
         grants: list[DeviceGrant] = []
+
+        def claimed(device: int) -> list[mig.Instance]:
+            return [g.instance for g in (*taken, *grants) if g.device == device and g.instance is not None]
+
         for d in self.devices:
             if d.sharing != "mig":
                 continue
             for slot in d.mig:
                 if len(grants) == count:
                     return grants
-                if slot.used_by is None and slot.instance.profile.name == profile_name:
+                if slot.used_by is not None or slot.instance.profile.name != profile_name:
+                    continue
+                busy = {s for i in claimed(d.index) for s in i.slots}
+                if not busy & set(slot.instance.slots):
                     grants.append(DeviceGrant(d.index, "mig", instance=slot.instance))
         if len(grants) == count:
             return grants
@@ -292,7 +329,7 @@ class NodeState:
                     continue
                 profile = mig.parse_profile(profile_name, d.memory_mib / 1024 if d.memory_mib else None)
                 keep = [s.instance for s in d.mig if s.used_by is not None]
-                keep += [g.instance for g in grants if g.device == d.index and g.instance is not None]
+                keep += [i for i in claimed(d.index) if i not in keep]
                 layout = mig.pack([profile], keep)
                 if layout is None:
                     continue
@@ -319,10 +356,13 @@ class NodeState:
                 d.slots_used += g.amount
             elif g.instance is not None:
                 if not any(s.instance == g.instance for s in d.mig):
-                    # Repartition: drop free instances that clash with the new one.
+                    # Repartition: drop free instances that clash with the new one, and keep
+                    # them to restore when the new instance is given back.
                     clash = set(g.instance.slots)
-                    d.mig = [s for s in d.mig if s.used_by is not None or not clash & set(s.instance.slots)]
+                    dropped = [s for s in d.mig if s.used_by is None and clash & set(s.instance.slots)]
+                    d.mig = [s for s in d.mig if s not in dropped]
                     d.mig.append(MigSlot(g.instance))
+                    self.undo[(owner, g.device, g.instance)] = dropped
                 for s in d.mig:
                     if s.instance == g.instance and s.used_by is None:
                         s.used_by = owner
@@ -345,6 +385,14 @@ class NodeState:
                     if s.instance == g.instance and s.used_by == owner:
                         s.used_by = None
                         break
+                dropped = self.undo.pop((owner, g.device, g.instance), None)
+                if dropped is not None:
+                    # Restore the replaced instances that still fit beside what others hold now.
+                    d.mig = [s for s in d.mig if s.instance != g.instance]
+                    for s in dropped:
+                        if mig.is_valid_layout([*(x.instance for x in d.mig), s.instance]):
+                            d.mig.append(MigSlot(s.instance))
+                    d.mig.sort(key=lambda s: s.instance.start)
 
 
 def _int_label(labels: Mapping[str, str], key: str) -> int | None:
@@ -372,8 +420,9 @@ def node_state(node: Node, config: DeviceConfig) -> NodeState:
         if shared_count or (count and replicas > 1 and strategy in ("time-slicing", "mps")):
             slots = shared_count or count
             mode = strategy if strategy in ("time-slicing", "mps") else "time-slicing"
+            name = res + config.shared_suffix if shared_count else res
             for _ in range(max(1, slots // replicas)):
-                devices.append(Device(len(devices), model, memory, mode, replicas))
+                devices.append(Device(len(devices), model, memory, mode, replicas, shared_resource=name))
             if not shared_count:
                 continue
         for _ in range(count):
@@ -385,7 +434,15 @@ def node_state(node: Node, config: DeviceConfig) -> NodeState:
     }
     if mig_counts:
         gpu_gb = memory / 1024 if memory else None
-        layouts = _mig_layouts(node, config, mig_counts, gpu_gb)
+        try:
+            layouts = _mig_layouts(node, config, mig_counts, gpu_gb)
+        except mig.MigError as err:
+            where = (
+                f"metadata.annotations[{config.layout_annotation}]"
+                if config.layout_annotation in node.annotations
+                else "status.allocatable"
+            )
+            raise InputError(f"invalid MIG layout: {err}", obj=f"Node/{node.name}", field=where) from None
         for layout in layouts:
             devices.append(Device(len(devices), model, memory, "mig", mig=[MigSlot(inst) for inst in layout]))
         total = _int_label(labels, config.count_label)

@@ -411,6 +411,9 @@ def build_state(
         workloads=tuple(workloads),
         nodes=tuple(nodes),
         pods=tuple(pods),
+        origins=frozen_map(
+            {f"{kind}/{key}": (d.source, d.index) for (kind, key), d in collector.seen.items()}
+        ),
     )
 
     def locate(err: InputError) -> InputError:

@@ -415,3 +415,8 @@ class ClusterState:
     workloads: tuple[Workload, ...] = ()
     nodes: tuple[Node, ...] = ()
     pods: tuple[Pod, ...] = ()
+    # "Kind/key" -> (file, document index), to point errors found later at their source.
+    origins: Mapping[str, tuple[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def locate(self, obj: str | None) -> tuple[str, int] | None:
+        return self.origins.get(obj or "")
