@@ -1,0 +1,678 @@
+"""Checks on the deployment manifests under deploy/.
+
+Every YAML file there (except the Helm chart's templates, which are Go templates) is parsed with
+PyYAML and checked against the code it deploys:
+
+* the CRDs are structural and name the same kinds, plurals, scopes and storage version as the
+  ``Resource`` constants in ``gpuplane.k8s.api``;
+* the ClusterRole and the leader-election Role grant exactly what the controller uses: the set is
+  written below from reading the code and cross-checked against the API calls found in the
+  controller's source, the informers' resources and every ``Resource`` constant;
+* the webhook configuration targets pod CREATE only and reaches the webhook's Service and port;
+* the Deployments run commands and flags that ``gpuplane`` really accepts, with hardened pods;
+* ``kubectl kustomize`` and ``helm template`` render, when those binaries are installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.main import get_command
+
+import gpuplane
+from gpuplane.cli.app import build_app
+from gpuplane.k8s import api as k8s_api
+from gpuplane.k8s import controller as k8s_controller
+from gpuplane.k8s import informer as k8s_informer
+from gpuplane.k8s import integrations, leader
+from gpuplane.k8s.api import Resource
+from gpuplane.k8s.webhook import pod_patch
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+CRDS = DEPLOY / "crds"
+CHART = DEPLOY / "helm" / "gpuplane"
+TEMPLATES = CHART / "templates"
+DOCS = ROOT / "docs" / "deploy.md"
+NAMESPACE = "gpuplane-system"
+SERVICE_ACCOUNT = "gpuplane-controller"
+WEBHOOK_SECRET = "gpuplane-webhook-tls"
+
+Perm = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+Doc = dict[str, Any]
+
+
+# --- loading ----------------------------------------------------------------------------------------
+
+
+def _yaml_files() -> list[Path]:
+    return sorted(
+        p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and TEMPLATES not in p.parents
+    )
+
+
+def _load(path: Path) -> list[Doc]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def _kustomization() -> Doc:
+    return _load(DEPLOY / "kustomization.yaml")[0]
+
+
+def _manifests() -> list[Doc]:
+    """Every object that `kubectl apply -k deploy` creates."""
+    return [doc for res in _kustomization()["resources"] for doc in _load(DEPLOY / res)]
+
+
+def _one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def _crds() -> list[Doc]:
+    return [d for d in _manifests() if d["kind"] == "CustomResourceDefinition"]
+
+
+@pytest.mark.parametrize("path", _yaml_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_every_yaml_file_parses(path: Path) -> None:
+    docs = _load(path)
+    assert docs, f"{path.name} holds no document"
+    for doc in docs:
+        assert isinstance(doc, dict)
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = _kustomization()
+    assert kustomization["kind"] == "Kustomization"
+    listed = set(kustomization["resources"])
+    on_disk = {str(p.relative_to(DEPLOY)) for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml"}
+    on_disk |= {str(p.relative_to(DEPLOY)) for p in CRDS.glob("*.yaml")}
+    assert listed == on_disk
+
+
+# --- CRDs -----------------------------------------------------------------------------------------
+
+KUEUE_RESOURCES = [r for r in vars(k8s_api).values() if isinstance(r, Resource) and r.group == k8s_api.KUEUE]
+_TYPES = {"object", "array", "string", "integer", "number", "boolean"}
+_JUNCTORS = ("allOf", "anyOf", "oneOf", "not")
+_FORBIDDEN_IN_JUNCTORS = ("type", "description", "default", "additionalProperties", "nullable")
+
+
+def _walk_junctor(node: Any, path: str, problems: list[str]) -> None:
+    """Inside allOf/anyOf/oneOf/not only validations may appear (structural rule 3)."""
+    if not isinstance(node, dict):
+        return
+    problems.extend(
+        f"{path}: {key} inside a logical junctor" for key in _FORBIDDEN_IN_JUNCTORS if key in node
+    )
+    for child in node.get("properties", {}).values():
+        _walk_junctor(child, path, problems)
+    if isinstance(node.get("items"), dict):
+        _walk_junctor(node["items"], path, problems)
+
+
+def _default_matches(node: Doc, value: Any) -> bool:
+    kind = node.get("type")
+    ok = {
+        "string": isinstance(value, str),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "number": isinstance(value, int | float) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "object": isinstance(value, dict),
+        "array": isinstance(value, list),
+    }.get(str(kind), False)
+    return ok and ("enum" not in node or value in node["enum"])
+
+
+def structural_problems(node: Any, path: str = "") -> list[str]:
+    """What keeps an OpenAPI v3 schema from being structural in the API server's sense."""
+    problems: list[str] = []
+    if not isinstance(node, dict):
+        return [f"{path}: not a schema"]
+    preserve = node.get("x-kubernetes-preserve-unknown-fields") is True
+    int_or_string = node.get("x-kubernetes-int-or-string") is True
+    if "type" not in node and not (preserve or int_or_string):
+        problems.append(
+            f"{path or '<root>'}: no type (and neither preserve-unknown-fields nor int-or-string)"
+        )
+    if "type" in node and node["type"] not in _TYPES:
+        problems.append(f"{path}: unknown type {node['type']!r}")
+    if int_or_string:
+        if "type" in node:
+            problems.append(f"{path}: int-or-string with a type")
+        if "anyOf" in node and node["anyOf"] != [{"type": "integer"}, {"type": "string"}]:
+            problems.append(f"{path}: int-or-string anyOf must be exactly integer, string")
+    for junctor in _JUNCTORS:
+        if junctor in node and not (int_or_string and junctor == "anyOf"):
+            for branch in node[junctor] if isinstance(node[junctor], list) else [node[junctor]]:
+                _walk_junctor(branch, f"{path}.{junctor}", problems)
+    if "properties" in node and "additionalProperties" in node:
+        problems.append(f"{path}: properties and additionalProperties together")
+    if node.get("type") == "array" and "items" not in node:
+        problems.append(f"{path}: array without items")
+    if "default" in node and not _default_matches(node, node["default"]):
+        problems.append(f"{path}: default {node['default']!r} does not fit the schema")
+    for name, child in node.get("properties", {}).items():
+        problems += structural_problems(child, f"{path}.{name}")
+    if isinstance(node.get("additionalProperties"), dict):
+        problems += structural_problems(node["additionalProperties"], f"{path}.*")
+    if "items" in node:
+        items = node["items"]
+        problems += structural_problems(items, f"{path}[]")
+        if node.get("x-kubernetes-list-type") == "map":
+            for key in node.get("x-kubernetes-list-map-keys", []):
+                key_schema = items.get("properties", {}).get(key, {})
+                if key not in items.get("required", []) and "default" not in key_schema:
+                    problems.append(f"{path}: list-map key {key!r} is neither required nor defaulted")
+    return problems
+
+
+def _schema_at(schema: Doc, json_path: str) -> Doc | None:
+    """The schema node a printer column's JSONPath points at (filters skipped), or None."""
+    node: Doc | None = schema
+    for step in re.sub(r"\[[^\]]*\]", "", json_path).strip(".").split("."):
+        while node is not None and node.get("type") == "array":
+            node = node.get("items")
+        if node is None:
+            return None
+        node = node.get("properties", {}).get(step)
+    return node
+
+
+def test_crds_match_the_kueue_resources_the_code_uses() -> None:
+    crds = _crds()
+    assert {c["spec"]["names"]["kind"] for c in crds} == {r.kind for r in KUEUE_RESOURCES}
+    assert len(crds) == len(KUEUE_RESOURCES)
+
+
+@pytest.mark.parametrize("resource", KUEUE_RESOURCES, ids=lambda r: r.kind)
+def test_crd_is_consistent_and_structural(resource: Resource) -> None:
+    crd = next(c for c in _crds() if c["spec"]["names"]["kind"] == resource.kind)
+    spec = crd["spec"]
+    names = spec["names"]
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert spec["group"] == resource.group == k8s_api.KUEUE
+    assert names["plural"] == resource.plural
+    assert crd["metadata"]["name"] == f"{names['plural']}.{spec['group']}"
+    assert names["singular"] == resource.kind.lower()
+    assert names["listKind"] == f"{resource.kind}List"
+    assert spec["scope"] == ("Namespaced" if resource.namespaced else "Cluster")
+    versions = {v["name"]: v for v in spec["versions"]}
+    assert set(versions) == {"v1beta1", "v1beta2"}
+    assert all(v["served"] for v in versions.values())
+    storage = [name for name, v in versions.items() if v["storage"]]
+    assert storage == [resource.version], "the controller reads the storage version"
+    # Without a conversion webhook both versions must share one storage shape.
+    assert spec.get("conversion", {"strategy": "None"})["strategy"] == "None"
+    for name, version in versions.items():
+        schema = version["schema"]["openAPIV3Schema"]
+        assert schema["type"] == "object"
+        assert structural_problems(schema) == [], name
+        assert schema["properties"]["metadata"] == {"type": "object"}, "metadata may not be constrained"
+        for column in version.get("additionalPrinterColumns", []):
+            if column["jsonPath"].startswith(".metadata."):
+                continue
+            target = _schema_at(schema, column["jsonPath"])
+            assert target is not None, f"{name}: column {column['name']} points at {column['jsonPath']}"
+            assert target.get("type") in (column["type"], None) or column["type"] == "string"
+
+
+def test_status_subresource_wherever_the_controller_writes_status() -> None:
+    writes_status = {r.split("/")[0] for g, r, _ in _required_cluster_perms() if r.endswith("/status")}
+    assert writes_status == {"workloads"}
+    for crd in _crds():
+        if crd["spec"]["names"]["plural"] in writes_status:
+            for version in crd["spec"]["versions"]:
+                assert "status" in version.get("subresources", {}), crd["metadata"]["name"]
+
+
+def test_printer_columns_show_cohort_queue_and_admitting_cluster_queue() -> None:
+    by_kind = {c["spec"]["names"]["kind"]: c for c in _crds()}
+    for version in by_kind["ClusterQueue"]["spec"]["versions"]:
+        paths = [c["jsonPath"] for c in version["additionalPrinterColumns"]]
+        assert any("cohort" in p for p in paths), version["name"]
+    for version in by_kind["Workload"]["spec"]["versions"]:
+        paths = [c["jsonPath"] for c in version["additionalPrinterColumns"]]
+        assert ".spec.queueName" in paths
+        assert ".status.admission.clusterQueue" in paths
+
+
+def test_structural_check_catches_what_the_api_server_rejects() -> None:
+    assert structural_problems({"type": "object", "properties": {"x": {}}})
+    assert structural_problems({"type": "array"})
+    assert structural_problems({"type": "string", "default": 3})
+    assert structural_problems({"type": "object", "anyOf": [{"type": "object"}]})
+    keyed = {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    assert structural_problems(
+        {**keyed, "items": {"type": "object", "properties": {"name": {"type": "string"}}}}
+    )
+    assert not structural_problems({"x-kubernetes-preserve-unknown-fields": True})
+
+
+def test_chart_crds_are_the_same_files() -> None:
+    chart = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
+    plain = {p.name: p.read_text() for p in CRDS.glob("*.yaml")}
+    assert chart == plain
+
+
+# --- RBAC -------------------------------------------------------------------------------------------
+
+# Written from reading src/gpuplane/k8s/controller.py and leader.py; the informers' list/watch is
+# derived below. test_written_list_matches_the_code keeps this list honest.
+CONTROLLER_WRITES: set[Perm] = {
+    (k8s_api.KUEUE, "workloads", "create"),  # a Workload per queued job / gated pod group
+    (k8s_api.KUEUE, "workloads/status", "update"),  # admission, eviction, pending reason
+    ("", "pods", "update"),  # lift the scheduling gate, label the pod with its workload
+    ("", "pods", "patch"),  # record the chosen devices in an annotation
+    ("", "pods/binding", "create"),  # bind the gang to its planned nodes
+    ("", "pods/eviction", "create"),  # preemption (when not a dry run)
+    ("", "events", "create"),  # QuotaReserved, Pending, Preempted, WouldPreempt
+} | {
+    # stamp templates + unsuspend on admission; suspend on preemption
+    (i.resource.group, i.resource.plural, "update")
+    for i in integrations.INTEGRATIONS.values()
+}
+LEADER_ELECTION: set[Perm] = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+# A Workload's owner reference to its job sets blockOwnerDeletion; with the
+# OwnerReferencesPermissionEnforcement admission plugin that needs update on <owner>/finalizers.
+OWNER_FINALIZERS: set[Perm] = {
+    (i.resource.group, f"{i.resource.plural}/finalizers", "update")
+    for i in integrations.INTEGRATIONS.values()
+}
+
+
+def _informer_resources() -> list[Resource]:
+    kinds = k8s_controller.ControllerConfig().integrations
+    return [*k8s_controller.STATE_RESOURCES, *(integrations.INTEGRATIONS[k].resource for k in kinds)]
+
+
+def _informer_perms() -> set[Perm]:
+    return {(r.group, r.plural, verb) for r in _informer_resources() for verb in ("list", "watch")}
+
+
+def _required_cluster_perms() -> set[Perm]:
+    return _informer_perms() | CONTROLLER_WRITES | OWNER_FINALIZERS
+
+
+_CLIENT_VERBS = {
+    "list": "list",
+    "watch": "watch",
+    "get": "get",
+    "create": "create",
+    "replace": "update",
+    "patch": "patch",
+    "delete": "delete",
+}
+_HTTP_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _resources_named(node: ast.expr) -> list[Resource]:
+    text = ast.unparse(node)
+    if text == "self.resource":  # an informer: one of the informer resources
+        return _informer_resources()
+    if isinstance(node, ast.Attribute) and node.attr == "resource":  # jobs.INTEGRATIONS[kind].resource
+        return [i.resource for i in integrations.INTEGRATIONS.values()]
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    value = getattr(k8s_api, name, None)
+    assert isinstance(value, Resource), f"cannot tell which resource {text!r} is"
+    return [value]
+
+
+def _api_calls(module: Any) -> Iterator[Perm]:
+    """(group, resource, verb) for every call on ``self.api`` in a module's source."""
+    tree = ast.parse(inspect.getsource(module))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if ast.unparse(node.func.value) != "self.api":
+            continue
+        method = node.func.attr
+        if method == "request":
+            verb_node, path_node = node.args[0], node.args[1]
+            assert isinstance(verb_node, ast.Constant), ast.unparse(node)
+            assert isinstance(path_node, ast.Call), ast.unparse(node)
+            assert isinstance(path_node.func, ast.Attribute), ast.unparse(node)
+            assert path_node.func.attr == "path", ast.unparse(node)
+            verb = _HTTP_VERBS[verb_node.value]
+            resources = _resources_named(path_node.func.value)
+            subs = [a.value for a in path_node.args[2:3] if isinstance(a, ast.Constant)]
+        else:
+            assert method in _CLIENT_VERBS, f"unknown API call {ast.unparse(node)}"
+            verb = _CLIENT_VERBS[method]
+            resources = _resources_named(node.args[0])
+            subs = [
+                k.value.value for k in node.keywords if k.arg == "sub" and isinstance(k.value, ast.Constant)
+            ]
+        for res in resources:
+            plural = f"{res.plural}/{subs[0]}" if subs else res.plural
+            yield res.group, plural, verb
+
+
+def _code_perms() -> set[Perm]:
+    return {p for module in (k8s_controller, leader, k8s_informer) for p in _api_calls(module)}
+
+
+def _rule_perms(rules: list[Doc]) -> set[Perm]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule.get("verbs", [])
+    }
+
+
+def test_the_code_scan_sees_the_calls() -> None:
+    found = _code_perms()
+    assert ("", "pods/binding", "create") in found
+    assert (k8s_api.KUEUE, "workloads/status", "update") in found
+    assert ("coordination.k8s.io", "leases", "get") in found
+
+
+def test_written_list_matches_the_code() -> None:
+    found = _code_perms()
+    assert found - _informer_perms() - LEADER_ELECTION == CONTROLLER_WRITES
+    assert {p for p in found if p[1] == "leases"} == LEADER_ELECTION
+
+
+def test_cluster_role_grants_exactly_what_the_controller_uses() -> None:
+    role = _one(_manifests(), "ClusterRole", "gpuplane-controller")
+    granted = _rule_perms(role["rules"])
+    required = _required_cluster_perms()
+    assert not required - granted, f"missing: {sorted(required - granted)}"
+    assert not granted - required, f"more than needed: {sorted(granted - required)}"
+    assert all("resourceNames" not in r and "nonResourceURLs" not in r for r in role["rules"])
+
+
+def test_leases_only_in_gpuplane_namespace_and_only_the_controllers_lease() -> None:
+    docs = _manifests()
+    role = _one(docs, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE == k8s_controller.ControllerConfig().lease_namespace
+    assert _rule_perms(role["rules"]) == LEADER_ELECTION
+    lease_name = inspect.signature(leader.LeaderElector).parameters["name"].default
+    for rule in role["rules"]:
+        if set(rule["verbs"]) & {"get", "update"}:
+            assert rule.get("resourceNames") == [lease_name]
+    cluster_role = _one(docs, "ClusterRole")
+    assert not {p for p in _rule_perms(cluster_role["rules"]) if p[1] == "leases"}
+
+
+def test_no_wildcards_or_escalation_anywhere() -> None:
+    for doc in _manifests():
+        if doc["kind"] not in ("Role", "ClusterRole"):
+            continue
+        for rule in doc["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(key, []), (doc["metadata"]["name"], rule)
+            assert not set(rule["verbs"]) & {"escalate", "bind", "impersonate", "deletecollection"}
+
+
+def test_every_api_resource_is_covered() -> None:
+    docs = _manifests()
+    granted = _rule_perms(_one(docs, "ClusterRole")["rules"]) | _rule_perms(_one(docs, "Role")["rules"])
+    for res in (r for r in vars(k8s_api).values() if isinstance(r, Resource)):
+        assert any(g == res.group and p == res.plural for g, p, _ in granted), res
+
+
+def test_bindings_give_the_roles_to_the_service_account() -> None:
+    docs = _manifests()
+    account = _one(docs, "ServiceAccount", SERVICE_ACCOUNT)
+    assert account["metadata"]["namespace"] == NAMESPACE
+    subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = _one(docs, kind)
+        role = _one(docs, role_kind)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": role["metadata"]["name"],
+        }
+        assert binding["subjects"] == [subject]
+        if kind == "RoleBinding":
+            assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+
+
+def test_docs_explain_every_permission() -> None:
+    text = DOCS.read_text()
+    docs = _manifests()
+    for group, resource, _ in _rule_perms(_one(docs, "ClusterRole")["rules"] + _one(docs, "Role")["rules"]):
+        assert f"`{resource}`" in text, f"docs/deploy.md does not explain {group}/{resource}"
+
+
+# --- webhook ---------------------------------------------------------------------------------------
+
+
+def test_webhook_targets_pod_create_only() -> None:
+    config = _one(_manifests(), "MutatingWebhookConfiguration")
+    assert config["webhooks"]
+    for hook in config["webhooks"]:
+        assert hook["rules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ]
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["name"].count(".") >= 2
+        excluded = [
+            e
+            for e in hook["namespaceSelector"]["matchExpressions"]
+            if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
+        ]
+        assert len(excluded) == 1
+        assert {"kube-system", NAMESPACE} <= set(excluded[0]["values"])
+        assert hook["clientConfig"]["service"] == {
+            "name": "gpuplane-webhook",
+            "namespace": NAMESPACE,
+            "path": "/",
+            "port": 443,
+        }
+
+
+def test_webhook_object_selectors_lose_no_pod_the_webhook_would_change() -> None:
+    config = _one(_manifests(), "MutatingWebhookConfiguration")
+    selected = set()
+    for hook in config["webhooks"]:
+        (expression,) = hook["objectSelector"]["matchExpressions"]
+        assert expression["operator"] == "Exists"
+        selected.add(expression["key"])
+    assert selected == {integrations.QUEUE_LABEL, integrations.WORKLOAD_LABEL}
+    unselected = {"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": []}}
+    assert pod_patch(unselected) == []
+    for label in selected:
+        pod = {"metadata": {"name": "p", "labels": {label: "v"}}, "spec": {"containers": []}}
+        assert pod_patch(pod), label
+
+
+def test_webhook_service_reaches_the_webhook_port() -> None:
+    docs = _manifests()
+    service = _one(docs, "Service", "gpuplane-webhook")
+    assert service["metadata"]["namespace"] == NAMESPACE
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == 443
+    deployment = _one(docs, "Deployment", "gpuplane-webhook")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    params = _parse_command(container)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports[port["targetPort"]] == params["port"]
+
+
+# --- Deployments ------------------------------------------------------------------------------------
+
+
+def _parse_command(container: Doc) -> dict[str, Any]:
+    """Parse the container's command line with gpuplane's own CLI; returns the option values."""
+    argv = [*container.get("command", []), *container.get("args", [])]
+    assert argv[0] == "gpuplane", argv
+    commands = getattr(get_command(build_app()), "commands", {})
+    command = commands.get(argv[1])
+    assert command is not None, f"gpuplane has no command {argv[1]!r}"
+    with command.make_context(argv[1], list(argv[2:])) as ctx:
+        return dict(ctx.params)
+
+
+def _deployments() -> list[Doc]:
+    return [d for d in _manifests() if d["kind"] == "Deployment"]
+
+
+def test_namespace_enforces_restricted_pod_security() -> None:
+    namespace = _one(_manifests(), "Namespace", NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_controller_runs_with_leader_election_dry_run_and_its_account() -> None:
+    deployment = _one(_manifests(), "Deployment", "gpuplane-controller")
+    assert deployment["metadata"]["namespace"] == NAMESPACE
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == SERVICE_ACCOUNT
+    (container,) = pod["containers"]
+    params = _parse_command(container)
+    assert container["args"][0] == "controller"
+    assert container["args"][1] == "--dry-run", "docs/deploy.md switches dry run off at args[1]"
+    assert params["dry_run"] is True
+    assert params["leader_elect"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert params["lease_namespace"] == "$(POD_NAMESPACE)"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert params["identity"] == "$(POD_NAME)"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_webhook_serves_tls_from_its_secret_and_has_a_liveness_probe() -> None:
+    deployment = _one(_manifests(), "Deployment", "gpuplane-webhook")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    params = _parse_command(container)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    for file in (params["cert"], params["key"]):
+        mount = mounts[str(Path(file).parent)]
+        assert volumes[mount["name"]]["secret"]["secretName"] == WEBHOOK_SECRET
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    probe_port = container["livenessProbe"]["tcpSocket"]["port"]
+    assert ports.get(probe_port, probe_port) == params["port"]
+
+
+@pytest.mark.parametrize("name", ["gpuplane-controller", "gpuplane-webhook"])
+def test_pods_are_hardened_and_sized(name: str) -> None:
+    pod = _one(_deployments(), "Deployment", name)["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["readOnlyRootFilesystem"] is True
+        assert "ALL" in context["capabilities"]["drop"]
+        assert not context.get("privileged", False)
+        for bound in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(container["resources"][bound]), (container["name"], bound)
+
+
+# --- rendering ---------------------------------------------------------------------------------------
+
+
+def test_kubectl_kustomize_renders_every_object() -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed; `kubectl kustomize deploy` could not be tried")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    rendered = sorted((d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out) if d)
+    assert rendered == sorted((d["kind"], d["metadata"]["name"]) for d in _manifests())
+
+
+def _values() -> Doc:
+    return _load(CHART / "values.yaml")[0]
+
+
+def test_chart_metadata_and_values() -> None:
+    chart = _load(CHART / "Chart.yaml")[0]
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "gpuplane"
+    assert str(chart["appVersion"]) == gpuplane.__version__
+    values = _values()
+    for key in ("replicas", "dryRunPreemption", "minRuntimeSeconds", "leaderElection", "resources"):
+        assert key in values, key
+    assert values["dryRunPreemption"] is True
+    assert values["leaderElection"] is True
+    assert values["image"]["repository"]
+    assert values["webhook"]["enabled"] is True
+    assert values["webhook"]["certificateSecretName"] == WEBHOOK_SECRET
+    assert (TEMPLATES / "_helpers.tpl").is_file()
+    assert (TEMPLATES / "NOTES.txt").is_file()
+
+
+def test_chart_templates_use_only_values_that_exist() -> None:
+    values = _values()
+    for template in TEMPLATES.iterdir():
+        for ref in re.findall(r"\.Values((?:\.\w+)+)", template.read_text()):
+            node: Any = values
+            for step in ref.strip(".").split("."):
+                assert isinstance(node, dict), f"{template.name}: .Values{ref}"
+                assert step in node, f"{template.name}: .Values{ref}"
+                node = node[step]
+
+
+def _helm_template(*args: str) -> subprocess.CompletedProcess[str]:
+    helm = shutil.which("helm")
+    assert helm is not None
+    command = [helm, "template", "gpuplane", str(CHART), "--namespace", NAMESPACE, "--include-crds", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_helm_template_renders_the_same_objects() -> None:
+    if shutil.which("helm") is None:
+        pytest.skip(
+            "helm is not installed: the chart's templates are Go templates that only helm renders "
+            "(the static chart checks above still ran)"
+        )
+    result = _helm_template()
+    assert result.returncode == 0, result.stderr
+    rendered = [d for d in yaml.safe_load_all(result.stdout) if d]
+    plain = _manifests()
+    kinds = sorted(d["kind"] for d in rendered)
+    assert kinds == sorted(d["kind"] for d in plain if d["kind"] != "Namespace")
+    for kind in ("ClusterRole", "Role"):
+        assert _rule_perms(_one(rendered, kind)["rules"]) == _rule_perms(_one(plain, kind)["rules"])
+    for name in ("gpuplane-controller", "gpuplane-webhook"):
+        ours = _one(rendered, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        theirs = _one(plain, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        assert ours["args"] == theirs["args"]
+        assert ours["securityContext"] == theirs["securityContext"]
+    ours_hooks = _one(rendered, "MutatingWebhookConfiguration")["webhooks"]
+    theirs_hooks = _one(plain, "MutatingWebhookConfiguration")["webhooks"]
+    assert ours_hooks == theirs_hooks
+    rendered_crds = {
+        c["metadata"]["name"]: c["spec"] for c in rendered if c["kind"] == "CustomResourceDefinition"
+    }
+    assert rendered_crds == {c["metadata"]["name"]: c["spec"] for c in _crds()}
+
+    off = _helm_template("--set", "dryRunPreemption=false", "--set", "webhook.enabled=false")
+    assert off.returncode == 0, off.stderr
+    rendered = [d for d in yaml.safe_load_all(off.stdout) if d]
+    controller = _one(rendered, "Deployment", "gpuplane-controller")["spec"]["template"]["spec"]
+    assert controller["containers"][0]["args"][1] == "--no-dry-run"
+    assert not [d for d in rendered if d["kind"] == "MutatingWebhookConfiguration"]
+
+    unsafe = _helm_template("--set", "leaderElection=false")
+    assert unsafe.returncode != 0, "two replicas without leader election must be refused"
