@@ -21,6 +21,12 @@ if ! command -v python3 >/dev/null || ! python3 -m pip --version >/dev/null 2>&1
     apt-get install -y -qq python3 python3-pip
 fi
 
+# kubectl: the API-server double's tests run the real binary against it.
+if ! command -v kubectl >/dev/null; then
+    step "apt-get install kubectl"
+    apt-get update -qq && apt-get install -y -qq kubectl
+fi
+
 # --- Python packages ------------------------------------------------------------------------------
 step "pip install -e .[dev]"
 python3 -m pip install --quiet -e '.[dev]'

@@ -1,0 +1,3 @@
+"""Shared pytest configuration: fixtures of the API-server double (see apiserver/fixtures.py)."""
+
+pytest_plugins = ["apiserver.fixtures"]
