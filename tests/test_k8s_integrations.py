@@ -131,7 +131,7 @@ def test_release_stamps_templates_and_unsuspends() -> None:
     workers = released["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]
     assert workers["metadata"]["labels"][jobs.WORKLOAD_LABEL] == "wl-1"
     assert workers["metadata"]["labels"][jobs.PODSET_LABEL] == "workers"
-    assert workers["spec"]["schedulerName"] == "gpuplane"
+    assert "schedulerName" not in workers["spec"]  # immutable in a Job template: the webhook sets it
     assert workers["spec"]["nodeSelector"] == {"gpu": "h100"}
     assert jobs.is_suspended("JobSet", jobs.suspended_job("JobSet", released))
 

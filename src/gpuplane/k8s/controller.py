@@ -228,11 +228,15 @@ class Controller:
         return objects
 
     def _schedule(self) -> Plan | None:
+        skipped: list[InputError] = []
         try:
-            state = state_from_objects(self._snapshot_objects())
+            state = state_from_objects(self._snapshot_objects(), skipped=skipped)
         except InputError as err:
             log.warning("cluster state rejected: %s", err)
             return None
+        for problem in skipped:  # one bad object must not stop scheduling for everyone
+            log.warning("ignoring invalid object: %s", problem)
+        self.counters.extra["invalid_objects"] = len(skipped)
         config = replace(
             self.config.scheduler or config_from_kueue(state.configuration),
             min_runtime_seconds=self.config.min_runtime_seconds,
@@ -273,7 +277,9 @@ class Controller:
             status = updated.setdefault("status", {})
             status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
             conditions = [
-                c for c in status.get("conditions", []) if c.get("type") not in ("QuotaReserved", "Admitted")
+                c
+                for c in status.get("conditions", [])
+                if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
             ]
             conditions.extend(
                 {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
@@ -343,7 +349,7 @@ class Controller:
         conditions = [
             c
             for c in status.get("conditions", [])
-            if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted")
+            if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
         ]
         conditions += [
             {

@@ -163,7 +163,11 @@ def workload_for(kind: str, obj: dict[str, Any], priorities: dict[str, int]) -> 
     priority_class = labels.get(PRIORITY_CLASS_LABEL)
     spec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets}
     if priority_class:
-        spec["priorityClassName"] = priority_class
+        spec["priorityClassRef"] = {
+            "group": api.KUEUE,
+            "kind": "WorkloadPriorityClass",
+            "name": priority_class,
+        }
         spec["priority"] = priorities.get(priority_class, 0)
     uid = str(meta.get("uid", ""))
     return {
@@ -209,7 +213,7 @@ def pod_group_workload(pods: list[dict[str, Any]], priorities: dict[str, int]) -
     }
     pc = labels.get(PRIORITY_CLASS_LABEL)
     if pc:
-        spec["priorityClassName"] = pc
+        spec["priorityClassRef"] = {"group": api.KUEUE, "kind": "WorkloadPriorityClass", "name": pc}
         spec["priority"] = priorities.get(pc, 0)
     return {
         "apiVersion": f"{api.KUEUE}/v1beta2",
@@ -239,7 +243,8 @@ def released_job(
         meta = template.setdefault("metadata", {})
         meta.setdefault("labels", {}).update({WORKLOAD_LABEL: workload, PODSET_LABEL: ps.name})
         pod_spec = template.setdefault("spec", {})
-        pod_spec["schedulerName"] = SCHEDULER_NAME
+        # The scheduler name is immutable in a Job's template; the webhook sets it on each
+        # pod from the workload label stamped here.
         selector = flavor_labels.get(ps.name, {})
         if selector:
             pod_spec.setdefault("nodeSelector", {}).update(selector)

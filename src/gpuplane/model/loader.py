@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -317,24 +317,43 @@ def state_from_objects(
     *,
     strict: bool = False,
     warnings: list[str] | None = None,
+    skipped: list[InputError] | None = None,
 ) -> ClusterState:
     """Build a ClusterState from already decoded objects (e.g. an informer cache)."""
     return build_state(
-        [Document(source, i, None, obj) for i, obj in enumerate(objects)], strict=strict, warnings=warnings
+        [Document(source, i, None, obj) for i, obj in enumerate(objects)],
+        strict=strict,
+        warnings=warnings,
+        skipped=skipped,
     )
 
 
 def build_state(
-    docs: Sequence[Document], *, strict: bool = False, warnings: list[str] | None = None
+    docs: Sequence[Document],
+    *,
+    strict: bool = False,
+    warnings: list[str] | None = None,
+    skipped: list[InputError] | None = None,
 ) -> ClusterState:
-    """Parse, cross-check and freeze decoded documents."""
+    """Parse, cross-check and freeze decoded documents.
+
+    With ``skipped`` (a live cluster), an invalid object is left out and its error
+    appended there, instead of failing the whole state.
+    """
+
+    def refuse(err: InputError) -> None:
+        if skipped is None:
+            raise err
+        skipped.append(err)
+
     typed: list[tuple[Document, str, str, str]] = []
     for doc in docs:
         try:
             group, version, kind = _api(doc)
             _check_version(group, version, kind)
         except InputError as err:
-            raise doc.locate(err) from None
+            refuse(doc.locate(err))
+            continue
         typed.append((doc, group, version, kind))
 
     collector = _Collector()
@@ -397,7 +416,7 @@ def build_state(
                     collector.claim(kind, obj.key, doc)
                     pods.append(obj)
         except InputError as err:
-            raise doc.locate(err) from None
+            refuse(doc.locate(err))
 
     state = ClusterState(
         configuration=config,
@@ -423,16 +442,33 @@ def build_state(
             return err.located(source=found.source, document=found.index)
         return err
 
-    try:
-        validate_state(state)
-    except InputError as err:
-        raise locate(err) from None
+    while True:
+        try:
+            validate_state(state)
+            break
+        except InputError as err:
+            if skipped is None:
+                raise locate(err) from None
+            skipped.append(locate(err))
+            state = _without(state, err.obj or "")
     for problem in api_server_rejections(state):
         if strict:
             raise locate(problem)
         if warnings is not None:
             warnings.append(str(locate(problem)))
     return state
+
+
+def _without(state: ClusterState, obj: str) -> ClusterState:
+    """The state less one LocalQueue or Cohort that failed cross-validation."""
+    kind, _, key = obj.partition("/")
+    if kind == "LocalQueue":
+        return replace(
+            state, local_queues=frozen_map({k: v for k, v in state.local_queues.items() if k != key})
+        )
+    if kind == "Cohort":
+        return replace(state, cohorts=frozen_map({k: v for k, v in state.cohorts.items() if k != key}))
+    raise InputError(f"cannot leave out {obj}", obj=obj)
 
 
 def load_files(

@@ -416,7 +416,9 @@ class ClusterState:
     nodes: tuple[Node, ...] = ()
     pods: tuple[Pod, ...] = ()
     # "Kind/key" -> (file, document index), to point errors found later at their source.
-    origins: Mapping[str, tuple[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+    origins: Mapping[str, tuple[str, int]] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
 
     def locate(self, obj: str | None) -> tuple[str, int] | None:
         return self.origins.get(obj or "")
