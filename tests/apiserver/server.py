@@ -252,9 +252,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_error(self, error: ApiError) -> None:
-        self._send_json(error.code, error.status())
-
     def _handle(self) -> None:
         path, query = _query(self.path)
         raw = self._read_body()
@@ -266,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
             content_type=content_type,
             user_agent=self.headers.get("User-Agent") or "",
         )
-        code = 500
+        warnings: tuple[str, ...] = ()
         try:
             body = self._parse_body(raw, content_type)
             route = self._route(path) if path.startswith(("/api/", "/apis/")) else None
@@ -277,22 +274,20 @@ class _Handler(BaseHTTPRequestHandler):
             if decision.error is not None and not (request.verb == "watch" and decision.error.code == 410):
                 raise decision.error
             if request.verb == "watch" and route is not None:
-                code = 200
+                selection = self._selection(route, query)
                 self.double.requests.record(Exchange(request, 200))
-                self._watch(request, route, decision.error)
+                self._watch(request, route, selection, decision.error)
                 return
             code, reply, warnings = self._dispatch(request, route, body)
-            self._send_json(code, reply, warnings)
         except ApiError as error:
-            code = error.code
-            self._send_error(error)
+            code, reply = error.code, error.status()
         except Exception as error:
             self.double.server_errors.append(error)
-            self._send_error(
-                ApiError(500, f"apiserver double: {type(error).__name__}: {error}", "InternalError")
-            )
-        if request.verb != "watch" or code != 200:
-            self.double.requests.record(Exchange(request, code))
+            failure = ApiError(500, f"apiserver double: {type(error).__name__}: {error}", "InternalError")
+            code, reply = failure.code, failure.status()
+        # Log before answering: a client that has its answer must find the exchange in the log.
+        self.double.requests.record(Exchange(request, code))
+        self._send_json(code, reply, warnings)
 
     @staticmethod
     def _parse_body(raw: bytes, content_type: str) -> Any:
@@ -350,7 +345,8 @@ class _Handler(BaseHTTPRequestHandler):
                 user_agent=request.user_agent,
             )
         name = route.name
-        if route.subresource == "binding" and not name and isinstance(body, dict):
+        if not name and request.method == "POST" and isinstance(body, dict):
+            # A create names its object in the body (as the audit log's objectRef does).
             name = str((body.get("metadata") or {}).get("name", ""))
         return Request(
             request.method,
@@ -578,7 +574,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- watch -------------------------------------------------------------------------------------
 
-    def _watch(self, request: Request, route: _Route, fault: ApiError | None) -> None:
+    def _watch(self, request: Request, route: _Route, selection: Selection, fault: ApiError | None) -> None:
         store, rt, query = self.double.store, route.rt, request.query
         bookmarks = query.get("allowWatchBookmarks", "").lower() in _TRUE
         initial = query.get("sendInitialEvents")
@@ -589,7 +585,7 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 watcher = store.watch(
                     rt,
-                    self._selection(route, query),
+                    selection,
                     resource_version=query.get("resourceVersion", ""),
                     bookmarks=bookmarks,
                     send_initial_events=None if initial is None else initial.lower() in _TRUE,
