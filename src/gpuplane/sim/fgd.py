@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuplane.core.placement.fragmentation import FragmentationMeasure, NodeFragmentation, typical_pods
+from gpuplane.core.placement.fragmentation import node_fragmentation, typical_pods
 from gpuplane.core.placement.gpu_cluster import FloatArray, GpuCluster, GpuRequest, IntArray, NodeSpec
 from gpuplane.core.placement.scoring import PolicyContext, get_policy, policy_factory, schedule_one
 from gpuplane.sim.traces import TraceError, TracePod, read_arrivals, read_node_names, read_nodes, read_pods
@@ -156,7 +156,7 @@ def replay(
     cluster = GpuCluster(nodes)
     typical = typical_pods(typical_source)
     policy = get_policy(policy_name, PolicyContext(typical=typical, rng=rng))
-    fragmentation = NodeFragmentation(FragmentationMeasure(typical, cluster.model_names), cluster)
+    fragmentation = node_fragmentation(typical, cluster)
     count = len(arrivals.requests)
     arrived = np.empty(count, dtype=np.int64)
     used = np.empty(count, dtype=np.int64)

@@ -22,6 +22,11 @@ Fragment of a node for one typical pod ``m`` (``L`` = the node's free milli-GPU)
 Fragment of a node = sum over typical pods of ``p_m * fragment_m``, accumulated per bucket in the
 typical-pod order, then the buckets summed in the order Q1, Q2, Q4, XL, XR, NA (Q3 excluded).
 Memory plays no part.
+
+:class:`WasteMeasure` is gpuplane's alternative (used by its default policy): the expected milli-GPU
+that will never be allocated, per GPU from the size of its free gap, plus the GPUs that the node's
+free CPU cannot feed. Both measures share the :class:`NodeMeasure` protocol, so one cache of
+per-node values (:class:`NodeMeasureCache`) serves either.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from gpuplane.core.placement.gpu_cluster import FloatArray, GpuCluster, GpuRequest, IntArray
+from gpuplane.core.placement.gpu_cluster import MILLI_PER_GPU, FloatArray, GpuCluster, GpuRequest, IntArray
 
 # Buckets in the order their sums are added (Q3, "satisfied", is never part of the fragment).
 Q1_LACK_BOTH, Q2_LACK_GPU, Q4_LACK_CPU, XL_SATISFIED, XR_LACK_CPU, NO_ACCESS = range(6)
@@ -120,10 +126,19 @@ def node_fragment(typical: Sequence[TypicalPod], cpu_left: int, gpu_free: Sequen
     return total
 
 
+class NodeMeasure(Protocol):
+    """A float per node state (milli-GPU), computed for many states at once."""
+
+    def amounts(self, cpu_left: IntArray, gpu_free: IntArray, model: IntArray) -> FloatArray:
+        """``cpu_left[K]`` free milli-CPU, ``gpu_free[K, G]`` free milli-GPU per GPU (padding GPUs 0),
+        ``model[K]`` GPU model ids in the cluster's numbering."""
+        ...
+
+
 class FragmentationMeasure:
     """Vectorised fragment of many node states under a fixed list of typical pods.
 
-    ``model_names`` fixes the meaning of model ids (use the cluster's ``model_names``).
+    ``model_names`` fixes the meaning of model ids: pass the cluster's ``model_names``.
     """
 
     def __init__(self, typical: Sequence[TypicalPod], model_names: Sequence[str]) -> None:
@@ -178,39 +193,109 @@ class FragmentationMeasure:
             total += per_bucket[b]
         return total
 
-    def model_ids(self, cluster: GpuCluster) -> IntArray:
-        """The cluster's model ids in this measure's numbering."""
-        index = {name: i for i, name in enumerate(self.model_names)}
-        missing = [m for m in cluster.model_names if m not in index]
-        if missing:
-            raise ValueError(f"GPU models {missing} are unknown to this fragmentation measure")
-        mapping = np.array([index[m] for m in cluster.model_names], dtype=np.int64)
-        result: IntArray = mapping[cluster.model]
-        return result
 
+class NodeMeasureCache:
+    """One measure for every node of one cluster, recomputed only for nodes whose version changed."""
 
-class NodeFragmentation:
-    """The fragment of every node of one cluster, recomputed only for nodes that changed."""
-
-    def __init__(self, measure: FragmentationMeasure, cluster: GpuCluster) -> None:
+    def __init__(self, measure: NodeMeasure, cluster: GpuCluster) -> None:
         self.measure = measure
         self.cluster = cluster
-        self._model = measure.model_ids(cluster)
         self._values = np.zeros(len(cluster), dtype=np.float64)
         self._seen = np.full(len(cluster), -1, dtype=np.int64)
 
     def values(self) -> FloatArray:
-        """Fragment per node (milli-GPU) for the cluster's current state. Read-only view."""
+        """The measure per node for the cluster's current state (a live array: do not write)."""
         stale = np.flatnonzero(self._seen != self.cluster.version)
         if stale.size:
             c = self.cluster
-            self._values[stale] = self.measure.amounts(
-                c.cpu_free[stale], c.gpu_free[stale], self._model[stale]
-            )
+            self._values[stale] = self.measure.amounts(c.cpu_free[stale], c.gpu_free[stale], c.model[stale])
             self._seen[stale] = c.version[stale]
         return self._values
 
-    @property
-    def model(self) -> IntArray:
-        """Model id per node, in the measure's numbering."""
-        return self._model
+
+def node_fragmentation(typical: Sequence[TypicalPod], cluster: GpuCluster) -> NodeMeasureCache:
+    """FGD's fragment of every node of ``cluster``, kept up to date."""
+    return NodeMeasureCache(FragmentationMeasure(typical, cluster.model_names), cluster)
+
+
+# -- gpuplane's measure ---------------------------------------------------------------------------
+
+# Scale of the chance that a free gap is ever filled: a gap that Q (the probability that the next
+# GPU pod fits in it) makes fillable is filled with probability Q / (Q + FILL_SCALE).
+FILL_SCALE = 0.01
+# CPU pressure above which the CPU reserved for free GPUs is discounted, and how steeply.
+PRESSURE_KNEE = 0.95
+PRESSURE_SLOPE = 5.0
+MIN_RESERVE_SCALE = 0.4
+
+
+def gap_waste(typical: Sequence[TypicalPod], fill_scale: float = FILL_SCALE) -> FloatArray:
+    """Expected milli-GPU never allocated of one GPU with ``h`` milli free, for ``h`` = 0..1000.
+
+    Model: GPU pods arrive with the typical pods' sizes (a multi-GPU pod counts as size 1000). A gap
+    of ``h`` is eventually filled by one of the sizes that fit, chosen in proportion to their
+    probability, with chance ``Q(h) / (Q(h) + fill_scale)`` where ``Q(h)`` is the probability that a
+    pod fits; otherwise all of it is wasted. So ``V[h] = (1 - f) * h + f * E[V[h - size]]``.
+    A gap only rare pods fit (``Q`` small) is nearly all waste; a gap many pods fit is not.
+    """
+    chance = np.zeros(MILLI_PER_GPU + 1, dtype=np.float64)
+    gpu_pods = [t for t in typical if t.gpu_milli]
+    total = sum(t.probability for t in gpu_pods)
+    for t in gpu_pods:
+        chance[t.gpu_milli] += t.probability / total
+    sizes = np.flatnonzero(chance)
+    fits = np.cumsum(chance)
+    waste = np.zeros(MILLI_PER_GPU + 1, dtype=np.float64)
+    for h in range(1, MILLI_PER_GPU + 1):
+        if fits[h] <= 0.0:
+            waste[h] = h
+            continue
+        fitting = sizes[sizes <= h]
+        expected = float((chance[fitting] * waste[h - fitting]).sum() / fits[h])
+        filled = fits[h] / (fits[h] + fill_scale)
+        waste[h] = (1.0 - filled) * h + filled * expected
+    return waste
+
+
+def cpu_per_gpu_milli(typical: Sequence[TypicalPod]) -> float:
+    """Mean milli-CPU that GPU pods ask per milli-GPU (0 when no typical pod asks a GPU)."""
+    gpu = sum(t.probability * t.gpus * t.gpu_milli for t in typical)
+    cpu = sum(t.probability * t.cpu for t in typical if t.gpu_milli)
+    return cpu / gpu if gpu else 0.0
+
+
+def cpu_pressure(typical: Sequence[TypicalPod], cluster: GpuCluster) -> float:
+    """CPU the workload would ask, all pods included, once every GPU is allocated, over the CPU there is."""
+    gpu = sum(t.probability * t.gpus * t.gpu_milli for t in typical)
+    cpu = sum(t.probability * t.cpu for t in typical)
+    capacity = int(cluster.cpu_capacity.sum())
+    if not gpu or not capacity:
+        return 0.0
+    return (cpu / gpu) * cluster.gpu_capacity_milli / capacity
+
+
+class WasteMeasure:
+    """gpuplane's node measure: expected milli-GPU that will never be allocated on the node.
+
+    ``sum_i gap_waste[free_i] + max(0, L - cpu_left / reserve)`` where ``L`` is the node's free
+    milli-GPU and ``reserve`` the milli-CPU a milli-GPU needs (:func:`cpu_per_gpu_milli`): the second
+    term counts the GPUs that the node's free CPU cannot feed. When the workload asks more CPU than
+    the cluster has (:func:`cpu_pressure` above ``PRESSURE_KNEE``), high-CPU GPU pods are the ones
+    that will not fit, so the reserve is discounted (down to ``MIN_RESERVE_SCALE``).
+    """
+
+    def __init__(self, typical: Sequence[TypicalPod], cluster: GpuCluster) -> None:
+        if not typical:
+            raise ValueError("the waste measure needs the typical pods of the workload")
+        self.gap_waste = gap_waste(typical)
+        pressure = cpu_pressure(typical, cluster)
+        scale = min(1.0, max(MIN_RESERVE_SCALE, 1.0 - PRESSURE_SLOPE * (pressure - PRESSURE_KNEE)))
+        self.cpu_reserve = cpu_per_gpu_milli(typical) * scale
+
+    def amounts(self, cpu_left: IntArray, gpu_free: IntArray, model: IntArray) -> FloatArray:
+        del model  # every GPU model is alike to this measure
+        waste: FloatArray = self.gap_waste[gpu_free].sum(axis=1)
+        if self.cpu_reserve > 0:
+            unfed = gpu_free.sum(axis=1) - cpu_left / self.cpu_reserve
+            waste += np.maximum(unfed, 0.0)
+        return waste

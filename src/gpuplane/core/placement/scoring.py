@@ -17,7 +17,7 @@ gpuclustering   prefers nodes already hosting only pods of the same GPU class   
 gpupacking      shared GPU (tighter first) > free GPU on a used node > empty node   best fit
 bestfit         least CPU + GPU left after placement, min-max normalised            best fit
 fgd             sigmoid of the drop in expected fragmentation (see fragmentation)   FGD's own
-gpuplane        FGD's fragmentation delta, untruncated, see :class:`GpuplaneScore`  its own
+gpuplane        drop in expected never-allocated GPU, see :class:`GpuplaneScore`     its own
 =============== =================================================================== ==========
 
 Policies built by :func:`get_policy` may keep caches keyed by node ``version``; one policy
@@ -34,8 +34,10 @@ import numpy as np
 
 from gpuplane.core.placement.fragmentation import (
     FragmentationMeasure,
-    NodeFragmentation,
+    NodeMeasure,
+    NodeMeasureCache,
     TypicalPod,
+    WasteMeasure,
 )
 from gpuplane.core.placement.gpu_cluster import (
     MILLI_PER_GPU,
@@ -277,46 +279,47 @@ def best_fit_raw(cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> F
 
 @dataclass(slots=True)
 class _ShapeCache:
-    """Per node: the last score for one request shape, its GPU, and the node version it is for."""
+    """Per node: the last utility for one request shape, its GPU, and the node version it is for."""
 
-    score: FloatArray
+    utility: FloatArray
     gpu: IntArray
     seen: IntArray
 
 
-class FragmentationScores:
-    """Expected-fragmentation deltas of placing a request on nodes, cached per shape and node.
+MeasureFactory = Callable[[GpuCluster], NodeMeasure]
+Rate = Callable[[FloatArray, FloatArray], FloatArray]
 
-    For a fractional request, each GPU that fits is tried; otherwise the pod takes the best-fit
-    GPUs (the lowest-index free ones for whole GPUs). ``rate`` turns ``(before, after)`` fragment
-    arrays into a utility per placement (higher is better); among GPUs of equal utility the first
-    (lowest index) is chosen.
+
+class PlacementDeltas:
+    """How much a node measure changes when a request is placed on each node, cached per shape.
+
+    For a fractional request every GPU that fits is tried; otherwise the request takes the best-fit
+    GPUs (for whole GPUs, the lowest-index free ones). ``rate(before, after)`` turns measure values
+    into a utility (higher is better); a node's utility is that of its best GPU, the first (lowest
+    index) among equals. Results depend only on the node's state and the request's shape, so they
+    are kept per ``(shape, node)`` and recomputed only for nodes whose version changed.
     """
 
-    def __init__(
-        self, typical: tuple[TypicalPod, ...], rate: Callable[[FloatArray, FloatArray], FloatArray]
-    ) -> None:
-        if not typical:
-            raise ValueError("fragmentation-based policies need the typical pods of the workload")
-        self._typical = typical
+    def __init__(self, measure_for: MeasureFactory, rate: Rate) -> None:
+        self._measure_for = measure_for
         self._rate = rate
         self._cluster: GpuCluster | None = None
-        self._nodes: NodeFragmentation | None = None
+        self._nodes: NodeMeasureCache | None = None
         self._caches: dict[tuple[int, int, int, tuple[str, ...]], _ShapeCache] = {}
 
-    def node_fragmentation(self, cluster: GpuCluster) -> NodeFragmentation:
-        """The per-node fragment tracker for ``cluster`` (rebuilt when the cluster changes)."""
+    def node_values(self, cluster: GpuCluster) -> NodeMeasureCache:
+        """The measure of every node of ``cluster`` (state is reset when the cluster changes)."""
         if self._cluster is not cluster or self._nodes is None:
             self._cluster = cluster
-            self._nodes = NodeFragmentation(FragmentationMeasure(self._typical, cluster.model_names), cluster)
+            self._nodes = NodeMeasureCache(self._measure_for(cluster), cluster)
             self._caches = {}
         return self._nodes
 
-    def scores(
+    def utilities(
         self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray
     ) -> tuple[FloatArray, IntArray]:
         """Utility and chosen GPU (the first of the choice) of ``nodes`` for ``request``."""
-        tracker = self.node_fragmentation(cluster)
+        tracker = self.node_values(cluster)
         cache = self._caches.get(request.shape)
         if cache is None:
             n = len(cluster)
@@ -327,67 +330,119 @@ class FragmentationScores:
         stale = nodes[cache.seen[nodes] != cluster.version[nodes]]
         if stale.size:
             if request.fractional:
-                score, gpu = self._fractional(cluster, tracker, request, stale)
+                utility, gpu = self._fractional(cluster, tracker, request, stale)
             else:
-                score, gpu = self._whole(cluster, tracker, request, stale)
-            cache.score[stale] = score
+                utility, gpu = self._whole(cluster, tracker, request, stale)
+            cache.utility[stale] = utility
             cache.gpu[stale] = gpu
             cache.seen[stale] = cluster.version[stale]
-        return cache.score[nodes], cache.gpu[nodes]
+        return cache.utility[nodes], cache.gpu[nodes]
 
     def _fractional(
-        self, cluster: GpuCluster, tracker: NodeFragmentation, request: GpuRequest, nodes: IntArray
+        self, cluster: GpuCluster, tracker: NodeMeasureCache, request: GpuRequest, nodes: IntArray
     ) -> tuple[FloatArray, IntArray]:
         rows = cluster.gpu_free[nodes]
         which, gpu = np.nonzero(rows >= request.gpu_milli)
         after = rows[which]
         after[np.arange(len(which)), gpu] -= request.gpu_milli
         before = tracker.values()[nodes][which]
-        frag = tracker.measure.amounts(
-            cluster.cpu_free[nodes][which] - request.cpu, after, tracker.model[nodes][which]
+        value = tracker.measure.amounts(
+            cluster.cpu_free[nodes][which] - request.cpu, after, cluster.model[nodes][which]
         )
         per_gpu = np.full(rows.shape, -np.inf, dtype=np.float64)
-        per_gpu[which, gpu] = self._rate(before, frag)
+        per_gpu[which, gpu] = self._rate(before, value)
         best = np.argmax(per_gpu, axis=1)
         return per_gpu[np.arange(len(nodes)), best], best.astype(np.int64)
 
     def _whole(
-        self, cluster: GpuCluster, tracker: NodeFragmentation, request: GpuRequest, nodes: IntArray
+        self, cluster: GpuCluster, tracker: NodeMeasureCache, request: GpuRequest, nodes: IntArray
     ) -> tuple[FloatArray, IntArray]:
         after = cluster.gpu_free[nodes].copy()
         if request.gpus:
             keyed = np.where(after >= request.gpu_milli, after, _NO_FIT)
             take = np.argsort(keyed, axis=1, kind="stable")[:, : request.gpus]
             after[np.arange(len(nodes))[:, None], take] -= request.gpu_milli
-        frag = tracker.measure.amounts(cluster.cpu_free[nodes] - request.cpu, after, tracker.model[nodes])
+        value = tracker.measure.amounts(cluster.cpu_free[nodes] - request.cpu, after, cluster.model[nodes])
         before = tracker.values()[nodes]
-        return self._rate(before, frag), np.zeros(len(nodes), dtype=np.int64)
+        return self._rate(before, value), np.zeros(len(nodes), dtype=np.int64)
+
+    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+        """The GPUs these utilities assume: the best GPU for a fractional request, else best fit."""
+        if request.fractional:
+            gpu = self.utilities(cluster, request, np.array([node], dtype=np.int64))[1]
+            return (int(gpu[0]),)
+        return cluster.best_gpus(node, request)
 
 
-def fgd_rate(before: FloatArray, after: FloatArray) -> FloatArray:
-    """FGD's score: ``trunc(100 * sigmoid((before - after) / 1000))`` (50 = no change), as floats."""
-    sigmoid = 1.0 / (1.0 + np.exp(-((before - after) / 1000.0)))
+def sigmoid_score(utility: FloatArray) -> FloatArray:
+    """FGD's scale: ``trunc(100 * sigmoid(utility / 1000))`` (50 = no change), as floats."""
+    sigmoid = 1.0 / (1.0 + np.exp(-(utility / 1000.0)))
     return _trunc_score(sigmoid * MAX_NODE_SCORE).astype(np.float64)
 
 
+def fgd_rate(before: FloatArray, after: FloatArray) -> FloatArray:
+    """FGD's score of a placement: the drop of fragment on :func:`sigmoid_score`'s scale."""
+    return sigmoid_score(before - after)
+
+
+def waste_drop(before: FloatArray, after: FloatArray) -> FloatArray:
+    """The raw drop of a measure (positive: the placement lowers it)."""
+    result: FloatArray = before - after
+    return result
+
+
 class FgdScore:
-    """Fragmentation Gradient Descent: the node (and GPU) whose expected fragmentation grows least."""
+    """Fragmentation Gradient Descent: the node (and GPU) whose expected fragmentation grows least.
+
+    GPUs inside a node are compared on the truncated integer score, first index among equals,
+    as the reference implementation does.
+    """
 
     name = "fgd"
 
     def __init__(self, context: PolicyContext) -> None:
-        self._fragmentation = FragmentationScores(context.typical, fgd_rate)
+        typical = _require_typical(context, self.name)
+        self._deltas = PlacementDeltas(lambda c: FragmentationMeasure(typical, c.model_names), fgd_rate)
 
     def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
-        return self._fragmentation.scores(cluster, request, nodes)[0].astype(np.int64)
+        return self._deltas.utilities(cluster, request, nodes)[0].astype(np.int64)
 
     def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
-        if request.fractional:
-            gpu = self._fragmentation.scores(cluster, request, np.array([node], dtype=np.int64))[1]
-            return (int(gpu[0]),)
-        if request.gpu_milli == MILLI_PER_GPU:
-            return cluster.lowest_free_gpus(node, request.gpus)
-        return cluster.best_gpus(node, request)
+        return self._deltas.choose_gpus(cluster, request, node)
+
+
+class GpuplaneScore:
+    """gpuplane's default: place where the expected never-allocated GPU grows least.
+
+    Same protocol and information as FGD (the typical pods and the current cluster state), three
+    differences, each measured on the published openb lists (see docs/placement.md):
+
+    * the measure is :class:`~gpuplane.core.placement.fragmentation.WasteMeasure`: a free gap
+      counts as waste by how likely the workload is to fill it, not by whether one random pod
+      fits now, and GPUs the node's CPU cannot feed count as waste too;
+    * the GPU inside the node is the one with the largest raw drop (FGD compares truncated scores);
+    * nodes are still compared on FGD's truncated sigmoid scale, so placements within ~40
+      milli-GPU of the best tie and the seeded node rank spreads them (exact comparison measured
+      worse, especially when CPU is scarce).
+    """
+
+    name = "gpuplane"
+
+    def __init__(self, context: PolicyContext) -> None:
+        typical = _require_typical(context, self.name)
+        self._deltas = PlacementDeltas(lambda c: WasteMeasure(typical, c), waste_drop)
+
+    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+        return sigmoid_score(self._deltas.utilities(cluster, request, nodes)[0]).astype(np.int64)
+
+    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+        return self._deltas.choose_gpus(cluster, request, node)
+
+
+def _require_typical(context: PolicyContext, policy: str) -> tuple[TypicalPod, ...]:
+    if not context.typical:
+        raise ValueError(f"policy {policy!r} needs the typical pods of the workload")
+    return context.typical
 
 
 PolicyFactory = Callable[[PolicyContext], ScorePolicy]
@@ -399,6 +454,7 @@ POLICIES: dict[str, PolicyFactory] = {
     "gpupacking": GpuPackingScore,
     "bestfit": BestFitScore,
     "fgd": FgdScore,
+    "gpuplane": GpuplaneScore,
 }
 
 
