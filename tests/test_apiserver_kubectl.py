@@ -111,3 +111,26 @@ def test_server_side_apply_and_dry_run(apiserver: Cluster, kubectl: Kubectl) -> 
     before = apiserver.store.resource_version
     kubectl("apply", "--dry-run=server", "-f", "-", input=manifest({**config, "data": {"k": "2"}}))
     assert apiserver.store.resource_version == before
+
+
+def test_generator_commands_and_drain_send_protobuf(apiserver: Cluster, kubectl: Kubectl) -> None:
+    kubectl("create", "namespace", "team")
+    kubectl("create", "configmap", "settings", "--from-literal=mode=fast", "-n", "team")
+    kubectl("create", "job", "once", "--image=busybox", "-n", "team", "--", "sleep", "1")
+    bodies = [e.request.content_type for e in apiserver.requests.find(verb="create")]
+    assert bodies == ["application/vnd.kubernetes.protobuf"] * 3
+    settings = apiserver.store.object("configmaps", "settings", "team")
+    assert settings is not None
+    assert settings["data"] == {"mode": "fast"}
+    once = apiserver.store.object("jobs.batch", "once", "team")
+    assert once is not None
+    assert once["spec"]["template"]["spec"]["containers"][0]["command"] == ["sleep", "1"]
+    assert once["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    apiserver.store.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    bound = pod("p").set("spec.nodeName", "n1").to_dict()
+    apiserver.store.add(bound)
+    kubectl("drain", "n1", "--force", "--grace-period=0", "--timeout=10s")
+    assert apiserver.store.object("pods", "p", "default") is None
+    node = apiserver.store.object("nodes", "n1")
+    assert node is not None
+    assert node["spec"]["unschedulable"] is True

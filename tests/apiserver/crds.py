@@ -46,7 +46,7 @@ def custom_resource_definition(
     """
     plural = plural or f"{kind.lower()}s"
     storage = storage or versions[0]
-    subresources = {"status": {}} if status else {}
+    subresources: dict[str, Any] = {"status": {}} if status else {}
     names: dict[str, Any] = {
         "kind": kind,
         "listKind": f"{kind}List",

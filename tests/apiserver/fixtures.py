@@ -145,11 +145,13 @@ def rest(apiserver: Cluster) -> Rest:
 @pytest.fixture
 def kube_client(apiserver: Cluster) -> Iterator[k8s_client.ApiClient]:
     """An official-client ApiClient for ``apiserver``; closed after the test."""
-    api = k8s_config.new_client_from_config(config_file=str(apiserver.kubeconfig_path))
+    api: k8s_client.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(apiserver.kubeconfig_path)
+    )
     try:
         yield api
     finally:
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]
 
 
 Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]

@@ -181,7 +181,8 @@ def _merge_map(original: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any
     if directive == "delete":
         return None
     if directive == "replace":
-        return _strip_directives(body)
+        replaced: dict[str, Any] = _strip_directives(body)
+        return replaced
     if directive not in (None, "merge"):
         raise bad_request(f"unknown patch directive {directive!r}")
     result = original

@@ -65,7 +65,7 @@ class ResourceType:
             main["categories"] = list(self.categories)
         entries = [main]
         for sub in sorted(self.subresources):
-            kind, verbs = _SUBRESOURCE_SHAPES[sub](self)
+            kind, verbs = _subresource_shape(self, sub)
             entries.append(
                 {
                     "name": f"{self.plural}/{sub}",
@@ -78,11 +78,11 @@ class ResourceType:
         return entries
 
 
-_SUBRESOURCE_SHAPES = {
-    "status": lambda rt: (rt.kind, ["get", "patch", "update"]),
-    "binding": lambda _rt: ("Binding", ["create"]),
-    "eviction": lambda _rt: ("Eviction", ["create"]),
-}
+def _subresource_shape(rt: ResourceType, name: str) -> tuple[str, list[str]]:
+    """The kind and verbs discovery lists for a subresource."""
+    if name == "status":
+        return rt.kind, ["get", "patch", "update"]
+    return {"binding": "Binding", "eviction": "Eviction"}[name], ["create"]
 
 
 def _builtin(

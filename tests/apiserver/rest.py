@@ -109,7 +109,7 @@ class WatchStream:
 
     def take(self, count: int) -> list[dict[str, Any]]:
         """Exactly ``count`` events; fails if the stream ends first."""
-        events = []
+        events: list[dict[str, Any]] = []
         for _ in range(count):
             event = self.next()
             if event is None:

@@ -47,7 +47,11 @@ def _json_type(value: Any) -> str:
         return "integer"
     if isinstance(value, float):
         return "number"
-    return {dict: "object", list: "array", str: "string"}.get(type(value), "unknown")
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return "string" if isinstance(value, str) else "unknown"
 
 
 def validate(root: Mapping[str, Any], obj: Mapping[str, Any]) -> list[Cause]:

@@ -26,7 +26,9 @@ _EXISTS = re.compile(rf"^\s*(?P<neg>!?)\s*(?P<key>{_KEY})\s*$")
 
 def _split_requirements(selector: str) -> list[str]:
     """Split on commas that are not inside a parenthesised value set."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in selector:
         if char == "(":
             depth += 1

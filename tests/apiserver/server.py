@@ -22,14 +22,14 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 
 import yaml
 
-from . import discovery
+from . import discovery, protobuf
 from .errors import ApiError, bad_request, method_not_allowed, resource_not_found, unsupported_media_type
 from .faults import Exchange, Faults, Request, RequestLog
 from .patch import json_patch, merge_patch, strategic_merge_patch
@@ -265,8 +265,8 @@ class _Handler(BaseHTTPRequestHandler):
         )
         warnings: tuple[str, ...] = ()
         try:
-            body = self._parse_body(raw, content_type)
             route = self._route(path) if path.startswith(("/api/", "/apis/")) else None
+            body = self._parse_body(raw, content_type)
             request = self._describe(request, route, body)
             decision = self.double.faults.decide(request)
             if decision.delay:
@@ -293,6 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _parse_body(raw: bytes, content_type: str) -> Any:
         if not raw:
             return None
+        if content_type == protobuf.CONTENT_TYPE:
+            return protobuf.decode(raw)
         try:
             if content_type.endswith("yaml"):
                 return yaml.safe_load(raw)
@@ -365,7 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
             user_agent=request.user_agent,
         )
 
-    def _verb(self, route: _Route, query: dict[str, str]) -> str:
+    def _verb(self, route: _Route, query: Mapping[str, str]) -> str:
         method = self.command
         if method == "GET":
             if route.watch_path or query.get("watch", "").lower() in _TRUE:
@@ -422,7 +424,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- resources ---------------------------------------------------------------------------------
 
-    def _selection(self, route: _Route, query: dict[str, str]) -> Selection:
+    def _selection(self, route: _Route, query: Mapping[str, str]) -> Selection:
         fields = query.get("fieldSelector", "")
         if route.name:
             # A get-style watch of one object is a watch with a name field selector.
@@ -444,7 +446,7 @@ class _Handler(BaseHTTPRequestHandler):
             obj = store.get(rt, route.namespace, route.name)
             return 200, self._present(rt, [obj], obj, {}), ()
         if request.verb == "list":
-            result = store.list(
+            result = store.list_page(
                 rt,
                 self._selection(route, query),
                 resource_version=query.get("resourceVersion", ""),
@@ -504,10 +506,10 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             )
         if request.verb == "delete":
-            result = store.delete(
+            gone = store.delete(
                 rt, route.namespace, route.name, self._delete_options(query, body), dry_run=dry_run
             )
-            return result.code, result.object, ()
+            return gone.code, gone.object, ()
         if request.verb == "deletecollection":
             deleted = store.delete_collection(
                 rt, self._selection(route, query), self._delete_options(query, body)
@@ -531,7 +533,7 @@ class _Handler(BaseHTTPRequestHandler):
         return item if rt.custom else {k: v for k, v in item.items() if k not in ("kind", "apiVersion")}
 
     def _present(
-        self, rt: ResourceType, objects: list[dict[str, Any]], plain: Any, meta: dict[str, Any]
+        self, rt: ResourceType, objects: Sequence[Mapping[str, Any]], plain: Any, meta: Mapping[str, Any]
     ) -> Any:
         if not self._wants_table():
             return plain
@@ -539,7 +541,7 @@ class _Handler(BaseHTTPRequestHandler):
         return table(rt, objects, self.double.store.clock.now(), include=include, list_meta=meta)
 
     @staticmethod
-    def _delete_options(query: dict[str, str], body: Any) -> dict[str, Any]:
+    def _delete_options(query: Mapping[str, str], body: Any) -> dict[str, Any]:
         options = dict(body) if isinstance(body, dict) else {}
         if "gracePeriodSeconds" in query:
             options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
@@ -658,7 +660,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             readable, _, _ = select.select([self.connection], [], [], 0)
             if readable:
-                return self.connection.recv(1, socket.MSG_PEEK) == b""
+                return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
         except OSError:
             return True
         return False

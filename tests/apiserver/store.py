@@ -342,7 +342,7 @@ class Store:
             obj = self._find(rt, namespace, name)
             return self._at_version(copy.deepcopy(obj), rt)
 
-    def list(
+    def list_page(
         self,
         rt: ResourceType,
         selection: Selection,
@@ -616,7 +616,7 @@ class Store:
             patched = apply(self._at_version(copy.deepcopy(current), rt))
             if not isinstance(patched, dict):
                 raise bad_request("the patch must produce an object")
-            meta = patched.get("metadata") if isinstance(patched.get("metadata"), dict) else {}
+            meta: Obj = patched["metadata"] if isinstance(patched.get("metadata"), dict) else {}
             if meta.get("name", name) != name:
                 raise bad_request(
                     f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
@@ -918,7 +918,7 @@ class Store:
 
     def _waiting_for_grace(self, rt: ResourceType, obj: Obj) -> bool:
         due = _meta(obj).get("deletionTimestamp")
-        return rt.key == ("", "pods") and bool(due) and parse_timestamp(due) > self.clock.now()
+        return rt.key == ("", "pods") and isinstance(due, str) and parse_timestamp(due) > self.clock.now()
 
     def _mark_deleting(self, rt: ResourceType, obj: Obj, grace: int) -> WriteResult:
         meta = _meta(obj)

@@ -580,7 +580,7 @@ def _crd_validate(crd: Obj) -> list[Cause]:
     spec = _spec(crd)
     causes: list[Cause] = []
     group = spec.get("group")
-    names = spec.get("names") if isinstance(spec.get("names"), Mapping) else {}
+    names: Mapping[str, Any] = spec["names"] if isinstance(spec.get("names"), Mapping) else {}
     if not group:
         causes.append(required("spec.group"))
     elif "." not in str(group):

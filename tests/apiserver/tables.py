@@ -7,7 +7,7 @@ measured on the double's virtual clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -143,7 +143,7 @@ def _columns(rt: ResourceType) -> list[Column]:
 
 
 def table(
-    rt: ResourceType, objects: list[Obj], now: datetime, *, include: str, list_meta: Mapping[str, Any]
+    rt: ResourceType, objects: Sequence[Obj], now: datetime, *, include: str, list_meta: Mapping[str, Any]
 ) -> dict[str, Any]:
     """A Table of ``objects``; ``include`` is the includeObject parameter (None, Metadata or Object)."""
     columns = _columns(rt)

@@ -187,7 +187,7 @@ def string_map(path: str, value: Any, *, value_rule: Any) -> list[Cause]:
         return []
     if not isinstance(value, Mapping):
         return [invalid_value(path, "...", "must be a map of strings")]
-    causes = []
+    causes: list[Cause] = []
     for key, item in value.items():
         causes.extend(invalid_value(path, key, e) for e in qualified_name(key))
         if not isinstance(item, str):
@@ -264,7 +264,7 @@ def resource_list(path: str, value: Any) -> list[Cause]:
         return []
     if not isinstance(value, Mapping):
         return [invalid_value(path, "...", "must be a map of resource quantities")]
-    causes = []
+    causes: list[Cause] = []
     for name, amount in value.items():
         causes.extend(invalid_value(path, name, e) for e in qualified_name(name))
         parsed = parse_quantity(amount)
