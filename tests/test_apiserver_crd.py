@@ -12,6 +12,8 @@ from apiserver.crds import KUEUE_GROUP, custom_resource_definition, job_framewor
 from apiserver.rest import Rest
 from manifests import cluster_queue, local_queue, resource_flavor, workload
 
+pytestmark = pytest.mark.usefixtures("double")  # tests of the double itself, never of a real cluster
+
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 KUEUE = f"/apis/{KUEUE_GROUP}/v1beta2"
 

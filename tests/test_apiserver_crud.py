@@ -13,6 +13,8 @@ from apiserver.rest import Rest
 from apiserver.store import Store
 from manifests import GPU, Manifest, job, namespace, node, pod_spec
 
+pytestmark = pytest.mark.usefixtures("double")  # tests of the double itself, never of a real cluster
+
 PODS = "/api/v1/namespaces/default/pods"
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 NODES = "/api/v1/nodes"

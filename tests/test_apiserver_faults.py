@@ -15,6 +15,8 @@ from apiserver.fixtures import Cluster
 from apiserver.rest import Rest
 from manifests import Manifest, pod_spec
 
+pytestmark = pytest.mark.usefixtures("double")  # tests of the double itself, never of a real cluster
+
 PODS = "/api/v1/namespaces/default/pods"
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from apiserver.crds import KUEUE_GROUP, kueue_crds
 from apiserver.fixtures import Cluster, Kubectl, manifest
 from manifests import Manifest, cluster_queue, job, pod_spec, resource_flavor
+
+pytestmark = pytest.mark.usefixtures("double")  # tests of the double itself, never of a real cluster
 
 
 def batch_job(image: str = "busybox") -> Manifest:

@@ -11,6 +11,8 @@ from apiserver.crds import custom_resource_definition
 from apiserver.rest import Rest
 from manifests import Manifest, pod_spec
 
+pytestmark = pytest.mark.usefixtures("double")  # tests of the double itself, never of a real cluster
+
 PODS = "/api/v1/namespaces/default/pods"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

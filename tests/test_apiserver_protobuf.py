@@ -10,6 +10,8 @@ from apiserver import protobuf
 from apiserver.errors import ApiError
 from apiserver.rest import Rest
 
+pytestmark = pytest.mark.usefixtures("double")  # tests of the double itself, never of a real cluster
+
 
 def varint(value: int) -> bytes:
     value &= (1 << 64) - 1

@@ -12,6 +12,8 @@ from apiserver.server import ApiServerDouble
 from apiserver.store import Store
 from manifests import Manifest, pod_spec
 
+pytestmark = pytest.mark.usefixtures("double")  # tests of the double itself, never of a real cluster
+
 PODS = "/api/v1/namespaces/default/pods"
 
 

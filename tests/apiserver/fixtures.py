@@ -2,7 +2,8 @@
 
 - ``apiserver``: a double started for the test (``module_apiserver``: one per module), with ``url``,
   ``kubeconfig_path``, ``store``, ``faults`` and ``requests``.
-- ``faults``, ``store``: shortcuts to the double's hooks and storage.
+- ``double``: the double itself (skips against a real cluster); ``faults``, ``store``: its hooks and
+  storage.
 - ``kube_client``: an official-client ``ApiClient`` configured from the kubeconfig.
 - ``kubectl``: runs the real ``kubectl`` against it (skips only when the binary is not installed).
 - ``rest``: a bare HTTP client (:class:`.rest.Rest`) for exact status codes and raw watch streams.
@@ -66,7 +67,7 @@ class Cluster(Protocol):
 class RealCluster:
     """A cluster named by ``GPUPLANE_E2E_KUBECONFIG``. Only its kubeconfig is usable."""
 
-    _SKIP = "needs the API-server double; GPUPLANE_E2E_KUBECONFIG points the tests at a real cluster"
+    SKIP = "needs the API-server double; GPUPLANE_E2E_KUBECONFIG points the tests at a real cluster"
 
     def __init__(self, kubeconfig: Path) -> None:
         self.kubeconfig_path: Path | None = kubeconfig
@@ -80,18 +81,18 @@ class RealCluster:
 
     @property
     def store(self) -> Store:
-        pytest.skip(self._SKIP)
+        pytest.skip(self.SKIP)
 
     @property
     def faults(self) -> Faults:
-        pytest.skip(self._SKIP)
+        pytest.skip(self.SKIP)
 
     @property
     def requests(self) -> RequestLog:
-        pytest.skip(self._SKIP)
+        pytest.skip(self.SKIP)
 
     def advance(self, seconds: float) -> None:  # noqa: ARG002 (same signature as the double's)
-        pytest.skip(self._SKIP)
+        pytest.skip(self.SKIP)
 
 
 def _real_cluster() -> RealCluster | None:
@@ -126,6 +127,18 @@ def module_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clust
 
 
 @pytest.fixture
+def double(apiserver: Cluster) -> ApiServerDouble:
+    """The double itself; the test is skipped when GPUPLANE_E2E_KUBECONFIG selects a real cluster.
+
+    Tests of the double's own behaviour use it (``pytestmark = pytest.mark.usefixtures("double")``) so
+    they never write to a real cluster.
+    """
+    if not isinstance(apiserver, ApiServerDouble):
+        pytest.skip(RealCluster.SKIP)
+    return apiserver
+
+
+@pytest.fixture
 def faults(apiserver: Cluster) -> Faults:
     return apiserver.faults
 
@@ -136,10 +149,8 @@ def store(apiserver: Cluster) -> Store:
 
 
 @pytest.fixture
-def rest(apiserver: Cluster) -> Rest:
-    if isinstance(apiserver, RealCluster):
-        pytest.skip(RealCluster._SKIP)
-    return Rest(apiserver.url)
+def rest(double: ApiServerDouble) -> Rest:
+    return Rest(double.url)
 
 
 @pytest.fixture
