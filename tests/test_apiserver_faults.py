@@ -240,3 +240,13 @@ def test_request_log_records_outcomes(rest: Rest, apiserver: Cluster) -> None:
     assert apiserver.requests.find(status=409)[0] == creates[1]
     discovery = [e for e in apiserver.requests if e.request.path == "/api/v1"]
     assert [(e.request.verb, e.status) for e in discovery] == [("", 200)]
+
+
+def test_conflict_on_bindings(apiserver: Cluster, rest: Rest, faults: Faults) -> None:
+    rest.post(PODS, pod("p"))
+    faults.conflict(resource="pods/binding", verbs=("create",))
+    binding = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}}
+    assert rest.post(f"{PODS}/p/binding", binding).status == 409
+    assert rest.post(f"{PODS}/p/binding", binding).status == 201
+    assert apiserver.requests.bindings() == [("default", "p", "n1")]
+    assert len(apiserver.requests.find(resource="pods/binding")) == 2

@@ -225,7 +225,11 @@ class Faults:
         resource: str | Iterable[str] | None = None,
         verbs: Iterable[str] = ("update", "patch"),
     ) -> Rule:
-        """The next ``times`` matching writes fail with 409 Conflict, as if another writer got there first."""
+        """The next ``times`` matching writes fail with 409 Conflict, as if another writer got there first.
+
+        Updates and patches by default; pass ``verbs`` to include others, e.g.
+        ``conflict(resource="pods/binding", verbs=("create",))`` for bindings.
+        """
 
         def stale(request: Request) -> ApiError:
             name = request.name or ((request.body or {}).get("metadata") or {}).get("name", "")

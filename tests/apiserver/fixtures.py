@@ -12,6 +12,10 @@ With ``GPUPLANE_E2E_KUBECONFIG`` set, ``apiserver`` is that real cluster instead
 ``kubectl`` use its kubeconfig, and anything that needs the double itself (``store``, ``faults``,
 ``requests``, ``rest``, the virtual clock) skips the test.
 
+Bound pods are deleted gracefully on the double's virtual clock: ``kubectl delete pod`` of a bound pod
+waits for the grace period, so pass ``--wait=false`` (and ``apiserver.advance(seconds)``) or
+``--grace-period=0 --force``.
+
 Example::
 
     def test_binds(apiserver, kube_client, kubectl):

@@ -9,8 +9,10 @@ Plain HTTP/1.1 on 127.0.0.1 with an ephemeral port; kubectl and the official Pyt
     /openapi/v3[/<g>/<v>]                    OpenAPI (see .discovery)
     /api/v1/...  /apis/<g>/<v>/...           resources: [namespaces/<ns>/]<plural>[/<name>[/<subresource>]]
 
-Watches stream newline-separated JSON events with chunked transfer encoding until the client leaves, the
-watch's ``timeoutSeconds`` runs out, a fault cuts it, or the double stops.
+Request bodies are JSON (YAML for apply patches) or, from kubectl's generator commands, protobuf (see
+.protobuf); answers are always JSON, which every client accepts. Watches stream newline-separated JSON
+events with chunked transfer encoding until the client leaves, the watch's ``timeoutSeconds`` runs out,
+a fault cuts it, or the double stops.
 """
 
 from __future__ import annotations
