@@ -1,0 +1,586 @@
+"""The discrete-event loop: a virtual clock, one event queue, one configuration at a time.
+
+::
+
+    events (heap: time, sequence) ──> batch of everything at one virtual time
+        arrival / completion / reap / deadline / node down / node up / wake-up
+              │  calls the configuration's model (submit, release, node_down, ...)
+              v
+        one scheduling pass (the model runs its cycles until nothing changes)
+              │  the model reports changes: hold(level), start(pool), stop(reason), deadlock(flag)
+              v
+        accounting (metrics.Ledger) and new events (completion, reap)
+
+Nothing reads the wall clock or draws random numbers here: every draw was made when the workloads
+were generated, so configurations see identical arrivals and failures, and ties break on a
+sequence number. A model never decides when work ends; the engine does, from the work model in
+:mod:`gpuplane.sim.workloads`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from gpuplane.insight.eta import Ahead, latest_start, predict_start
+from gpuplane.sim.metrics import GroupStats, Ledger
+from gpuplane.sim.workloads import Job, Workloads
+
+# Event kinds, in the order they are handled within one virtual instant.
+COMPLETE, END, REAP, NODE_DOWN, NODE_UP, ARRIVE, WAKE = range(7)
+
+# Change kinds a model reports.
+HOLD, START, STOP, DEADLOCK, RESTART = range(5)
+
+PREEMPTED = "preempted"
+NODE_FAILURE = "node-failure"
+
+ProgressCallback = Callable[[float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class EtaView:
+    """One bound on when a job can start: a pool of ``capacity`` GPU-equivalents shared by the
+    running and queued work that matches (pools, team, priority at least ``min_priority``)."""
+
+    capacity: float
+    pools: frozenset[str]
+    team: str | None = None
+    min_priority: int = -(2**31)
+
+
+@dataclass(slots=True)
+class Change:
+    kind: int
+    job: int
+    level: float = 0.0
+    text: str = ""
+
+
+class Model(Protocol):
+    """A configuration: how workloads are queued, placed and preempted."""
+
+    name: str
+    reaper: bool
+
+    def submit(self, job: Job, now: float) -> None: ...
+
+    def release(self, job: Job, now: float) -> None:
+        """The job ended (completed, reaped, deleted): give back everything it holds or queues."""
+
+    def node_down(self, node: str, now: float) -> None: ...
+
+    def node_up(self, node: str, now: float) -> None: ...
+
+    def schedule(self, now: float, checkpoints: Callable[[], Iterable[tuple[Job, float]]]) -> int:
+        """One scheduling pass; returns how many cycles it took."""
+
+    def drain(self) -> list[Change]:
+        """Changes since the last call, in order."""
+
+    def allocation(self, job: Job) -> tuple[float, float]:
+        """GPU-equivalents one pod holds, and the busy GPU-equivalents one pod can show."""
+
+    def priority(self, job: Job) -> int: ...
+
+    def pools_of(self, job: Job) -> tuple[str, ...]:
+        """The pools the job may run on in this configuration."""
+
+    def eta_views(self, job: Job) -> list[EtaView]: ...
+
+    def quota_blocked(self) -> float:
+        """GPU-equivalents of queued work held back by quota (not by placement)."""
+
+    def node_gpus(self, node: str) -> int: ...
+
+    def wake_ups(self) -> list[float]:
+        """Times the model wants a scheduling pass at (timeouts)."""
+
+
+@dataclass(slots=True)
+class JobRun:
+    """One configuration's state of one job."""
+
+    job: Job
+    stats: GroupStats
+    per_pod: float
+    busy_per_pod: float
+    priority: int
+    held: float = 0.0
+    held_since: float = 0.0
+    deadlocked: bool = False
+    running_since: float | None = None
+    progress: float = 0.0
+    gen: int = 0
+    first_start: float | None = None
+    done: bool = False
+    predicted: float | None = None
+    pools: frozenset[str] = frozenset()
+    pool: str = ""
+    expected_end: float = 0.0
+
+    @property
+    def alloc(self) -> float:
+        return self.per_pod * self.job.pods
+
+    @property
+    def busy_rate(self) -> float:
+        return min(self.per_pod, self.busy_per_pod) * self.job.pods
+
+
+GroupKey = tuple[frozenset[str], str, int]  # (pools, team, priority)
+AHEAD_LISTED = 32  # queued work the ETA plays forward one by one; the rest counts as a backlog
+
+
+class _Book:
+    """What an ETA may know: running work by pool (by expected end), queued work in queue order.
+
+    Queued work is grouped by (pools, team, priority) so a view can pick the groups it competes
+    with without scanning every queued job.
+    """
+
+    def __init__(self) -> None:
+        self.running: dict[str, list[tuple[float, int, float, str, int]]] = {}
+        self.held: dict[tuple[str, str, int], float] = {}
+        self.groups: dict[GroupKey, dict[int, tuple[int, float, float]]] = {}
+        self.group_work: dict[GroupKey, float] = {}
+        self.where: dict[int, GroupKey] = {}
+        self.sequence = 0
+
+    def add_running(self, run: JobRun) -> None:
+        entry = (run.expected_end, run.job.id, run.alloc, run.job.team, run.priority)
+        bisect.insort(self.running.setdefault(run.pool, []), entry)
+        key = (run.pool, run.job.team, run.priority)
+        self.held[key] = self.held.get(key, 0.0) + run.alloc
+
+    def remove_running(self, run: JobRun) -> None:
+        entries = self.running.get(run.pool)
+        if entries is not None:
+            i = bisect.bisect_left(entries, (run.expected_end, run.job.id))
+            if i < len(entries) and entries[i][1] == run.job.id:
+                del entries[i]
+        key = (run.pool, run.job.team, run.priority)
+        self.held[key] = self.held.get(key, 0.0) - run.alloc
+
+    def add_pending(self, run: JobRun) -> None:
+        if run.job.id in self.where:
+            return
+        key = (run.pools, run.job.team, run.priority)
+        self.sequence += 1
+        duration = max(run.job.startup, run.job.expected - run.progress)
+        self.groups.setdefault(key, {})[run.job.id] = (self.sequence, run.alloc, duration)
+        self.group_work[key] = self.group_work.get(key, 0.0) + run.alloc * duration
+        self.where[run.job.id] = key
+
+    def remove_pending(self, run: JobRun) -> None:
+        key = self.where.pop(run.job.id, None)
+        if key is None:
+            return
+        _, amount, duration = self.groups[key].pop(run.job.id)
+        self.group_work[key] -= amount * duration
+
+    def estimate(self, view: EtaView, need: float, now: float) -> float | None:
+        """The view's ETA for a new job needing ``need`` (queued behind everything queued now)."""
+        keys = [
+            k
+            for k, members in self.groups.items()
+            if members
+            and k[2] >= view.min_priority
+            and (view.team is None or k[1] == view.team)
+            and not view.pools.isdisjoint(k[0])
+        ]
+        held = 0.0
+        for (pool, team, priority), amount in self.held.items():
+            if (
+                pool in view.pools
+                and (view.team is None or team == view.team)
+                and priority >= view.min_priority
+            ):
+                held += amount
+        if not keys and held + need <= view.capacity + 1e-9:
+            return now
+        ordered = heapq.merge(
+            *(
+                ((-k[2], seq, amount, duration) for seq, amount, duration in self.groups[k].values())
+                for k in keys
+            )
+        )
+        ahead = [
+            Ahead(amount, duration) for _, _, amount, duration in itertools.islice(ordered, AHEAD_LISTED)
+        ]
+        backlog = sum(self.group_work[k] for k in keys) - sum(a.amount * a.expected_duration for a in ahead)
+        only, floor = view.team, view.min_priority
+        releases = (
+            (max(now, end), amount)
+            for end, _, amount, owner, priority in heapq.merge(*(self.running.get(p, []) for p in view.pools))
+            if (only is None or owner == only) and priority >= floor
+        )
+        return predict_start(
+            now,
+            need,
+            capacity=view.capacity,
+            held=held,
+            releases=releases,
+            ahead=ahead,
+            backlog=max(0.0, backlog),
+        )
+
+
+class Engine:
+    """Runs one model over one set of workloads."""
+
+    def __init__(
+        self,
+        model: Model,
+        workloads: Workloads,
+        gpus: int,
+        reaper_idle: float,
+        *,
+        progress: ProgressCallback | None = None,
+        bin_width: float = 3600.0,
+        tick: float = 0.0,
+    ) -> None:
+        self.model = model
+        self.workloads = workloads
+        self.ledger = Ledger(workloads.horizon, gpus, bin_width)
+        self.reaper_idle = reaper_idle
+        self.progress = progress
+        self.runs: dict[int, JobRun] = {}
+        self.running: dict[int, JobRun] = {}
+        self.book = _Book()
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self.sequence = 0
+        self.next_id = len(workloads.jobs)
+        self.continuations: dict[int, int] = {}
+        self.node_names: list[str] = []
+        self.node_down_since: dict[str, float] = {}
+        self.stranded_value = 0.0
+        self.stranded_since = workloads.start
+        self.held_total = 0.0
+        self.wakes: set[float] = set()
+        self.now = workloads.start
+        self.tick = tick
+
+    # --- events ---------------------------------------------------------------
+
+    def push(self, time: float, kind: int, ref: int, gen: int = 0) -> None:
+        self.sequence += 1
+        heapq.heappush(self.events, (time, kind, self.sequence, ref, gen))
+
+    def run(self) -> Ledger:
+        for job in self.workloads.jobs:
+            self.push(job.submit, ARRIVE, job.id)
+        self.jobs: dict[int, Job] = {job.id: job for job in self.workloads.jobs}
+        for i, ev in enumerate(self.workloads.node_events):
+            self.node_names.append(ev.node)
+            self.push(ev.time, NODE_UP if ev.up else NODE_DOWN, i)
+        horizon = self.workloads.horizon
+        start = self.workloads.start
+        span = horizon - start
+        last_report = -math.inf
+        events = self.events
+        while events and events[0][0] < horizon:
+            now = events[0][0]
+            while events and events[0][0] == now:
+                _, kind, _, ref, gen = heapq.heappop(events)
+                self.ledger.events += 1
+                self.handle(kind, ref, gen, now)
+            self.now = now
+            tick = self.tick
+            if tick > 0 and now % tick != 0:
+                at = math.ceil(now / tick) * tick
+                if at not in self.wakes:
+                    self.wakes.add(at)
+                    self.push(at, WAKE, -1)
+            else:
+                self.ledger.cycles += self.model.schedule(now, self.checkpoints)
+                self.apply(now)
+            for wake in self.model.wake_ups():
+                if wake not in self.wakes and wake > now:
+                    self.wakes.add(wake)
+                    self.push(wake, WAKE, -1)
+            self.update_stranded(now)
+            if self.progress is not None and now - last_report > span / 200:
+                last_report = now
+                self.progress((now - start) / span)
+        self.finish(horizon)
+        if self.progress is not None:
+            self.progress(1.0)
+        return self.ledger
+
+    def handle(self, kind: int, ref: int, gen: int, now: float) -> None:
+        if kind == ARRIVE:
+            self.arrive(self.jobs[ref], now)
+        elif kind == COMPLETE:
+            run = self.runs[ref]
+            if run.gen == gen and run.running_since is not None and not run.done:
+                self.complete(run, now)
+        elif kind == REAP:
+            run = self.runs[ref]
+            if run.gen == gen and run.running_since is not None and not run.done:
+                self.reap(run, now)
+        elif kind == END:
+            run = self.runs[ref]
+            if not run.done:
+                if run.running_since is not None:
+                    self.complete(run, now)
+                else:
+                    self.withdraw(run, now)
+        elif kind == NODE_DOWN:
+            node = self.node_names[ref]
+            if now >= 0:
+                self.ledger.node_failures += 1
+            self.node_down_since[node] = now
+            self.model.node_down(node, now)
+            self.apply(now)
+        elif kind == NODE_UP:
+            node = self.node_names[ref]
+            since = self.node_down_since.pop(node, None)
+            if since is not None:
+                self.ledger.down_gpu_seconds += self.model.node_gpus(node) * self.ledger.clip(since, now)
+            self.model.node_up(node, now)
+            self.apply(now)
+
+    # --- job life ---------------------------------------------------------------
+
+    def arrive(self, job: Job, now: float) -> None:
+        per_pod, busy_per_pod = self.model.allocation(job)
+        stats = self.ledger.group(job.team, job.klass)
+        run = JobRun(
+            job,
+            stats,
+            per_pod,
+            busy_per_pod,
+            self.model.priority(job),
+            progress=job.start_progress,
+            pools=frozenset(self.model.pools_of(job)),
+        )
+        self.runs[job.id] = run
+        measured = now >= 0
+        if measured:
+            if job.continuation_of is None:
+                stats.submitted += 1
+            else:
+                stats.resumed += 1
+        if measured and job.continuation_of is None:
+            run.predicted = self.predict(run, now)
+            if run.predicted is None:
+                stats.never_predicted += 1
+        self.book.add_pending(run)
+        if job.deadline is not None:
+            self.push(job.deadline, END, job.id)
+        self.model.submit(job, now)
+        self.apply(now)
+
+    def complete(self, run: JobRun, now: float) -> None:
+        self.close_run(run, now)
+        run.done = True
+        if now >= 0 and self._origin(run.job).submit >= 0:
+            run.stats.completed += 1
+            run.stats.completion_times.append(now - self._origin(run.job).submit)
+        self.model.release(run.job, now)
+        self.apply(now)
+
+    def withdraw(self, run: JobRun, now: float) -> None:
+        run.done = True
+        self._unpend(run)
+        self.model.release(run.job, now)
+        self.apply(now)
+
+    def reap(self, run: JobRun, now: float) -> None:
+        job = run.job
+        gap = job.idle_gap_after(run.progress, self.reaper_idle)
+        self.close_run(run, now)
+        run.done = True
+        if now >= 0:
+            run.stats.reaped += 1
+        self.model.release(job, now)
+        self.apply(now)
+        if gap is not None and gap[1] < job.work:
+            self.resubmit(job, now + (gap[1] - gap[0]), gap[1])
+        elif now >= 0 and self._origin(job).submit >= 0:
+            # Reaped in the idle tail: the session's work was done.
+            run.stats.completed += 1
+            run.stats.completion_times.append(now - self._origin(job).submit)
+
+    def resubmit(self, job: Job, at: float, progress: float) -> None:
+        """The user comes back to a reaped session: a new submission that resumes it."""
+        origin = self._origin(job)
+        count = self.continuations.get(origin.id, 0) + 1
+        self.continuations[origin.id] = count
+        again = replace(
+            job,
+            id=self.next_id,
+            name=f"{origin.name}-r{count}",
+            submit=at,
+            start_progress=progress,
+            continuation_of=origin.id,
+        )
+        self.next_id += 1
+        self.jobs[again.id] = again
+        if at < self.workloads.horizon:
+            self.push(at, ARRIVE, again.id)
+
+    def _origin(self, job: Job) -> Job:
+        return self.jobs[job.continuation_of] if job.continuation_of is not None else job
+
+    def _unpend(self, run: JobRun) -> None:
+        self.book.remove_pending(run)
+
+    # --- changes reported by the model -------------------------------------------
+
+    def apply(self, now: float) -> None:
+        for change in self.model.drain():
+            run = self.runs[change.job]
+            if change.kind == HOLD:
+                self.set_held(run, change.level, now)
+            elif change.kind == START:
+                self.start(run, change.text, now)
+            elif change.kind == STOP:
+                self.stop(run, change.text, now)
+            elif change.kind == DEADLOCK:
+                self.close_hold(run, now)
+                run.deadlocked = change.level > 0
+            elif change.kind == RESTART and now >= 0:
+                run.stats.deadlock_restarts += 1
+
+    def set_held(self, run: JobRun, level: float, now: float) -> None:
+        self.close_hold(run, now)
+        self.held_total += level - run.held
+        run.held = level
+
+    def close_hold(self, run: JobRun, now: float) -> None:
+        if run.held > 0:
+            span = self.ledger.clip(run.held_since, now)
+            if span > 0:
+                stats = run.stats
+                stats.allocated += run.held * span
+                self.ledger.allocated_series.add(run.held_since, now, run.held)
+                if run.running_since is None:
+                    stats.deadlocked += run.held * span
+                    if run.deadlocked:
+                        stats.circular += run.held * span
+        run.held_since = now
+
+    def start(self, run: JobRun, pool: str, now: float) -> None:
+        job = run.job
+        self.close_hold(run, now)
+        self._unpend(run)
+        run.running_since = now
+        run.pool = pool
+        run.gen += 1
+        self.running[job.id] = run
+        if run.first_start is None:
+            run.first_start = now
+            submit = job.submit
+            if submit >= 0 and job.continuation_of is None:
+                run.stats.started += 1
+                run.stats.waits.append(now - submit)
+                if run.predicted is not None:
+                    run.stats.eta_errors.append(abs(run.predicted - now))
+            elif submit >= 0:
+                run.stats.resume_waits.append(now - submit)
+        remaining = job.work - run.progress
+        run.expected_end = now + max(job.startup, job.expected - run.progress)
+        self.book.add_running(run)
+        if job.deadline is None:
+            self.push(now + job.startup + remaining, COMPLETE, job.id, run.gen)
+        if self.model.reaper and job.is_session:
+            gap = job.idle_gap_after(run.progress, self.reaper_idle)
+            if gap is not None:
+                self.push(now + job.startup + (gap[0] - run.progress), REAP, job.id, run.gen)
+
+    def stop(self, run: JobRun, reason: str, now: float) -> None:
+        """The job stopped running and went back to its queue (preemption, node failure)."""
+        if run.running_since is None:
+            return
+        alloc = run.alloc
+        p0, p1 = self.close_run(run, now)
+        job = run.job
+        elapsed = p1 - p0
+        if job.stateless:
+            saved = p1
+        elif job.checkpoint:
+            saved = p0 + math.floor(elapsed / job.checkpoint) * job.checkpoint
+        else:
+            saved = p0
+        run.progress = saved
+        if now >= 0:
+            run.stats.lost += (p1 - saved) * alloc
+            if reason == PREEMPTED:
+                run.stats.preemptions += 1
+            else:
+                run.stats.interrupted_by_failure += 1
+        self.book.add_pending(run)
+
+    def close_run(self, run: JobRun, now: float) -> tuple[float, float]:
+        """End the current run at ``now``: count busy GPU time; returns progress before and after."""
+        started = run.running_since
+        assert started is not None
+        self.close_hold(run, now)
+        job = run.job
+        compute_start = started + job.startup
+        p0 = run.progress
+        p1 = min(job.work, p0 + max(0.0, now - compute_start))
+        rate = run.busy_rate
+        if rate > 0:
+            ledger = self.ledger
+            for a, b in job.active_spans(p0, p1):
+                t0, t1 = compute_start + (a - p0), compute_start + (b - p0)
+                span = ledger.clip(t0, t1)
+                if span > 0:
+                    run.stats.busy += rate * span
+                    ledger.busy_series.add(t0, t1, rate)
+        run.progress = p1
+        run.running_since = None
+        run.gen += 1
+        self.running.pop(job.id, None)
+        self.book.remove_running(run)
+        return p0, p1
+
+    def finish(self, horizon: float) -> None:
+        """Close everything still open at the end of the window."""
+        for run in list(self.running.values()):
+            self.close_run(run, horizon)
+        for run in self.runs.values():
+            self.close_hold(run, horizon)
+            if not run.done and run.first_start is None and run.job.submit >= 0:
+                # Never started: its wait so far is a lower bound.
+                waits = run.stats.waits if run.job.continuation_of is None else run.stats.resume_waits
+                waits.append(horizon - run.job.submit)
+        for node, since in self.node_down_since.items():
+            self.ledger.down_gpu_seconds += self.model.node_gpus(node) * self.ledger.clip(since, horizon)
+        self.update_stranded(horizon)
+
+    # --- stranded quota ---------------------------------------------------------
+
+    def update_stranded(self, now: float) -> None:
+        """Stranded quota: GPUs idle while work waits only because of quota limits."""
+        self.ledger.stranded += self.stranded_value * self.ledger.clip(self.stranded_since, now)
+        self.stranded_since = now
+        down = sum(self.model.node_gpus(n) for n in self.node_down_since)
+        idle = max(0.0, self.ledger.gpus - down - self.held_total)
+        self.stranded_value = min(idle, self.model.quota_blocked()) if idle > 1e-9 else 0.0
+
+    # --- what the core may know: checkpoints and ETAs --------------------------------
+
+    def checkpoints(self) -> Iterable[tuple[Job, float]]:
+        """Last checkpoint time of every running job that checkpoints (or its start)."""
+        for run in self.running.values():
+            job = run.job
+            started = run.running_since
+            if job.checkpoint is None or started is None:
+                continue
+            compute_start = started + job.startup
+            done = math.floor(max(0.0, self.now - compute_start) / job.checkpoint)
+            yield job, (compute_start + done * job.checkpoint) if done else started
+
+    def predict(self, run: JobRun, now: float) -> float | None:
+        """The ETA the insight layer gives at submission (before this job is queued)."""
+        views = self.model.eta_views(run.job)
+        return latest_start(self.book.estimate(view, run.alloc, now) for view in views)

@@ -1,0 +1,131 @@
+"""Run named configurations on the same workloads and collect their summaries.
+
+Configurations::
+
+    stock                  stock Kubernetes (gpuplane.sim.stock), default LeastAllocated scoring
+    stock-packed           ... with MostAllocated (bin-packing) scoring
+    gpuplane               the real core, every feature on (gpuplane.sim.gpuplane_model)
+    gpuplane-no-sharing    ... every GPU request takes whole GPUs, MIG off
+    gpuplane-no-borrowing  ... no queue may borrow beyond its floor
+    gpuplane-no-reaper     ... idle sessions are never reaped
+    gpuplane-no-backfill   ... CI/evaluation is ordinary work, not a preemptible backfill tier
+    gpuplane-no-preemption ... nothing is ever preempted
+
+The workloads (arrivals, sizes, durations, busy traces, node failures) are drawn once and every
+configuration replays exactly them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplane.sim.cluster import ClusterSpec, cluster_from_scenario
+from gpuplane.sim.engine import Engine, Model
+from gpuplane.sim.gpuplane_model import GpuplaneModel, GpuplaneOptions
+from gpuplane.sim.metrics import Ledger, configuration_document
+from gpuplane.sim.scenario import Scenario
+from gpuplane.sim.stock import StockModel
+from gpuplane.sim.workloads import Workloads, generate, offered_gpus
+
+DEFAULT_CONFIGURATIONS = ("stock", "gpuplane")
+GPUPLANE_VARIANTS: dict[str, GpuplaneOptions] = {
+    "gpuplane": GpuplaneOptions(),
+    "gpuplane-no-sharing": GpuplaneOptions(sharing=False),
+    "gpuplane-no-borrowing": GpuplaneOptions(borrowing=False),
+    "gpuplane-no-reaper": GpuplaneOptions(reaper=False),
+    "gpuplane-no-backfill": GpuplaneOptions(backfill=False),
+    "gpuplane-no-preemption": GpuplaneOptions(preemption=False),
+}
+STOCK_VARIANTS = {"stock": False, "stock-packed": True}
+CONFIGURATIONS = (*STOCK_VARIANTS, *GPUPLANE_VARIANTS)
+
+ProgressCallback = Callable[[str, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SimInput:
+    """Everything one experiment runs on: a cluster, the workloads, policy settings."""
+
+    name: str
+    cluster: ClusterSpec
+    workloads: Workloads
+    reaper_idle: float
+    deadlock_timeout: float
+    eviction_grace: float
+    seed: int | None = None
+    days: float = 0.0
+    sources: tuple[tuple[str, str, str], ...] = ()
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def scenario_input(scenario: Scenario) -> SimInput:
+    """Draw a scenario's workloads once."""
+    return SimInput(
+        name=scenario.name,
+        cluster=cluster_from_scenario(scenario),
+        workloads=generate(scenario),
+        reaper_idle=scenario.policies.reaper_idle.mean,
+        deadlock_timeout=scenario.policies.deadlock_timeout.mean,
+        eviction_grace=scenario.policies.eviction_grace.mean,
+        seed=scenario.seed,
+        days=scenario.days,
+        sources=scenario.sources,
+        notes={"offeredGpus": {k: round(v, 1) for k, v in offered_gpus(scenario).items()}},
+    )
+
+
+def build_model(name: str, sim: SimInput) -> Model:
+    if name in STOCK_VARIANTS:
+        return StockModel(sim.cluster, sim.deadlock_timeout, packed=STOCK_VARIANTS[name], name=name)
+    options = GPUPLANE_VARIANTS.get(name)
+    if options is None:
+        raise KeyError(f"unknown configuration {name!r} (known: {', '.join(CONFIGURATIONS)})")
+    return GpuplaneModel(name, sim.cluster, options, sim.workloads.start, grace=sim.eviction_grace)
+
+
+@dataclass(slots=True)
+class ExperimentResult:
+    sim: SimInput
+    ledgers: dict[str, Ledger]
+    document: dict[str, Any]
+
+
+def run_configuration(
+    name: str, sim: SimInput, progress: ProgressCallback | None = None
+) -> tuple[Ledger, dict[str, Any]]:
+    model = build_model(name, sim)
+    callback = None if progress is None else (lambda f: progress(name, f))
+    started = time.perf_counter()
+    ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle, progress=callback).run()
+    doc = configuration_document(ledger)
+    doc["schedulerLivelocks"] = getattr(model, "livelocks", 0)
+    doc["wallSeconds"] = round(time.perf_counter() - started, 3)
+    return ledger, doc
+
+
+def run_experiment(
+    sim: SimInput, names: tuple[str, ...] = DEFAULT_CONFIGURATIONS, progress: ProgressCallback | None = None
+) -> ExperimentResult:
+    """Run every named configuration on ``sim`` (names are checked before anything runs)."""
+    unknown = [n for n in names if n not in CONFIGURATIONS]
+    if unknown:
+        raise KeyError(f"unknown configuration {unknown[0]!r} (known: {', '.join(CONFIGURATIONS)})")
+    started = time.perf_counter()
+    ledgers: dict[str, Ledger] = {}
+    configurations: dict[str, Any] = {}
+    for name in dict.fromkeys(names):
+        ledgers[name], configurations[name] = run_configuration(name, sim, progress)
+    document: dict[str, Any] = {
+        "scenario": sim.name,
+        "seed": sim.seed,
+        "days": sim.days,
+        "gpus": sim.cluster.gpus,
+        "workloads": len(sim.workloads.jobs),
+        "wallSeconds": round(time.perf_counter() - started, 3),
+        "configurations": configurations,
+    }
+    document.update(sim.notes)
+    return ExperimentResult(sim, ledgers, document)
