@@ -164,7 +164,9 @@ def speed(console: Console, seed: int) -> int:
     baseline = results[BASELINE][1]
     table = Table(title=f"FGD protocol, default list, seed {seed} (target < {TARGET_SECONDS:.0f} s per run)")
     for column in ("policy", "wall s", f"x {BASELINE}", "col 130", "published", "alloc cols equal", "failed"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
+        table.add_column(
+            column, justify="left" if column == "policy" else "right", no_wrap=column == "policy"
+        )
     for policy, (result, wall) in results.items():
         table.add_row(
             policy,
@@ -240,7 +242,7 @@ def sweep(
 
 def published_mean(allo: Published, trace: str, folder: str, seeds: Sequence[int]) -> float | None:
     values = [float(allo[(trace, folder, s)]["130"]) for s in seeds if (trace, folder, s) in allo]
-    return round(sum(values) / len(values), 3) if len(values) == len(seeds) else None
+    return sum(values) / len(values) if len(values) == len(seeds) else None
 
 
 def summarize(outcomes: Sequence[Outcome], allo: Published, seeds: Sequence[int]) -> dict[str, object]:
@@ -256,7 +258,7 @@ def summarize(outcomes: Sequence[Outcome], allo: Published, seeds: Sequence[int]
                 "list": trace,
                 "policy": policy,
                 "seeds": len(runs),
-                "meanCol130": round(sum(values) / len(values), 3) if values else None,
+                "meanCol130": sum(values) / len(values) if values else None,
                 "publishedMeanCol130": published_mean(allo, trace, PUBLISHED_NAMES.get(policy, ""), seeds),
                 "publishedFgdMeanCol130": published_mean(allo, trace, PUBLISHED_NAMES["fgd"], seeds),
                 "runsWithAll131AllocColumnsEqual": sum(1 for e in equal if e == len(COLUMNS))

@@ -9,6 +9,11 @@ seed and policy is ``bench/fgd_placement.py --sweep``.
 from __future__ import annotations
 
 import csv
+import json
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -170,3 +175,22 @@ def test_columns_average_per_arrived_percent_with_neighbour_fallback() -> None:
     assert means[6] is None
     columns = allocation_columns(EventLog(arrived, used, np.zeros(5), failed=0), total_gpus)
     assert (columns["0"], columns["3"], columns["130"]) == (0.5, 2.25, None)
+
+
+@needs_traces
+@pytest.mark.slow
+def test_console_example_in_the_placement_doc() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "docs" / "placement.md").read_text()
+    (block,) = re.findall(r"```console\n\$ (gpuplane simulate .*?)```", text, flags=re.DOTALL)
+    args = shlex.split(block.replace("\\\n", " "))[1:]
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuplane.cli.app", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["allocationPct"]["130"] == 95.29  # FGD, seed 42, as published

@@ -3,7 +3,9 @@ fragmentation, gpuplane's waste measure, and every score rule of the FGD protoco
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -464,3 +466,11 @@ def test_schedule_one_commits_and_reports_no_fit() -> None:
     assert schedule_one(policy, c, pod(gpus=1, milli=1000), rank) is not None
     assert schedule_one(policy, c, pod(gpus=1, milli=1000), rank) is None
     assert c.gpu_used_milli == 2000
+
+
+def test_python_examples_in_the_placement_doc_run() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "placement.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/placement.md", "exec"), {})

@@ -5,8 +5,9 @@ and chooses the GPUs inside the node that wins. The winner is the highest score;
 node with the smallest ``rank`` (a seeded random permutation in the FGD protocol, so that ties do
 not always favour the same nodes).
 
-The five published baselines follow the FGD benchmark protocol, section 7, exactly (including
-float operation order and integer truncation), so that their results equal the published ones:
+The six published policies follow the FGD benchmark protocol, section 7, exactly (including
+float operation order and integer truncation), so that their results equal the published ones
+(Random in distribution only: its draws are not the reference simulator's):
 
 =============== =================================================================== ==========
 name            score of a feasible node                                            GPU choice
