@@ -91,6 +91,9 @@ class ApiError(Exception):
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
     """An ApiClient from a kubeconfig file, or in-cluster configuration when none is given."""
     configuration = k8s_client.Configuration()
+    # Every informer holds a connection open for its watch; the default pool (5 per CPU) is smaller
+    # than that on small machines, and the overflow was opened and thrown away on every request.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
     if kubeconfig:
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]  # the client ships no annotations here
             config_file=kubeconfig, context=context, client_configuration=configuration

@@ -1,8 +1,8 @@
 """The gpuplane controller: carries the core's plan out in a cluster.
 
-One reconcile pass (only on the leader)::
+One reconcile pass (only on the leader, once every informer has synced)::
 
-    informer cache --snapshot--> core.schedule (one Kueue cycle) --plan-->
+    informer cache --snapshot--> core cycles (until quiet or one preempts) --plan-->
       1. queued jobs / gated pods get their Workload
       2. admissions: assume in the cache, then write Workload status.admission
          (placement as a hostname topology assignment); on failure forget
@@ -30,8 +30,8 @@ from typing import Any
 
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.inventory import node_state, pod_needs
-from gpuplane.core.plan import Plan
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.plan import AdmissionDecision, Plan, PreemptionDecision
+from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
@@ -40,6 +40,7 @@ from gpuplane.k8s.leader import LeaderElector, micro_time
 from gpuplane.model.errors import InputError
 from gpuplane.model.kinds import parse_node, pod_template
 from gpuplane.model.loader import state_from_objects
+from gpuplane.model.objects import ClusterState
 from gpuplane.model.quantity import format_quantity
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,10 @@ class Controller:
 
     def reconcile(self) -> Plan | None:
         if self.config.leader_election and not self.elector.try_acquire_or_renew():
+            return None
+        if not all(informer.synced.is_set() for informer in self.informers):
+            # A cache that has not listed yet (or is relisting after 410 Gone) hides admitted
+            # workloads and bound pods: deciding on it would over-admit.
             return None
         self._ensure_workloads()
         plan = self._schedule()
@@ -242,7 +247,7 @@ class Controller:
             min_runtime_seconds=self.config.min_runtime_seconds,
             checkpoint_aware=self.config.checkpoint_aware,
         )
-        return schedule(state, config, self.clock(), cycles=1)
+        return _drain_until_preemption(state, config, self.clock())
 
     # --- admissions -------------------------------------------------------------
 
@@ -459,6 +464,7 @@ class Controller:
             updated["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != jobs.GATE]
             updated["spec"]["schedulerName"] = jobs.SCHEDULER_NAME
             updated["metadata"].setdefault("labels", {})[jobs.WORKLOAD_LABEL] = wl["metadata"]["name"]
+            updated["metadata"]["labels"][jobs.CORE_WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
             try:
                 written = self.api.replace(k8s.PODS, updated)
@@ -621,6 +627,42 @@ class Controller:
             self.api.create(k8s.EVENTS, body, ns)
         except ApiError:
             self.counters.extra["event_failures"] = self.counters.extra.get("event_failures", 0) + 1
+
+
+def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: float) -> Plan:
+    """Scheduling cycles until one changes nothing or one preempts.
+
+    A pass starts from a fresh snapshot, so a single cycle would retry the same head of every
+    ClusterQueue each pass, and a head that does not fit would block the rest of its queue for
+    good (BestEffortFIFO would act as StrictFIFO). Draining lets the heads behind it through, as
+    Kueue's long-lived queues do. It stops at the first cycle that preempts: the victims are gone
+    only in the simulation, and a later admission could count on room they still hold; the next
+    pass sees the evictions in the cluster. An admission that a later cycle of the same drain
+    preempted again is dropped together with that preemption.
+    """
+    scheduler = Scheduler(state, config, now)
+    admitted: list[AdmissionDecision] = []
+    preempted: list[PreemptionDecision] = []
+    cycles = 0
+    while cycles < config.max_cycles:
+        result = scheduler.cycle()
+        cycles += 1
+        admitted += result.admitted
+        if result.preempted:
+            preempted = list(result.preempted)
+            break
+        if not result.changed:
+            break
+    new = {d.workload for d in admitted}
+    return Plan(
+        admitted=tuple(
+            sorted((d for d in admitted if scheduler.admitted.get(d.workload) is d), key=lambda d: d.workload)
+        ),
+        preempted=tuple(p for p in preempted if p.workload not in new),
+        pending=tuple(scheduler.pending_decisions()),
+        cycles=cycles,
+        notes=tuple(scheduler.notes),
+    )
 
 
 def _api_version(kind: str) -> str:

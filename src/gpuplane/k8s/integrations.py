@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuplane.core import scheduler as core_scheduler
 from gpuplane.k8s import api
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -24,6 +25,9 @@ POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 WORKLOAD_LABEL = "gpuplane.dev/workload"
 PODSET_LABEL = "gpuplane.dev/podset"
+# Ties a bound pod to its admitted workload for the core; without it the core counts an admitted
+# workload twice (its pods and its admission) and cannot free a victim's pods in a preemption search.
+CORE_WORKLOAD_LABEL = core_scheduler.WORKLOAD_LABEL
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 GATE = "gpuplane.dev/admission"
 SCHEDULER_NAME = "gpuplane"
@@ -241,7 +245,9 @@ def released_job(
             continue
         template = _get(out, ps.template)
         meta = template.setdefault("metadata", {})
-        meta.setdefault("labels", {}).update({WORKLOAD_LABEL: workload, PODSET_LABEL: ps.name})
+        meta.setdefault("labels", {}).update(
+            {WORKLOAD_LABEL: workload, CORE_WORKLOAD_LABEL: workload, PODSET_LABEL: ps.name}
+        )
         pod_spec = template.setdefault("spec", {})
         # The scheduler name is immutable in a Job's template; the webhook sets it on each
         # pod from the workload label stamped here.

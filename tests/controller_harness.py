@@ -1,0 +1,746 @@
+"""Helpers for end-to-end tests of the controller against an API server: the double, or a real one.
+
+The pieces a cluster would have, reduced to what the controller needs around it:
+
+- :class:`Scene`: one test's corner of the cluster. Unique names (namespace, Nodes, flavor,
+  ClusterQueue), the Kueue CRDs from ``deploy/crds``, Nodes with GPUs, queues, and Jobs submitted with
+  the real ``kubectl apply``. It deletes what it created, so the tests run unchanged against a real API
+  server (``GPUPLANE_E2E_KUBECONFIG``), where Nodes and cluster-scoped objects outlive the test.
+- :class:`JobController`: kube-controller-manager's Job controller, reduced: every unsuspended Job gets
+  its pods from its template (after the mutating webhook, :func:`gpuplane.k8s.webhook.review`, since
+  neither the double nor envtest calls webhooks); a suspended Job loses them. No kubelet: a pod is
+  bound once ``spec.nodeName`` is set.
+- :class:`RunningController`: a :class:`~gpuplane.k8s.controller.Controller` in a background thread,
+  talking through the official client to the kubeconfig's server, that can be stopped cleanly or killed
+  at any API call (:class:`KillableApi`).
+- Invariant checks over the double's request log and the objects (:func:`assert_invariants`).
+
+Nothing here sleeps for timing: :func:`wait_until` polls a condition every 20 ms up to a deadline.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import json
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from apiserver.fixtures import Cluster, Kubectl, manifest
+from apiserver.patch import json_patch
+from gpuplane.core.config import config_from_kueue
+from gpuplane.core.plan import Plan
+from gpuplane.core.scheduler import schedule
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s import integrations
+from gpuplane.k8s.api import ApiError, KubeApi, Resource, load_api_client
+from gpuplane.k8s.controller import Controller, ControllerConfig
+from gpuplane.k8s.informer import object_key
+from gpuplane.k8s.webhook import review
+from gpuplane.model.loader import state_from_objects
+from gpuplane.model.quantity import parse_resource_quantity
+from manifests import GPU, Manifest, cluster_queue, job, local_queue, node, pod_spec, resource_flavor
+
+T = TypeVar("T")
+
+POLL = 0.02  # seconds between two looks at a condition
+POOL_LABEL = "gpuplane.dev/e2e-pool"  # marks a test's Nodes; its flavor selects them
+CRD_DIR = Path(__file__).resolve().parent.parent / "deploy" / "crds"
+CONTROLLER_AGENT = "gpuplane-controller"  # user agent prefix of every controller replica
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
+WORKLOAD_RESOURCE = "workloads"
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, message: str = "") -> T:
+    """Poll ``predicate`` every :data:`POLL` seconds until it returns something true; return that.
+
+    Raises AssertionError (with ``message``) when ``timeout`` seconds pass first.
+    """
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate!r}")
+        pause.wait(POLL)
+
+
+# --- the cluster side of one test ------------------------------------------------------------------
+
+
+def gpu_job(
+    name: str,
+    namespace: str,
+    queue: str,
+    *,
+    pods: int = 1,
+    gpus: int = 1,
+    priority_class: str | None = None,
+) -> Manifest:
+    """A suspended, queued batch Job of ``pods`` pods with ``gpus`` GPUs each, ready for kubectl."""
+    spec = pod_spec().container(limits={GPU: gpus}, cpu="100m", gpu=gpus).to_dict()
+    spec["restartPolicy"] = "Never"
+    spec["terminationGracePeriodSeconds"] = 0
+    built = job(name, namespace).queue(queue).parallelism(pods).completions(pods)
+    built.body["spec"]["template"]["spec"] = spec
+    built.set("spec.suspend", True)
+    return built if priority_class is None else built.priority_class(priority_class)
+
+
+class Scene:
+    """One test's objects in the cluster: a unique namespace, its Nodes, flavor and queues.
+
+    Cluster-scoped objects carry the scene's ``prefix`` in their names, and everything created is
+    deleted by :meth:`cleanup` (CRDs only when this scene installed them).
+    """
+
+    def __init__(self, cluster: Cluster, kubectl: Kubectl) -> None:
+        assert cluster.kubeconfig_path is not None
+        self.cluster = cluster
+        self.kubeconfig = str(cluster.kubeconfig_path)
+        self.kubectl = kubectl
+        self.prefix = f"e2e-{uuid.uuid4().hex[:6]}"
+        self.namespace = self.prefix
+        self.flavor = f"{self.prefix}-gpu"
+        self.api = KubeApi(load_api_client(self.kubeconfig))
+        self.api.api_client.user_agent = "gpuplane-e2e-test"
+        self._created: list[tuple[Resource, str]] = []  # cluster-scoped, deleted in reverse order
+        self._runs: list[RunningController] = []
+        self._job_controllers: list[JobController] = []
+
+    # --- setup -----------------------------------------------------------------------------------
+
+    def _create(self, res: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        created = self.api.create(res, body, namespace)
+        if not res.namespaced:
+            self._created.append((res, created["metadata"]["name"]))
+        return created
+
+    def install_crds(self) -> None:
+        """Install Kueue's CRDs from ``deploy/crds`` where missing, and wait until they are served."""
+        for path in sorted(CRD_DIR.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            try:
+                self.api.get(CRDS, crd["metadata"]["name"])
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+                self._create(CRDS, crd)
+        for res in (k8s.WORKLOADS, k8s.CLUSTER_QUEUES, k8s.LOCAL_QUEUES, k8s.RESOURCE_FLAVORS):
+            wait_until(lambda res=res: _served(self.api, res), message=f"{res.plural} served")
+
+    def setup(
+        self,
+        *,
+        nodes: int,
+        gpus_per_node: int = 8,
+        quota_gpus: int | None = None,
+        preemption: Mapping[str, str] | None = None,
+    ) -> str:
+        """CRDs, the namespace, ``nodes`` GPU Nodes, a flavor for them, and one ClusterQueue (quota:
+        ``quota_gpus``, all the GPUs by default; ``preemption`` policy) with a LocalQueue called
+        ``queue``; returns the ClusterQueue's name."""
+        self.install_crds()
+        self.api.create(k8s.NAMESPACES, {"metadata": {"name": self.namespace}})
+        self._created.append((k8s.NAMESPACES, self.namespace))
+        self.add_nodes(nodes, gpus_per_node)
+        self._create(
+            k8s.RESOURCE_FLAVORS,
+            resource_flavor(self.flavor).set("spec.nodeLabels", {POOL_LABEL: self.prefix}).to_dict(),
+        )
+        cq = f"{self.prefix}-cq"
+        quota = nodes * gpus_per_node if quota_gpus is None else quota_gpus
+        queue = cluster_queue(cq).flavor(self.flavor, cpu="1000", gpu=quota)
+        if preemption:
+            queue.set("spec.preemption", dict(preemption))
+        self._create(k8s.CLUSTER_QUEUES, queue.to_dict())
+        self.api.create(k8s.LOCAL_QUEUES, local_queue("queue", self.namespace, cq).to_dict(), self.namespace)
+        return cq
+
+    def add_nodes(self, count: int, gpus: int = 8) -> list[str]:
+        start = sum(1 for res, _ in self._created if res is k8s.NODES)
+        names = []
+        for i in range(start, start + count):
+            name = f"{self.prefix}-n{i}"
+            body = (
+                node(name)
+                .allocatable(cpu="64", memory="512Gi", pods="110", gpu=gpus)
+                .label(POOL_LABEL, self.prefix)
+                .label("kubernetes.io/hostname", name)
+                .label("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3")
+                .to_dict()
+            )
+            self._create(k8s.NODES, body)
+            names.append(name)
+        return names
+
+    def priority_class(self, name: str, value: int) -> str:
+        full = f"{self.prefix}-{name}"
+        body = {
+            "apiVersion": f"{k8s.KUEUE}/v1beta2",
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": full},
+            "value": value,
+        }
+        self._create(k8s.PRIORITY_CLASSES, body)
+        return full
+
+    def job(self, name: str, **options: Any) -> Manifest:
+        return gpu_job(name, self.namespace, "queue", **options)
+
+    def submit(self, *jobs: Manifest) -> None:
+        """``kubectl apply`` the jobs, all in one multi-document stream."""
+        self.kubectl("apply", "-f", "-", input=manifest(*(j.to_dict() for j in jobs)))
+
+    # --- what runs against it --------------------------------------------------------------------
+
+    def controller(self, *, loop: bool = True, **options: Any) -> RunningController:
+        """Start a controller replica (see :class:`RunningController`); it is stopped at cleanup."""
+        options.setdefault("lease_namespace", self.namespace)
+        run = RunningController(self.kubeconfig, **options)
+        self._runs.append(run)
+        return run.start(loop=loop)
+
+    def job_controller(self) -> JobController:
+        jc = JobController(KubeApi(load_api_client(self.kubeconfig)), self.namespace)
+        self._job_controllers.append(jc)
+        return jc.start()
+
+    # --- reading the cluster ---------------------------------------------------------------------
+
+    def list(self, res: Resource) -> list[dict[str, Any]]:
+        return list(self.api.list(res, self.namespace if res.namespaced else None).get("items", []))
+
+    def workloads(self) -> dict[str, dict[str, Any]]:
+        """This scene's Workloads by the name of the job that owns them."""
+        out = {}
+        for wl in self.list(k8s.WORKLOADS):
+            owners = wl["metadata"].get("ownerReferences") or [{"name": wl["metadata"]["name"]}]
+            out[owners[0]["name"]] = wl
+        return out
+
+    def pods(self, job_name: str | None = None) -> list[dict[str, Any]]:
+        pods = self.list(k8s.PODS)
+        if job_name is None:
+            return pods
+        return [p for p in pods if (p["metadata"].get("labels") or {}).get("job-name") == job_name]
+
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        return {j["metadata"]["name"]: j for j in self.list(k8s.JOBS)}
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.list(k8s.EVENTS) if e.get("reason") == reason]
+
+    def state(self) -> list[dict[str, Any]]:
+        """This scene's part of the cluster as ``gpuplane schedule`` reads it (kind and apiVersion set)."""
+        objects: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+        ]
+        mine = {
+            k8s.NODES: lambda o: (o["metadata"].get("labels") or {}).get(POOL_LABEL) == self.prefix,
+            k8s.RESOURCE_FLAVORS: lambda o: o["metadata"]["name"].startswith(self.prefix),
+            k8s.CLUSTER_QUEUES: lambda o: o["metadata"]["name"].startswith(self.prefix),
+            k8s.PRIORITY_CLASSES: lambda o: o["metadata"]["name"].startswith(self.prefix),
+            k8s.LOCAL_QUEUES: lambda _o: True,
+            k8s.WORKLOADS: lambda _o: True,
+            k8s.PODS: lambda o: bool(o["spec"].get("nodeName")),
+        }
+        for res, keep in mine.items():
+            objects += [
+                {**o, "kind": res.kind, "apiVersion": res.api_version} for o in self.list(res) if keep(o)
+            ]
+        return objects
+
+    def core_plan(self, cycles: int | None = 1) -> Plan:
+        """What the core decides on this scene's objects as they are now (``gpuplane schedule``)."""
+        state = state_from_objects(self.state())
+        return schedule(state, config_from_kueue(state.configuration), time.time(), cycles=cycles)
+
+    # --- teardown --------------------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        for run in self._runs:
+            run.stop()
+        for jc in self._job_controllers:
+            jc.stop()
+        for res, name in reversed(self._created):
+            with contextlib.suppress(ApiError):
+                self.api.delete(res, name)
+        self.api.api_client.close()  # type: ignore[no-untyped-call]
+
+
+def scene(cluster: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
+    """Body of the tests' ``scene`` fixture: a Scene, cleaned up after the test."""
+    built = Scene(cluster, kubectl)
+    try:
+        yield built
+    finally:
+        built.cleanup()
+
+
+def _served(api: KubeApi, res: Resource) -> bool:
+    try:
+        api.list(res, limit=1)
+    except ApiError:
+        return False
+    return True
+
+
+# --- kube-controller-manager's Job controller, reduced ----------------------------------------------
+
+
+def webhook_admit(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as the mutating webhook chain would store it: gpuplane's review() patch applied."""
+    answer = review(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": "e2e", "kind": {"kind": "Pod"}, "operation": "CREATE", "object": pod},
+        }
+    )["response"]
+    if not answer.get("patch"):
+        return pod
+    patched: dict[str, Any] = json_patch(pod, json.loads(base64.b64decode(answer["patch"])))
+    return patched
+
+
+class JobController:
+    """Creates the pods of every unsuspended Job in one namespace, and deletes them on suspension.
+
+    One pass (:meth:`sync`) lists Jobs and Pods and brings each Job's live pods to its parallelism
+    (capped by :attr:`pod_limit` when a test holds a gang back). Pod names never repeat
+    (``<job>-<n>`` with a counter per Job), so a pod name means one pod for the whole test. Errors
+    from the API server end the pass; the next one retries.
+    """
+
+    def __init__(self, api: KubeApi, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.pod_limit: int | None = None
+        self.created = 0
+        self._counters: dict[str, itertools.count[int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fake-job-controller", daemon=True)
+
+    def start(self) -> JobController:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.api.api_client.close()  # type: ignore[no-untyped-call]
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(ApiError, OSError, ValueError):
+                self.sync()
+            self._stop.wait(POLL)
+
+    def sync(self) -> None:
+        jobs = self.api.list(k8s.JOBS, self.namespace).get("items", [])
+        pods = self.api.list(k8s.PODS, self.namespace).get("items", [])
+        owned: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for pod in pods:
+            for ref in pod["metadata"].get("ownerReferences") or []:
+                owned[ref.get("uid", "")].append(pod)
+        for obj in jobs:
+            uid = obj["metadata"]["uid"]
+            live = [p for p in owned[uid] if not p["metadata"].get("deletionTimestamp")]
+            if obj["spec"].get("suspend"):
+                for pod in live:
+                    with contextlib.suppress(ApiError):
+                        self.api.delete(k8s.PODS, pod["metadata"]["name"], self.namespace)
+                continue
+            want = integrations.batch_job(obj)[0].count
+            if self.pod_limit is not None:
+                want = min(want, self.pod_limit)
+            for _ in range(want - len(live)):
+                self.api.create(k8s.PODS, self._pod(obj), self.namespace)
+                self.created += 1
+
+    def _pod(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta, template = obj["metadata"], obj["spec"]["template"]
+        counter = self._counters.setdefault(meta["uid"], itertools.count())
+        labels = {
+            **(template.get("metadata", {}).get("labels") or {}),
+            "job-name": meta["name"],
+            "batch.kubernetes.io/job-name": meta["name"],
+            "controller-uid": meta["uid"],
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{meta['name']}-{next(counter)}",
+                "namespace": self.namespace,
+                "labels": labels,
+                "annotations": dict(template.get("metadata", {}).get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": json.loads(json.dumps(template["spec"])),
+        }
+        return webhook_admit(pod)
+
+
+# --- the controller under test -------------------------------------------------------------------
+
+
+class Killed(Exception):  # noqa: N818 (it names what happened to the process, as SIGKILL would)
+    """The controller's process is gone: its API calls fail from now on."""
+
+
+class KillableApi(KubeApi):
+    """The controller's client. :meth:`kill` makes every later call raise :class:`Killed`.
+
+    ``kill_after`` kills it on its Nth call: before sending that request, or just after the server
+    answered it when ``after_send`` is set (the process died before it read the answer).
+    """
+
+    def __init__(self, api_client: Any, *, kill_after: int | None = None, after_send: bool = False) -> None:
+        super().__init__(api_client, timeout=10.0)
+        self.kill_after = kill_after
+        self.after_send = after_send
+        self.calls = 0
+        self.killed = threading.Event()
+        self._lock = threading.Lock()
+        self._streams: list[Any] = []
+
+    def _call(
+        self, method: str, path: str, query: Mapping[str, object] | None = None, *args: Any, **kw: Any
+    ) -> Any:
+        with self._lock:
+            if self.killed.is_set():
+                raise Killed(path)
+            self.calls += 1
+            last = self.kill_after is not None and self.calls >= self.kill_after
+            if last and not self.after_send:
+                self.killed.set()
+                raise Killed(path)
+        response = super()._call(method, path, query, *args, **kw)
+        if last:
+            self.kill()
+            raise Killed(path)
+        if (query or {}).get("watch"):
+            with self._lock:
+                self._streams.append(response)
+        return response
+
+    def kill(self) -> None:
+        """Fail every later call and cut the open watch streams."""
+        with self._lock:
+            self.killed.set()
+            streams, self._streams = self._streams, []
+        for response in streams:
+            with contextlib.suppress(Exception):
+                response.response.shutdown()
+
+
+class ObservedController(Controller):
+    """A Controller that counts its reconcile passes and remembers whether it led in the last one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.passes = 0
+        self.leading = False
+
+    def reconcile(self) -> Any:
+        plan = super().reconcile()
+        self.leading = not self.config.leader_election or self.elector.is_leader
+        self.passes += 1
+        return plan
+
+
+class RunningController:
+    """One controller replica in a background thread, with its own client and informers.
+
+    ``stop()`` is a clean shutdown (the lease is released); ``kill()`` is abrupt: from the next API
+    call on, the replica is gone, mid-pass if it was in one, and its lease is left to expire. Both
+    wait until every thread of the replica has ended, so a killed replica's last request has been
+    answered before the test goes on (as with a dead process).
+    """
+
+    def __init__(
+        self,
+        kubeconfig: str,
+        *,
+        identity: str = "gpuplane-0",
+        dry_run: bool = True,
+        leader_election: bool = True,
+        lease_namespace: str = "gpuplane-system",
+        lease_duration: float = 15.0,
+        clock: Callable[[], float] = time.time,
+        interval: float = 0.05,
+        watch_timeout: int = 5,
+        kill_after: int | None = None,
+        after_send: bool = False,
+    ) -> None:
+        client = load_api_client(kubeconfig)
+        client.user_agent = f"{CONTROLLER_AGENT}/{identity}"
+        self.identity = identity
+        self.api = KillableApi(client, kill_after=kill_after, after_send=after_send)
+        config = ControllerConfig(
+            dry_run_preemption=dry_run,
+            leader_election=leader_election,
+            identity=identity,
+            lease_namespace=lease_namespace,
+            lease_duration=lease_duration,
+        )
+        self.controller = ObservedController(self.api, config, clock)
+        for informer in self.controller.informers:
+            informer.watch_timeout = watch_timeout
+            informer.sleep = informer.stopped.wait  # a back-off ends when the replica stops
+        self.interval = interval
+        self.failure: BaseException | None = None
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._stopped = False
+
+    @property
+    def user_agent(self) -> str:
+        return f"{CONTROLLER_AGENT}/{self.identity}"
+
+    @property
+    def passes(self) -> int:
+        return self.controller.passes
+
+    def start(self, *, loop: bool = True) -> RunningController:
+        """Start the informers and, with ``loop``, the reconcile loop once they have synced (without
+        it, the test calls ``controller.reconcile()`` itself)."""
+        for informer in self.controller.informers:
+            self._threads.append(
+                threading.Thread(target=informer.run, daemon=True, name=f"i-{informer.kind}")
+            )
+        if loop:
+            self._threads.append(threading.Thread(target=self._main, daemon=True, name=self.identity))
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _main(self) -> None:
+        try:
+            while not all(i.synced.is_set() for i in self.controller.informers):
+                if self._stopping.wait(POLL):
+                    return
+            self.controller.run(self._stopping.is_set, self.interval)
+        except Killed:
+            pass
+        except BaseException as err:  # surfaced by stop()/kill() instead of a thread warning
+            self.failure = err
+
+    @property
+    def alive(self) -> bool:
+        return not self._stopped and not self.api.killed.is_set()
+
+    def wait_passes(self, count: int, timeout: float = 10.0) -> None:
+        """Wait until ``count`` more reconcile passes have finished."""
+        target = self.passes + count
+        wait_until(lambda: self.passes >= target, timeout, f"{count} reconcile passes of {self.identity}")
+
+    def stop(self) -> None:
+        """Clean shutdown: finish the pass in progress, release the lease, end the informers."""
+        if self._stopped:
+            return
+        self._stopping.set()
+        for thread in self._threads:
+            if thread.name == self.identity:
+                thread.join(timeout=10)
+        if not self.api.killed.is_set():
+            self.controller.stop()
+        self._finish()
+
+    def kill(self) -> None:
+        """Abrupt end, at the replica's next API call."""
+        if self._stopped:
+            return
+        self.api.kill()
+        self._stopping.set()
+        for informer in self.controller.informers:
+            informer.stopped.set()
+        self._finish()
+
+    def _finish(self) -> None:
+        for informer in self.controller.informers:
+            informer.stopped.set()
+        self.api.kill()  # cuts the watch streams, so the informers see their stop flag at once
+        for thread in self._threads:
+            thread.join(timeout=10)
+            assert not thread.is_alive(), f"{thread.name} of {self.identity} did not end"
+        self._stopped = True
+        self.api.api_client.close()  # type: ignore[no-untyped-call]
+        if self.failure is not None:
+            raise AssertionError(f"controller {self.identity} failed") from self.failure
+
+
+# --- invariants ---------------------------------------------------------------------------------
+
+
+def _quantity(resource: str, value: object) -> Fraction:
+    return Fraction(parse_resource_quantity(resource, str(value)))
+
+
+def quota_violations(
+    workloads: Iterable[Mapping[str, Any]], cluster_queues: Iterable[Mapping[str, Any]]
+) -> list[str]:
+    """ClusterQueues whose admitted workloads use more of a flavor's resource than its quota allows.
+
+    The limit is nominal + borrowingLimit; a queue in a cohort without a borrowing limit is bounded
+    by the cohort's total nominal instead.
+    """
+    limits: dict[tuple[str, str, str], Fraction | None] = {}
+    cohort_of: dict[str, str] = {}
+    cohort_nominal: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
+    for cq in cluster_queues:
+        name = cq["metadata"]["name"]
+        spec = cq.get("spec") or {}
+        cohort = spec.get("cohortName") or spec.get("cohort")
+        if cohort:
+            cohort_of[name] = cohort
+        for group in spec.get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for res in flavor.get("resources") or []:
+                    nominal = _quantity(res["name"], res.get("nominalQuota", 0))
+                    key = (name, flavor["name"], res["name"])
+                    borrowing = res.get("borrowingLimit")
+                    if borrowing is not None:
+                        limits[key] = nominal + _quantity(res["name"], borrowing)
+                    else:
+                        limits[key] = None if cohort else nominal
+                    if cohort:
+                        cohort_nominal[(cohort, flavor["name"], res["name"])] += nominal
+    used: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
+    for wl in workloads:
+        admission = (wl.get("status") or {}).get("admission")
+        if not admission:
+            continue
+        for psa in admission.get("podSetAssignments") or []:
+            for res, amount in (psa.get("resourceUsage") or {}).items():
+                flavor = (psa.get("flavors") or {}).get(res, "")
+                used[(admission["clusterQueue"], flavor, res)] += _quantity(res, amount)
+    problems = []
+    cohort_used: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
+    for (cq, flavor, res), amount in sorted(used.items()):
+        limit = limits.get((cq, flavor, res), Fraction(0))
+        if limit is not None and amount > limit:
+            problems.append(f"{cq}: {flavor}/{res} uses {amount}, more than {limit}")
+        if cq in cohort_of:
+            cohort_used[(cohort_of[cq], flavor, res)] += amount
+    for key, amount in sorted(cohort_used.items()):
+        if amount > cohort_nominal[key]:
+            problems.append(
+                f"cohort {key[0]}: {key[1]}/{key[2]} uses {amount}, more than {cohort_nominal[key]}"
+            )
+    return problems
+
+
+def double_bindings(log: Iterable[Any]) -> list[str]:
+    """Pods with more than one successful binding in the request log (as "namespace/name")."""
+    counts = Counter(
+        f"{e.request.namespace}/{e.request.name}"
+        for e in log
+        if e.request.verb == "create" and e.request.subresource == "binding" and 200 <= e.status < 300
+    )
+    return sorted(pod for pod, n in counts.items() if n > 1)
+
+
+def admission_episodes(log: Iterable[Any]) -> tuple[dict[str, int], list[str]]:
+    """Per workload, how many times an admission was written; and the workloads admitted twice.
+
+    Successful writes of a Workload's status are read in order: each one either carries an admission
+    or not (pending, evicted). Writing an admission while the last written status already carried
+    one means the workload was admitted twice in one episode.
+    """
+    last: dict[str, bool] = {}
+    episodes: dict[str, int] = defaultdict(int)
+    twice: list[str] = []
+    for e in log:
+        request = e.request
+        if request.resource != WORKLOAD_RESOURCE or request.subresource != "status":
+            continue
+        if request.verb not in ("update", "patch") or not 200 <= e.status < 300:
+            continue
+        key = f"{request.namespace}/{request.name}"
+        admitted = bool(((request.body or {}).get("status") or {}).get("admission"))
+        if admitted:
+            if last.get(key):
+                twice.append(key)
+            episodes[key] += 1
+        last[key] = admitted
+    return dict(episodes), twice
+
+
+@dataclass
+class QuotaSampler:
+    """Checks the quota invariant at sampled points while a test runs (reads the double's store)."""
+
+    read: Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+    samples: int = 0
+    problems: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        workloads, queues = self.read()
+        self.problems += quota_violations(workloads, queues)
+        self.samples += 1
+
+    def __enter__(self) -> QuotaSampler:
+        def loop() -> None:
+            while not self._stop.wait(POLL):
+                self.sample()
+
+        self._thread = threading.Thread(target=loop, daemon=True, name="quota-sampler")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def bound_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if (p.get("spec") or {}).get("nodeName")
+    }
+
+
+def devices_overlap(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Devices recorded (``gpuplane.dev/devices``) for more than one live pod on the same node."""
+    taken: dict[tuple[str, str], str] = {}
+    clashes = []
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        devices = ((pod.get("metadata") or {}).get("annotations") or {}).get("gpuplane.dev/devices")
+        if not node_name or not devices or pod["metadata"].get("deletionTimestamp"):
+            continue
+        for device in devices.split(","):
+            other = taken.setdefault((node_name, device), pod["metadata"]["name"])
+            if other != pod["metadata"]["name"]:
+                clashes.append(f"{node_name}/{device}: {other} and {pod['metadata']['name']}")
+    return clashes
+
+
+def object_keys(objects: Iterable[dict[str, Any]]) -> list[str]:
+    return sorted(object_key(o) for o in objects)

@@ -1,0 +1,353 @@
+"""The controller end to end: jobs submitted with the real kubectl, admitted, released and bound.
+
+Each test runs a controller replica (through the official client) and the reduced Job controller of
+:mod:`controller_harness` against the ``apiserver`` fixture. With ``GPUPLANE_E2E_KUBECONFIG`` they run
+unchanged against a real API server without kubelets (envtest); the checks that read the double's
+request log are skipped there, the rest still run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from apiserver.fixtures import Cluster, Kubectl, manifest
+from apiserver.server import ApiServerDouble
+from controller_harness import (
+    Scene,
+    bound_pods,
+    devices_overlap,
+    quota_violations,
+    wait_until,
+    webhook_admit,
+)
+from controller_harness import scene as make_scene
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s.controller import DEVICES_ANNOTATION
+from gpuplane.k8s.integrations import GATE, PODSET_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
+from manifests import GPU, Manifest, pod_spec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def scene(apiserver: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
+    yield from make_scene(apiserver, kubectl)
+
+
+def double_of(cluster: Cluster) -> ApiServerDouble | None:
+    """The double behind ``cluster``, or None against a real API server (no request log there)."""
+    return cluster if isinstance(cluster, ApiServerDouble) else None
+
+
+def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
+
+
+def admitted(scene: Scene, job_name: str) -> bool:
+    wl = scene.workloads().get(job_name)
+    return bool(wl and (wl.get("status") or {}).get("admission"))
+
+
+def all_bound(scene: Scene, job_name: str, count: int) -> bool:
+    pods = [p for p in scene.pods(job_name) if not p["metadata"].get("deletionTimestamp")]
+    return len(pods) == count and all(p["spec"].get("nodeName") for p in pods)
+
+
+# --- (a) admission, release and binding to the planned nodes and devices --------------------------
+
+
+JOBS = [  # name, pods, GPUs per pod: 16 GPUs on two 8-GPU nodes, all of them used
+    ("pair", 2, 3),
+    ("whole", 1, 8),
+    ("small", 2, 1),
+]
+
+
+def test_jobs_are_admitted_released_and_bound_to_planned_nodes_and_devices(
+    scene: Scene, apiserver: Cluster
+) -> None:
+    cq = scene.setup(nodes=2)
+    scene.job_controller()
+    scene.controller(leader_election=False)
+    scene.submit(*(scene.job(name, pods=pods, gpus=gpus) for name, pods, gpus in JOBS))
+
+    wait_until(
+        lambda: all(all_bound(scene, name, pods) for name, pods, _ in JOBS),
+        20,
+        "every pod of every job bound",
+    )
+    workloads, jobs, pods = scene.workloads(), scene.jobs(), scene.pods()
+    assert sorted(workloads) == sorted(name for name, _, _ in JOBS), "one Workload per job"
+    for name, count, gpus in JOBS:
+        wl = workloads[name]
+        status = wl["status"]
+        assert status["admission"]["clusterQueue"] == cq
+        assert {c["type"] for c in status["conditions"] if c["status"] == "True"} >= {
+            "QuotaReserved",
+            "Admitted",
+        }
+        (assignment,) = status["admission"]["podSetAssignments"]
+        assert (assignment["count"], assignment["flavors"][GPU]) == (count, scene.flavor)
+        assert assignment["resourceUsage"][GPU] == str(count * gpus)
+        planned = Counter({d["values"][-1]: d["count"] for d in assignment["topologyAssignment"]["domains"]})
+
+        job = jobs[name]
+        assert job["spec"]["suspend"] is False, "released"
+        template = job["spec"]["template"]
+        assert template["metadata"]["labels"][WORKLOAD_LABEL] == wl["metadata"]["name"]
+        assert template["metadata"]["labels"][PODSET_LABEL] == "main"
+        assert template["spec"]["nodeSelector"]["gpuplane.dev/e2e-pool"] == scene.prefix
+
+        mine = [p for p in pods if p["metadata"]["labels"]["job-name"] == name]
+        assert Counter(p["spec"]["nodeName"] for p in mine) == planned, "bound where the admission planned"
+        for pod in mine:
+            assert pod["spec"]["schedulerName"] == SCHEDULER_NAME
+            devices = pod["metadata"]["annotations"][DEVICES_ANNOTATION].split(",")
+            assert len(devices) == gpus
+            assert set(devices) <= {str(i) for i in range(8)}
+    assert devices_overlap(pods) == [], "no device given to two pods"
+
+    double = double_of(apiserver)
+    if double is not None:
+        binds = double.requests.bindings()
+        assert sorted(binds) == sorted((scene.namespace, n, node) for n, node in bound_pods(pods).items())
+        assert len(binds) == len(set(binds)), "each pod bound once"
+
+
+def test_a_job_that_does_not_fit_now_is_admitted_when_capacity_frees(scene: Scene) -> None:
+    scene.setup(nodes=1)
+    scene.job_controller()
+    scene.controller(leader_election=False)
+    scene.submit(scene.job("first", gpus=8))
+    wait_until(lambda: all_bound(scene, "first", 1), 20, "first bound")
+    scene.submit(scene.job("second", gpus=8))
+    wait_until(
+        lambda: condition(scene.workloads().get("second") or {}, "QuotaReserved"), 20, "second pending"
+    )
+    assert not scene.pods("second")
+
+    scene.kubectl("delete", "job", "first", "-n", scene.namespace, "--wait=false")
+    for pod in scene.pods("first"):  # no kubelet: the pods go once the job does
+        scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
+    wait_until(lambda: all_bound(scene, "second", 1), 20, "second bound once first is gone")
+
+
+# --- (b) preemption ----------------------------------------------------------------------------------
+
+
+def preemption_scene(scene: Scene, *, dry_run: bool) -> set[str]:
+    """A low-priority job holding the only node, then a high-priority one that needs it; returns the
+    names of the victim's pods."""
+    scene.setup(nodes=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low, high = scene.priority_class("low", 10), scene.priority_class("high", 1000)
+    scene.job_controller()
+    scene.controller(leader_election=False, dry_run=dry_run)
+    scene.submit(scene.job("victim", pods=2, gpus=4, priority_class=low))
+    wait_until(lambda: all_bound(scene, "victim", 2), 20, "victim bound")
+    victim_pods = {p["metadata"]["name"] for p in scene.pods("victim")}
+    scene.submit(scene.job("urgent", pods=1, gpus=8, priority_class=high))
+    return victim_pods
+
+
+def test_preemption_evicts_the_victim_suspends_its_job_and_requeues_it(
+    scene: Scene, apiserver: Cluster
+) -> None:
+    victim_pods = preemption_scene(scene, dry_run=False)
+
+    wait_until(lambda: all_bound(scene, "urgent", 1), 20, "urgent admitted and bound")
+    workloads = scene.workloads()
+    victim = workloads["victim"]
+    assert not victim["status"].get("admission"), "admission cleared"
+    evicted, preempted = condition(victim, "Evicted") or {}, condition(victim, "Preempted") or {}
+    assert (evicted.get("status"), evicted.get("reason")) == ("True", "Preempted")
+    assert (preempted.get("status"), preempted.get("reason")) == ("True", "InClusterQueue")
+    assert scene.jobs()["victim"]["spec"]["suspend"] is True, "victim's job suspended again"
+    assert not {p["metadata"]["name"] for p in scene.pods("victim")} & victim_pods, "victim's pods gone"
+    wait_until(
+        lambda: (
+            (condition(scene.workloads()["victim"], "QuotaReserved") or {}).get("reason")
+            not in (None, "Preempted")
+        ),
+        20,
+        "victim requeued: pending with the core's reason",
+    )
+    assert len(scene.workloads()) == 2, "the victim keeps its one Workload"
+
+    double = double_of(apiserver)
+    if double is not None:
+        evictions = double.requests.find(verb="create", resource="pods", subresource="eviction")
+        assert {e.request.name for e in evictions if e.status == 201} == victim_pods
+        assert all(e.request.body["deleteOptions"]["gracePeriodSeconds"] == 0 for e in evictions)
+
+
+def test_dry_run_preemption_only_records_would_preempt(scene: Scene, apiserver: Cluster) -> None:
+    preemption_scene(scene, dry_run=True)
+    wait_until(lambda: scene.events("WouldPreempt"), 20, "a WouldPreempt event")
+    event = scene.events("WouldPreempt")[0]
+    victim = scene.workloads()["victim"]
+    assert event["involvedObject"]["name"] == victim["metadata"]["name"]
+    assert event["type"] == "Warning"
+    assert "urgent" in event["message"]
+
+    assert victim["status"]["admission"], "the victim keeps its admission"
+    assert all_bound(scene, "victim", 2), "and its pods"
+    assert scene.jobs()["victim"]["spec"]["suspend"] is False
+    assert not admitted(scene, "urgent")
+    assert not scene.pods("urgent")
+    double = double_of(apiserver)
+    if double is not None:
+        assert double.requests.find(subresource="eviction") == []
+
+
+# --- (c) gangs ------------------------------------------------------------------------------------
+
+
+def test_a_gang_is_bound_only_once_all_its_pods_exist(scene: Scene, apiserver: Cluster) -> None:
+    scene.setup(nodes=2)
+    jc = scene.job_controller()
+    jc.pod_limit = 3  # the Job controller is slow: the fourth pod comes later
+    run = scene.controller(leader_election=False)
+    scene.submit(scene.job("gang", pods=4, gpus=4))
+
+    wait_until(lambda: len(scene.pods("gang")) == 3, 20, "three of four pods created")
+    run.wait_passes(5)
+    assert bound_pods(scene.pods("gang")) == {}, "no pod of an incomplete gang is bound"
+
+    jc.pod_limit = None
+    wait_until(lambda: all_bound(scene, "gang", 4), 20, "the whole gang bound")
+    double = double_of(apiserver)
+    if double is not None:
+        log = list(double.requests)
+        created = [
+            i
+            for i, e in enumerate(log)
+            if e.request.verb == "create"
+            and e.request.resource == "pods"
+            and not e.request.subresource
+            and e.request.name.startswith("gang-")
+        ]
+        bound = [i for i, e in enumerate(log) if e.request.subresource == "binding" and e.status == 201]
+        assert (len(created), len(bound)) == (4, 4)
+        assert max(created) < min(bound), "the first binding comes after the last pod"
+
+
+def test_a_gang_that_does_not_fit_has_no_pod_bound(scene: Scene, apiserver: Cluster) -> None:
+    scene.setup(nodes=2, quota_gpus=64)  # quota for it, but no two nodes hold three 8-GPU pods
+    scene.job_controller()
+    scene.controller(leader_election=False)
+    group = [
+        webhook_admit(
+            Manifest("v1", "Pod", f"group-{i}", scene.namespace)
+            .label("kueue.x-k8s.io/queue-name", "queue")
+            .label("kueue.x-k8s.io/pod-group-name", "group")
+            .annotate("kueue.x-k8s.io/pod-group-total-count", "3")
+            .set("spec", pod_spec().container(limits={GPU: 8}, cpu="100m", gpu=8).to_dict())
+            .set("spec.restartPolicy", "Never")
+            .to_dict()
+        )
+        for i in range(3)
+    ]
+    scene.kubectl("apply", "-f", "-", input=manifest(*group))
+    scene.submit(scene.job("too-big", pods=3, gpus=8), scene.job("fits", pods=1, gpus=2))
+
+    wait_until(lambda: all_bound(scene, "fits", 1), 20, "the job that fits is bound")
+    wait_until(
+        lambda: (
+            all(
+                condition(wl, "QuotaReserved") and not wl["status"].get("admission")
+                for name, wl in scene.workloads().items()
+                if name != "fits"
+            )
+            and len(scene.workloads()) == 3
+        ),
+        20,
+        "both gangs pending",
+    )
+    pods = scene.pods()
+    assert set(bound_pods(pods)) == {p["metadata"]["name"] for p in scene.pods("fits")}
+    gated = [p for p in pods if p["metadata"]["name"].startswith("group-")]
+    assert len(gated) == 3
+    assert all(GATE in {g["name"] for g in p["spec"].get("schedulingGates") or []} for p in gated)
+    assert scene.pods("too-big") == [], "a pending job stays suspended: no pods"
+    double = double_of(apiserver)
+    if double is not None:
+        assert {pod for _, pod, _ in double.requests.bindings()} == {
+            p["metadata"]["name"] for p in scene.pods("fits")
+        }
+
+
+# --- (d) pending workloads carry the core's reason ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("quota_gpus", "pods", "gpus"),
+    [
+        pytest.param(8, 2, 8, id="over-quota"),
+        pytest.param(64, 1, 16, id="no-node-holds-a-pod"),
+    ],
+)
+def test_pending_workloads_get_quota_reserved_false_with_the_cores_reason(
+    scene: Scene, quota_gpus: int, pods: int, gpus: int
+) -> None:
+    scene.setup(nodes=2, quota_gpus=quota_gpus)
+    scene.job_controller()
+    scene.controller(leader_election=False)
+    scene.submit(scene.job("waits", pods=pods, gpus=gpus), scene.job("runs", pods=1, gpus=4))
+    wait_until(lambda: all_bound(scene, "runs", 1), 20, "the job that fits is bound")
+
+    def matches_core() -> bool:
+        wl = scene.workloads()["waits"]
+        got = condition(wl, "QuotaReserved")
+        plan = scene.core_plan()
+        want = next(p for p in plan.pending if p.workload.endswith(wl["metadata"]["name"]))
+        return bool(got) and (got["status"], got["reason"], got["message"]) == (
+            "False",
+            want.reason,
+            want.message or want.reason,
+        )
+
+    wait_until(matches_core, 20, "QuotaReserved=False with the core's reason and message")
+    assert scene.pods("waits") == []
+
+
+def test_a_requeued_victim_shows_again_why_it_waits(scene: Scene) -> None:
+    """Pending, admitted, preempted, pending again for the same reason: the condition says so."""
+    scene.setup(nodes=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low, high = scene.priority_class("low", 10), scene.priority_class("high", 1000)
+    scene.job_controller()
+    scene.controller(leader_election=False, dry_run=False)
+    scene.submit(scene.job("holder", gpus=8, priority_class=low))
+    wait_until(lambda: all_bound(scene, "holder", 1), 20, "holder bound")
+    scene.submit(scene.job("victim", gpus=8, priority_class=low))
+    wait_until(
+        lambda: condition(scene.workloads().get("victim") or {}, "QuotaReserved"), 20, "victim pending"
+    )
+    waiting = condition(scene.workloads()["victim"], "QuotaReserved")
+
+    scene.kubectl("delete", "job", "holder", "-n", scene.namespace, "--wait=false")
+    for pod in scene.pods("holder"):
+        scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
+    wait_until(lambda: all_bound(scene, "victim", 1), 20, "victim admitted once holder is gone")
+    scene.submit(scene.job("urgent", gpus=8, priority_class=high))
+    wait_until(lambda: all_bound(scene, "urgent", 1), 20, "urgent admitted in the victim's place")
+
+    def waits_again() -> bool:
+        got = condition(scene.workloads()["victim"], "QuotaReserved") or {}
+        return (got.get("status"), got.get("reason")) == ("False", waiting and waiting["reason"])
+
+    wait_until(waits_again, 20, "the victim's condition gives the reason it waits, not 'Preempted'")
+
+
+def test_quota_is_never_exceeded(scene: Scene) -> None:
+    cq = scene.setup(nodes=2, quota_gpus=10)
+    scene.job_controller()
+    scene.controller(leader_election=False)
+    scene.submit(*(scene.job(f"j{i}", gpus=3) for i in range(6)))
+    wait_until(lambda: sum(admitted(scene, f"j{i}") for i in range(6)) == 3, 20, "three of six admitted")
+    queues = [q for q in scene.list(k8s.CLUSTER_QUEUES) if q["metadata"]["name"] == cq]
+    assert quota_violations(scene.list(k8s.WORKLOADS), queues) == []
+    assert scene.core_plan(cycles=None).admitted == (), "nothing left that the core would admit"
