@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpuplane.cli.simulate_scenario import ScenarioOptions, run_scenario
 from gpuplane.core.placement.scoring import POLICIES
 from gpuplane.sim.fgd import FgdRun, ProgressCallback, run_fgd_protocol
 from gpuplane.sim.traces import TraceError
@@ -66,11 +67,11 @@ def run_simulate(
     arrivals: Path | None,
     node_rank: Path | None,
     output: OutputFormat,
+    scenario_options: ScenarioOptions | None = None,
 ) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if protocol is None:
-        err.print("the built-in scenario simulator is not available yet", markup=False)
-        return 1
+        return run_scenario(scenario_options or ScenarioOptions(), seed=seed, output=output.value)
     if nodes is None or pods is None:
         err.print("error: --protocol fgd needs --nodes and --pods", markup=False)
         return 2
@@ -145,6 +146,23 @@ def register(app: typer.Typer) -> None:
         output: Annotated[
             OutputFormat, typer.Option("--output", "-o", help="json or table.")
         ] = OutputFormat.table,
+        scenario: Annotated[
+            Path | None, typer.Option(help="Scenario file (YAML); default: the built-in scenario.")
+        ] = None,
+        trace: Annotated[
+            Path | None, typer.Option(help="Replay a trace (CSV) instead of a scenario.")
+        ] = None,
+        trace_format: Annotated[
+            str | None, typer.Option(help="Trace format: openb, helios, or a column mapping file (YAML).")
+        ] = None,
+        compare: Annotated[
+            list[str] | None,
+            typer.Option(help="More configurations to run beside stock and gpuplane (repeat, or a,b,c)."),
+        ] = None,
+        days: Annotated[float | None, typer.Option(help="Measured virtual days (scenario or trace).")] = None,
+        report: Annotated[
+            Path | None, typer.Option(help="Write an HTML report with plots into this folder.")
+        ] = None,
     ) -> None:
         """Replay a placement benchmark (--protocol fgd) and print allocation and fragmentation."""
         try:
@@ -157,6 +175,9 @@ def register(app: typer.Typer) -> None:
                 arrivals=arrivals,
                 node_rank=node_rank,
                 output=output,
+                scenario_options=ScenarioOptions(
+                    scenario, trace, trace_format, tuple(compare or ()), days, report
+                ),
             )
         except Exception as bug:  # the one place a bug becomes a single line, never a traceback
             typer.echo(f"internal error: {type(bug).__name__}: {bug}", err=True)

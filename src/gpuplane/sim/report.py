@@ -1,0 +1,164 @@
+"""The HTML report of a simulation: ``index.html`` and its PNG plots, in one folder.
+
+Plots: GPU allocation and busy share over time per configuration; queue-wait distributions;
+allocated against busy GPU-hours per team; busy share per workload class. The page also lists
+every scenario parameter with its source, so a reader can see which numbers are published
+figures and which are assumptions. Figures are drawn with matplotlib's object API (no pyplot, no
+global state), so writing a report never touches a display.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from gpuplane.sim.experiment import ExperimentResult
+from gpuplane.sim.metrics import HOUR, Ledger, total
+
+PLOTS = ("utilization.png", "waits.png", "teams.png", "classes.png")
+
+
+def _utilization(ledgers: dict[str, Ledger], path: Path) -> None:
+    fig = Figure(figsize=(10, 4.5))
+    ax = fig.subplots()
+    for i, (name, ledger) in enumerate(ledgers.items()):
+        width = ledger.allocated_series.width
+        gpus = max(ledger.gpus, 1)
+        hours = np.arange(ledger.allocated_series.bins) * width / HOUR
+        color = f"C{i}"
+        ax.plot(
+            hours,
+            100 * ledger.allocated_series.values / (width * gpus),
+            color=color,
+            label=f"{name}: allocated",
+        )
+        ax.plot(
+            hours,
+            100 * ledger.busy_series.values / (width * gpus),
+            color=color,
+            ls="--",
+            label=f"{name}: busy",
+        )
+    ax.set_xlabel("hours into the measured window")
+    ax.set_ylabel("% of installed GPUs")
+    ax.set_ylim(0, 100)
+    ax.set_title("GPU allocation and busy (SM activity) over time")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _waits(ledgers: dict[str, Ledger], path: Path) -> None:
+    fig = Figure(figsize=(10, 4.5))
+    ax = fig.subplots()
+    for i, (name, ledger) in enumerate(ledgers.items()):
+        waits = np.sort(np.asarray(total(ledger.groups.values()).waits, dtype=float))
+        if len(waits) == 0:
+            continue
+        share = np.arange(1, len(waits) + 1) / len(waits)
+        ax.step(np.maximum(waits, 1.0), share, where="post", color=f"C{i}", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("queue wait (seconds, log scale; 0 shown at 1 s)")
+    ax.set_ylabel("share of workloads")
+    ax.set_title("Queue wait: cumulative distribution")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _bars(ledgers: dict[str, Ledger], path: Path, by_team: bool) -> None:
+    index = 0 if by_team else 1
+    groups = sorted({key[index] for ledger in ledgers.values() for key in ledger.groups})
+    fig = Figure(figsize=(10, 4.5))
+    ax = fig.subplots()
+    width = 0.8 / max(len(ledgers), 1)
+    x = np.arange(len(groups))
+    for i, (name, ledger) in enumerate(ledgers.items()):
+        stats = [total(s for k, s in ledger.groups.items() if k[index] == g) for g in groups]
+        offset = x - 0.4 + width * (i + 0.5)
+        if by_team:
+            allocated = [s.allocated / HOUR for s in stats]
+            busy = [s.busy / HOUR for s in stats]
+            ax.bar(offset, allocated, width, color=f"C{i}", alpha=0.35, label=f"{name}: allocated")
+            ax.bar(offset, busy, width, color=f"C{i}", label=f"{name}: busy")
+        else:
+            share = [100 * s.busy / s.allocated if s.allocated else 0.0 for s in stats]
+            ax.bar(offset, share, width, color=f"C{i}", label=name)
+    ax.set_xticks(x, groups, rotation=15)
+    if by_team:
+        ax.set_ylabel("GPU-hours")
+        ax.set_title("Allocated and busy GPU-hours per team")
+    else:
+        ax.set_ylabel("busy / allocated (%)")
+        ax.set_ylim(0, 100)
+        ax.set_title("GPU busy share per workload class")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return html.escape(str(value))
+
+
+def _summary_html(document: dict[str, Any]) -> str:
+    configs: dict[str, Any] = document["configurations"]
+    keys = [k for k, v in next(iter(configs.values())).items() if not isinstance(v, dict)]
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in configs)
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td>"
+        + "".join(f"<td>{_cell(c.get(k))}</td>" for c in configs.values())
+        + "</tr>"
+        for k in keys
+    )
+    return f"<table><tr><th>measure</th>{head}</tr>{rows}</table>"
+
+
+def _sources_html(sources: tuple[tuple[str, str, str], ...]) -> str:
+    if not sources:
+        return "<p>Replayed trace: the workloads come from the trace file.</p>"
+    rows = "".join(
+        f"<tr><td>{html.escape(path)}</td><td>{html.escape(value)}</td><td>{html.escape(source)}</td></tr>"
+        for path, value, source in sources
+    )
+    return f"<table><tr><th>parameter</th><th>value</th><th>source</th></tr>{rows}</table>"
+
+
+def write_report(result: ExperimentResult, folder: Path) -> Path:
+    """Write ``index.html`` and the PNG plots into ``folder`` (created if needed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ledgers = result.ledgers
+    _utilization(ledgers, folder / PLOTS[0])
+    _waits(ledgers, folder / PLOTS[1])
+    _bars(ledgers, folder / PLOTS[2], by_team=True)
+    _bars(ledgers, folder / PLOTS[3], by_team=False)
+    doc = result.document
+    images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in PLOTS)
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gpuplane simulate: {html.escape(doc["scenario"])}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 70em; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }}
+td + td {{ text-align: right; }}
+</style></head><body>
+<h1>gpuplane simulate: {html.escape(doc["scenario"])}</h1>
+<p>{doc["gpus"]} GPUs, {doc["days"]:g} measured days, {doc["workloads"]:,} workloads, seed {doc["seed"]}.
+Every configuration ran on the same arrivals and node failures.</p>
+<h2>Summary</h2>
+{_summary_html(doc)}
+<h2>Plots</h2>
+{images}
+<h2>Parameters and their sources</h2>
+{_sources_html(result.sim.sources)}
+</body></html>
+"""
+    index = folder / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index
