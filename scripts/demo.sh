@@ -13,4 +13,5 @@ if ! command -v python3 >/dev/null || ! python3 -m pip --version >/dev/null 2>&1
 fi
 
 python3 -m pip install --quiet -e .
-gpuplane schedule -f examples/quickstart.yaml --output table
+# The main job: one virtual week of a mixed GPU cluster, stock Kubernetes vs gpuplane, side by side.
+gpuplane simulate "$@"
