@@ -136,6 +136,28 @@ def test_a_job_that_does_not_fit_now_is_admitted_when_capacity_frees(scene: Scen
     wait_until(lambda: all_bound(scene, "second", 1), 20, "second bound once first is gone")
 
 
+def test_devices_already_recorded_are_never_given_again(scene: Scene) -> None:
+    """A pod keeps the devices recorded on it; a newcomer gets the ones that are really free."""
+    scene.setup(nodes=1)
+    scene.job_controller()
+    scene.controller(leader_election=False)
+    scene.submit(scene.job("first", gpus=4))
+    wait_until(lambda: all_bound(scene, "first", 1), 20, "first bound")
+    scene.submit(scene.job("second", gpus=4))
+    wait_until(lambda: all_bound(scene, "second", 1), 20, "second bound")
+    scene.kubectl("delete", "job", "first", "-n", scene.namespace, "--wait=false")
+    for pod in scene.pods("first"):
+        scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
+    scene.submit(scene.job("third", gpus=4))
+    wait_until(lambda: all_bound(scene, "third", 1), 20, "third bound in first's place")
+    pods = scene.pods()
+    assert devices_overlap(pods) == []
+    devices = {
+        p["metadata"]["labels"]["job-name"]: p["metadata"]["annotations"][DEVICES_ANNOTATION] for p in pods
+    }
+    assert devices == {"second": "4,5,6,7", "third": "0,1,2,3"}
+
+
 # --- (b) preemption ----------------------------------------------------------------------------------
 
 

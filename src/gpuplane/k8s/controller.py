@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.inventory import node_state, pod_needs
+from gpuplane.core.inventory import DeviceGrant, NodeState, node_state, pod_needs
 from gpuplane.core.plan import AdmissionDecision, Plan, PreemptionDecision
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
@@ -107,6 +108,10 @@ class Controller:
         )
         self._released: set[str] = set()
         self._pending_written: dict[str, tuple[str, str]] = {}
+        # Pod keys by (namespace, what ties them to a workload, its value), and bound pod keys by
+        # node; rebuilt each pass, so a pass looks pods up instead of scanning them all per workload.
+        self._pods_by: dict[tuple[str, str, str], list[str]] = {}
+        self._pods_on: dict[str, list[str]] = {}
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -145,6 +150,7 @@ class Controller:
         plan = self._schedule()
         if plan is None:
             return None
+        self._index_pods()
         self._apply_admissions(plan)
         self._apply_preemptions(plan)
         self._release_and_bind()
@@ -401,23 +407,34 @@ class Controller:
                     return kind, job
         return None
 
-    def _pods_of(self, wl: dict[str, Any]) -> list[dict[str, Any]]:
-        ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
-        uid = (wl["metadata"].get("labels") or {}).get(jobs.JOB_UID_LABEL)
-        out = []
+    def _index_pods(self) -> None:
+        by: dict[tuple[str, str, str], list[str]] = {}
+        on: dict[str, list[str]] = {}
         for pod in self.cache.items("Pod"):
             meta = pod["metadata"]
-            if meta.get("namespace") != ns:
-                continue
+            ns, key = meta.get("namespace", ""), object_key(pod)
             labels = meta.get("labels") or {}
-            if labels.get(jobs.WORKLOAD_LABEL) == name or (
-                not wl["metadata"].get("ownerReferences")
-                and uid
-                in (
-                    labels.get(jobs.POD_GROUP_LABEL),
-                    meta["name"],
-                )
-            ):
+            ties = [("name", meta["name"])]
+            ties += [(t, labels[label]) for t, label in _POD_TIES if labels.get(label)]
+            for tie, value in ties:
+                by.setdefault((ns, tie, value), []).append(key)
+            node = pod.get("spec", {}).get("nodeName")
+            if node:
+                on.setdefault(node, []).append(key)
+        self._pods_by, self._pods_on = by, on
+
+    def _pods_of(self, wl: dict[str, Any]) -> list[dict[str, Any]]:
+        """The workload's pods as cached now: by its workload label, or for plain pods and pod
+        groups (no owner) by group label or pod name."""
+        ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
+        uid = (wl["metadata"].get("labels") or {}).get(jobs.JOB_UID_LABEL)
+        keys = list(self._pods_by.get((ns, "workload", name), []))
+        if uid and not wl["metadata"].get("ownerReferences"):
+            keys += self._pods_by.get((ns, "group", uid), []) + self._pods_by.get((ns, "name", uid), [])
+        out = []
+        for key in sorted(set(keys)):
+            pod = self.cache.get("Pod", key)
+            if pod is not None:
                 out.append(pod)
         return out
 
@@ -506,29 +523,28 @@ class Controller:
             self._bind(pod, node)
 
     def _bind(self, pod: dict[str, Any], node: str) -> None:
-        meta = pod["metadata"]
+        meta = dict(pod["metadata"])
         devices = self._devices_for(pod, node)
-        if devices is not None and (meta.get("annotations") or {}).get(DEVICES_ANNOTATION) != devices:
-            patch = {"metadata": {"annotations": {DEVICES_ANNOTATION: devices}}}
-            try:
-                pod = self.api.patch(k8s.PODS, meta["name"], patch, meta["namespace"])
-            except ApiError:
-                self.counters.write_failures += 1
-                return
-        binding = {
+        binding: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
+        if devices is not None:
+            # The API server copies a Binding's annotations onto the pod with its node: the
+            # devices and the node land together, in one request.
+            binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devices}
+            meta["annotations"] = {**(meta.get("annotations") or {}), DEVICES_ANNOTATION: devices}
         try:
             self.api.request("POST", k8s.PODS.path(meta["namespace"], meta["name"], "binding"), body=binding)
         except ApiError as err:
             if not err.conflict:  # 409: already bound, by us before a restart
                 self.counters.write_failures += 1
             return
-        bound = {**pod, "spec": {**pod.get("spec", {}), "nodeName": node}}
+        bound = {**pod, "metadata": meta, "spec": {**pod.get("spec", {}), "nodeName": node}}
         self.cache.upsert("Pod", bound)
+        self._pods_on.setdefault(node, []).append(object_key(bound))
         self.counters.bound += 1
 
     def _devices_for(self, pod: dict[str, Any], node_name: str) -> str | None:
@@ -539,15 +555,25 @@ class Controller:
         try:
             config = (self.config.scheduler or SchedulerConfig()).devices
             state = node_state(parse_node(node, "v1"), config)
-            for other in self.cache.items("Pod"):
-                if other.get("spec", {}).get("nodeName") != node_name:
+            unrecorded = []
+            for key in self._pods_on.get(node_name, []):
+                other = self.cache.get("Pod", key)
+                if other is None or other.get("spec", {}).get("nodeName") != node_name:
                     continue
                 needs = pod_needs(
                     pod_template(other.get("spec", {}), "spec", other.get("metadata", {})), config
                 )
+                # A pod holds the devices recorded on it, not whichever a fresh fit would pick.
+                recorded = (other["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
+                held = _recorded_grants(state, recorded) if recorded else None
+                if held is not None:
+                    state.take(key, needs, held)
+                else:
+                    unrecorded.append((key, needs))
+            for key, needs in unrecorded:  # bound by someone else: a best guess at their devices
                 grants = state.fit(needs)
                 if grants is not None:
-                    state.take(object_key(other), needs, grants)
+                    state.take(key, needs, grants)
             needs = pod_needs(pod_template(pod.get("spec", {}), "spec", pod.get("metadata", {})), config)
             if not needs.uses_devices:
                 return None
@@ -627,6 +653,37 @@ class Controller:
             self.api.create(k8s.EVENTS, body, ns)
         except ApiError:
             self.counters.extra["event_failures"] = self.counters.extra.get("event_failures", 0) + 1
+
+
+_POD_TIES = (("workload", jobs.WORKLOAD_LABEL), ("group", jobs.POD_GROUP_LABEL))
+_FRACTION = re.compile(r"(\d+)m(?:/(\d+)Mi)?")
+
+
+def _recorded_grants(state: NodeState, text: str) -> list[DeviceGrant] | None:
+    """The grants a devices annotation records (``DeviceGrant.describe``, comma-separated), or
+    None when it does not name devices of this node that are free."""
+    grants = []
+    for token in text.split(","):
+        index_text, _, detail = token.partition(":")
+        if not index_text.isdigit() or int(index_text) >= len(state.devices):
+            return None
+        index = int(index_text)
+        device = state.devices[index]
+        if not detail:
+            if not device.free_whole:
+                return None
+            grants.append(DeviceGrant(index, "whole"))
+        elif detail.endswith("x") and detail[:-1].isdigit():
+            grants.append(DeviceGrant(index, "shared", int(detail[:-1])))
+        elif match := _FRACTION.fullmatch(detail):
+            grants.append(DeviceGrant(index, "fraction", int(match[1]), int(match[2] or 0)))
+        else:
+            free = (s.instance for s in device.mig if s.used_by is None and str(s.instance) == detail)
+            instance = next(free, None)
+            if instance is None:
+                return None
+            grants.append(DeviceGrant(index, "mig", instance=instance))
+    return grants
 
 
 def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: float) -> Plan:
