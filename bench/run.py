@@ -48,6 +48,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="placement_scale.py",
         description="placement-aware admission on 10,000 nodes x 8 GPUs: 1,000 rack gangs + 20,000 pods",
     ),
+    "controller-e2e": Benchmark(
+        script="controller_e2e.py",
+        description="controller end to end via the API-server double: 1,000 nodes, 5,000 jobs + 200 gangs",
+    ),
     "fgd-placement": Benchmark(
         script="fgd_placement.py",
         description="FGD (ATC'23) openb placement protocol: one run per policy (--sweep: fidelity, 17 lists)",
