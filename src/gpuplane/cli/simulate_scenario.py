@@ -207,7 +207,8 @@ def run_scenario(options: ScenarioOptions, *, seed: int | None, output: str) -> 
     if output == "json":
         sys.stdout.write(json.dumps(result.document) + "\n")
     else:
-        console = Console(highlight=False)
+        # Piped output is not cut to 80 columns: many configurations side by side need the room.
+        console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
         console.print(summary_table(result.document))
         console.print(class_table(result.document))
         if options.report is not None:

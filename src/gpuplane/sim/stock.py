@@ -107,6 +107,7 @@ class StockModel:
         self.all_pools = frozenset(cluster.pools)
         self.changes: list[Change] = []
         self._wakes: list[float] = []
+        self.due: float | None = None  # earliest deadlock timeout to act on
 
     # --- what happened ---------------------------------------------------------------------
 
@@ -209,8 +210,10 @@ class StockModel:
         now: float,
         checkpoints: Callable[[], Iterable[tuple[Job, float]]],  # noqa: ARG002 - stock knows no checkpoints
     ) -> int:
-        if not self.dirty:
+        due = self.due is not None and now >= self.due
+        if not self.dirty and not due:
             return 0
+        self.due = None
         passes = 0
         while True:
             passes += 1
@@ -328,7 +331,9 @@ class StockModel:
                     self._restart(sj)
                     restarted = True
                 else:
-                    self._wakes.append(sj.deadlocked_since + self.deadlock_timeout)
+                    deadline = sj.deadlocked_since + self.deadlock_timeout
+                    self._wakes.append(deadline)
+                    self.due = deadline if self.due is None else min(self.due, deadline)
             elif sj.deadlocked_since is not None:
                 sj.deadlocked_since = None
                 self.changes.append(Change(DEADLOCK, sj.job.id, 0.0))
