@@ -52,6 +52,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="controller_e2e.py",
         description="controller end to end via the API-server double: 1,000 nodes, 5,000 jobs + 200 gangs",
     ),
+    "sim-scale": Benchmark(
+        script="sim_scale.py",
+        description="simulator: 30 virtual days, 1,000 GPUs, ~100,000 workloads (no-op, stock, core)",
+    ),
     "fgd-placement": Benchmark(
         script="fgd_placement.py",
         description="FGD (ATC'23) openb placement protocol: one run per policy (--sweep: fidelity, 17 lists)",

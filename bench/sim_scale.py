@@ -1,0 +1,178 @@
+"""Simulator at scale: 30 virtual days of a 1,000-GPU cluster with about 100,000 workloads.
+
+The workload classes are the built-in scenario's; its pools are scaled to 1,000 GPUs and its
+offered load is set so that about ``--workloads`` arrive over the run (a performance benchmark
+sizes its load by count, not by a published figure). The same workloads run under three models,
+each timed on its own:
+
+* **baseline**: the event loop with a no-op scheduler (every workload starts the moment it
+  arrives, on unlimited GPUs): the cost of events, work accounting and metrics alone;
+* **stock**: the stock Kubernetes model;
+* **gpuplane**: the real scheduling core.
+
+Reported: wall seconds per model (target for gpuplane <= 60 s), events per second, and the ratio
+of each to the baseline measured in the same run.
+
+Usage::
+
+    python3 bench/sim_scale.py [--days 30] [--gpus 1000] [--workloads 100000] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuplane.sim.engine import HOLD, START, Change, Engine, EtaView
+from gpuplane.sim.experiment import build_model, scenario_input
+from gpuplane.sim.scenario import Param, Scenario, builtin_scenario
+from gpuplane.sim.workloads import Job, class_rate
+
+TARGET_SECONDS = 60.0
+
+
+class NoOpModel:
+    """Starts everything at once on unlimited GPUs: measures the engine without a scheduler."""
+
+    name = "baseline"
+    reaper = False
+
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+        self.waiting: list[Job] = []
+
+    def submit(self, job: Job, now: float) -> None:
+        del now
+        self.waiting.append(job)
+
+    def release(self, job: Job, now: float) -> None:
+        del now
+        self.changes.append(Change(HOLD, job.id, 0.0))
+
+    def node_down(self, node: str, now: float) -> None:
+        del node, now
+
+    def node_up(self, node: str, now: float) -> None:
+        del node, now
+
+    def schedule(self, now: float, checkpoints: Callable[[], Iterable[tuple[Job, float]]]) -> int:
+        del now, checkpoints
+        for job in self.waiting:
+            self.changes.append(Change(HOLD, job.id, job.request.share * job.pods))
+            self.changes.append(Change(START, job.id, text=job.pools[0]))
+        self.waiting = []
+        return 1
+
+    def drain(self) -> list[Change]:
+        out, self.changes = self.changes, []
+        return out
+
+    def allocation(self, job: Job) -> tuple[float, float]:
+        return job.request.share, job.activity
+
+    def priority(self, job: Job) -> int:
+        del job
+        return 0
+
+    def pools_of(self, job: Job) -> tuple[str, ...]:
+        return job.pools
+
+    def eta_views(self, job: Job) -> list[EtaView]:
+        del job
+        return []
+
+    def quota_blocked(self) -> float:
+        return 0.0
+
+    def node_gpus(self, node: str) -> int:
+        del node
+        return 0
+
+    def wake_ups(self) -> list[float]:
+        return []
+
+
+def scaled_scenario(days: float, gpus: int, workloads: int) -> Scenario:
+    """The built-in scenario's classes on ``gpus`` GPUs, loaded to about ``workloads`` arrivals."""
+    base = builtin_scenario()
+    factor = gpus / base.gpus
+    pools = tuple(replace(p, nodes=max(1, round(p.nodes * factor))) for p in base.pools)
+    scenario = replace(base, pools=pools, days=days, warmup=86400.0)
+    span = scenario.horizon + scenario.warmup
+    expected = sum(class_rate(scenario, c) for c in scenario.classes) * span
+    assert scenario.offered_load is not None
+    load = scenario.offered_load.mean * workloads / expected
+    return replace(
+        scenario, offered_load=Param.constant(load, "assumed: sized to the benchmark's workload count")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=float, default=30.0)
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--workloads", type=int, default=100_000)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    console = Console()
+    scenario = scaled_scenario(args.days, args.gpus, args.workloads)
+    started = time.perf_counter()
+    sim = scenario_input(scenario)
+    generate_seconds = time.perf_counter() - started
+    assert scenario.offered_load is not None
+    console.print(
+        f"sim-scale: {sim.cluster.gpus:,} GPUs, {args.days:g} days (+1 day warm-up), "
+        f"{len(sim.workloads.jobs):,} workloads, offered load {scenario.offered_load.mean:.2f}; "
+        f"drawn in {generate_seconds:.1f} s"
+    )
+    results: dict[str, dict[str, Any]] = {}
+    for label in ("baseline", "stock", "gpuplane"):
+        model = NoOpModel() if label == "baseline" else build_model(label, sim)
+        console.print(f"{label}: running ...")
+        t0 = time.perf_counter()
+        ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()  # type: ignore[arg-type]
+        wall = time.perf_counter() - t0
+        results[label] = {
+            "wallSeconds": round(wall, 2),
+            "events": ledger.events,
+            "eventsPerSecond": round(ledger.events / wall, 1) if wall else 0.0,
+            "cycles": ledger.cycles,
+        }
+    base = results["baseline"]["wallSeconds"]
+    table = Table(title=f"sim-scale: {len(sim.workloads.jobs):,} workloads, {sim.cluster.gpus:,} GPUs")
+    table.add_column("model")
+    for key in ("wall s", "events", "events/s", "scheduling passes/cycles", "x baseline wall"):
+        table.add_column(key, justify="right")
+    for label, row in results.items():
+        ratio = row["wallSeconds"] / base if base else 0.0
+        row["ratioToBaseline"] = round(ratio, 2)
+        table.add_row(
+            label,
+            f"{row['wallSeconds']:.1f}",
+            f"{row['events']:,}",
+            f"{row['eventsPerSecond']:,.0f}",
+            f"{row['cycles']:,}",
+            f"{ratio:.1f}",
+        )
+    console.print(table)
+    gp = results["gpuplane"]["wallSeconds"]
+    verdict = "PASS" if gp <= TARGET_SECONDS else "FAIL"
+    console.print(
+        f"gpuplane: {gp:.1f} s for {args.days:g} virtual days; target <= {TARGET_SECONDS:.0f} s: {verdict}"
+    )
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sim-scale.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
