@@ -13,7 +13,8 @@ The pieces a cluster would have, reduced to what the controller needs around it:
 - :class:`RunningController`: a :class:`~gpuplane.k8s.controller.Controller` in a background thread,
   talking through the official client to the kubeconfig's server, that can be stopped cleanly or killed
   at any API call (:class:`KillableApi`).
-- Invariant checks over the double's request log and the objects (:func:`assert_invariants`).
+- Invariant checks over the double's request log and the objects: :func:`quota_violations`,
+  :func:`double_bindings`, :func:`admission_episodes`, :func:`devices_overlap`.
 
 Nothing here sleeps for timing: :func:`wait_until` polls a condition every 20 ms up to a deadline.
 """
@@ -45,7 +46,6 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations
 from gpuplane.k8s.api import ApiError, KubeApi, Resource, load_api_client
 from gpuplane.k8s.controller import Controller, ControllerConfig
-from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.webhook import review
 from gpuplane.model.loader import state_from_objects
 from gpuplane.model.quantity import parse_resource_quantity
@@ -88,11 +88,16 @@ def gpu_job(
     pods: int = 1,
     gpus: int = 1,
     priority_class: str | None = None,
+    grace: int = 0,
 ) -> Manifest:
-    """A suspended, queued batch Job of ``pods`` pods with ``gpus`` GPUs each, ready for kubectl."""
+    """A suspended, queued batch Job of ``pods`` pods with ``gpus`` GPUs each, ready for kubectl.
+
+    Its pods have ``grace`` seconds to terminate (none by default: without kubelets, a pod with a
+    grace period goes only when the double's clock moves on).
+    """
     spec = pod_spec().container(limits={GPU: gpus}, cpu="100m", gpu=gpus).to_dict()
     spec["restartPolicy"] = "Never"
-    spec["terminationGracePeriodSeconds"] = 0
+    spec["terminationGracePeriodSeconds"] = grace
     built = job(name, namespace).queue(queue).parallelism(pods).completions(pods)
     built.body["spec"]["template"]["spec"] = spec
     built.set("spec.suspend", True)
@@ -329,7 +334,6 @@ class JobController:
         self.api = api
         self.namespace = namespace
         self.pod_limit: int | None = None
-        self.created = 0
         self._counters: dict[str, itertools.count[int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fake-job-controller", daemon=True)
@@ -369,7 +373,6 @@ class JobController:
                 want = min(want, self.pod_limit)
             for _ in range(want - len(live)):
                 self.api.create(k8s.PODS, self._pod(obj), self.namespace)
-                self.created += 1
 
     def _pod(self, obj: dict[str, Any]) -> dict[str, Any]:
         meta, template = obj["metadata"], obj["spec"]["template"]
@@ -496,9 +499,9 @@ class RunningController:
         kill_after: int | None = None,
         after_send: bool = False,
     ) -> None:
-        client = load_api_client(kubeconfig)
-        client.user_agent = f"{CONTROLLER_AGENT}/{identity}"
         self.identity = identity
+        client = load_api_client(kubeconfig)
+        client.user_agent = self.user_agent  # tells the replicas apart in the request log
         self.api = KillableApi(client, kill_after=kill_after, after_send=after_send)
         config = ControllerConfig(
             dry_run_preemption=dry_run,
@@ -549,10 +552,6 @@ class RunningController:
         except BaseException as err:  # surfaced by stop()/kill() instead of a thread warning
             self.failure = err
 
-    @property
-    def alive(self) -> bool:
-        return not self._stopped and not self.api.killed.is_set()
-
     def wait_passes(self, count: int, timeout: float = 10.0) -> None:
         """Wait until ``count`` more reconcile passes have finished."""
         target = self.passes + count
@@ -574,10 +573,8 @@ class RunningController:
         """Abrupt end, at the replica's next API call."""
         if self._stopped:
             return
-        self.api.kill()
+        self.api.kill()  # first: no request of the replica gets through from here on
         self._stopping.set()
-        for informer in self.controller.informers:
-            informer.stopped.set()
         self._finish()
 
     def _finish(self) -> None:
@@ -740,7 +737,3 @@ def devices_overlap(pods: Iterable[Mapping[str, Any]]) -> list[str]:
             if other != pod["metadata"]["name"]:
                 clashes.append(f"{node_name}/{device}: {other} and {pod['metadata']['name']}")
     return clashes
-
-
-def object_keys(objects: Iterable[dict[str, Any]]) -> list[str]:
-    return sorted(object_key(o) for o in objects)

@@ -206,6 +206,34 @@ def test_preemption_evicts_the_victim_suspends_its_job_and_requeues_it(
         assert all(e.request.body["deleteOptions"]["gracePeriodSeconds"] == 0 for e in evictions)
 
 
+def test_preemption_waits_for_the_victims_pods_to_terminate(scene: Scene, double: ApiServerDouble) -> None:
+    """One victim is enough: while its pods terminate, no second workload is preempted for the room
+    they still hold, and the preemptor is admitted once they are gone."""
+    scene.setup(nodes=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low, high = scene.priority_class("low", 10), scene.priority_class("high", 1000)
+    scene.job_controller()
+    run = scene.controller(leader_election=False, dry_run=False)
+    scene.submit(*(scene.job(name, gpus=4, priority_class=low, grace=30) for name in ("older", "newer")))
+    wait_until(lambda: all_bound(scene, "older", 1) and all_bound(scene, "newer", 1), 20, "both bound")
+    scene.submit(scene.job("urgent", gpus=4, priority_class=high))
+
+    def evicted() -> set[str]:
+        return {
+            e.request.name.rsplit("-", 1)[0] for e in double.requests.find(subresource="eviction", status=201)
+        }
+
+    wait_until(evicted, 20, "an eviction")
+    run.wait_passes(10)
+    assert len(evicted()) == 1, f"evicted {sorted(evicted())} for one 4-GPU job"
+    assert not scene.pods("urgent")
+
+    double.advance(30)  # the victim's pods are gone once their grace period ends
+    wait_until(lambda: all_bound(scene, "urgent", 1), 20, "urgent bound in the victim's place")
+    run.wait_passes(5)
+    assert len(evicted()) == 1
+    assert devices_overlap(scene.pods()) == []
+
+
 def test_dry_run_preemption_only_records_would_preempt(scene: Scene, apiserver: Cluster) -> None:
     preemption_scene(scene, dry_run=True)
     wait_until(lambda: scene.events("WouldPreempt"), 20, "a WouldPreempt event")
