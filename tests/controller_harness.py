@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from urllib3.exceptions import HTTPError
 
 from apiserver.fixtures import Cluster, Kubectl, manifest
 from apiserver.patch import json_patch
@@ -242,6 +243,16 @@ class Scene:
             return pods
         return [p for p in pods if (p["metadata"].get("labels") or {}).get("job-name") == job_name]
 
+    def admitted(self, job_name: str) -> bool:
+        """Whether the job's Workload holds an admission."""
+        wl = self.workloads().get(job_name)
+        return bool(wl and (wl.get("status") or {}).get("admission"))
+
+    def bound(self, job_name: str, count: int) -> bool:
+        """Whether the job has ``count`` live pods, every one of them bound."""
+        pods = [p for p in self.pods(job_name) if not p["metadata"].get("deletionTimestamp")]
+        return len(pods) == count and all(p["spec"].get("nodeName") for p in pods)
+
     def jobs(self) -> dict[str, dict[str, Any]]:
         return {j["metadata"]["name"]: j for j in self.list(k8s.JOBS)}
 
@@ -276,14 +287,17 @@ class Scene:
     # --- teardown --------------------------------------------------------------------------------
 
     def cleanup(self) -> None:
-        for run in self._runs:
-            run.stop()
-        for jc in self._job_controllers:
-            jc.stop()
-        for res, name in reversed(self._created):
-            with contextlib.suppress(ApiError):
-                self.api.delete(res, name)
-        self.api.api_client.close()  # type: ignore[no-untyped-call]
+        """Stop what runs, then delete what was created, even when stopping a replica fails."""
+        try:
+            for run in self._runs:
+                run.stop()
+        finally:
+            for jc in self._job_controllers:
+                jc.stop()
+            for res, name in reversed(self._created):
+                with contextlib.suppress(ApiError):
+                    self.api.delete(res, name)
+            self.api.api_client.close()  # type: ignore[no-untyped-call]
 
 
 def scene(cluster: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
@@ -349,8 +363,8 @@ class JobController:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            with contextlib.suppress(ApiError, OSError, ValueError):
-                self.sync()
+            with contextlib.suppress(ApiError, OSError, ValueError, HTTPError):
+                self.sync()  # a failed pass is retried, as kube-controller-manager would
             self._stop.wait(POLL)
 
     def sync(self) -> None:

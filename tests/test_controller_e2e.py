@@ -47,16 +47,6 @@ def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
 
 
-def admitted(scene: Scene, job_name: str) -> bool:
-    wl = scene.workloads().get(job_name)
-    return bool(wl and (wl.get("status") or {}).get("admission"))
-
-
-def all_bound(scene: Scene, job_name: str, count: int) -> bool:
-    pods = [p for p in scene.pods(job_name) if not p["metadata"].get("deletionTimestamp")]
-    return len(pods) == count and all(p["spec"].get("nodeName") for p in pods)
-
-
 # --- (a) admission, release and binding to the planned nodes and devices --------------------------
 
 
@@ -76,7 +66,7 @@ def test_jobs_are_admitted_released_and_bound_to_planned_nodes_and_devices(
     scene.submit(*(scene.job(name, pods=pods, gpus=gpus) for name, pods, gpus in JOBS))
 
     wait_until(
-        lambda: all(all_bound(scene, name, pods) for name, pods, _ in JOBS),
+        lambda: all(scene.bound(name, pods) for name, pods, _ in JOBS),
         20,
         "every pod of every job bound",
     )
@@ -123,7 +113,7 @@ def test_a_job_that_does_not_fit_now_is_admitted_when_capacity_frees(scene: Scen
     scene.job_controller()
     scene.controller(leader_election=False)
     scene.submit(scene.job("first", gpus=8))
-    wait_until(lambda: all_bound(scene, "first", 1), 20, "first bound")
+    wait_until(lambda: scene.bound("first", 1), 20, "first bound")
     scene.submit(scene.job("second", gpus=8))
     wait_until(
         lambda: condition(scene.workloads().get("second") or {}, "QuotaReserved"), 20, "second pending"
@@ -133,7 +123,7 @@ def test_a_job_that_does_not_fit_now_is_admitted_when_capacity_frees(scene: Scen
     scene.kubectl("delete", "job", "first", "-n", scene.namespace, "--wait=false")
     for pod in scene.pods("first"):  # no kubelet: the pods go once the job does
         scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
-    wait_until(lambda: all_bound(scene, "second", 1), 20, "second bound once first is gone")
+    wait_until(lambda: scene.bound("second", 1), 20, "second bound once first is gone")
 
 
 def test_devices_already_recorded_are_never_given_again(scene: Scene) -> None:
@@ -142,14 +132,14 @@ def test_devices_already_recorded_are_never_given_again(scene: Scene) -> None:
     scene.job_controller()
     scene.controller(leader_election=False)
     scene.submit(scene.job("first", gpus=4))
-    wait_until(lambda: all_bound(scene, "first", 1), 20, "first bound")
+    wait_until(lambda: scene.bound("first", 1), 20, "first bound")
     scene.submit(scene.job("second", gpus=4))
-    wait_until(lambda: all_bound(scene, "second", 1), 20, "second bound")
+    wait_until(lambda: scene.bound("second", 1), 20, "second bound")
     scene.kubectl("delete", "job", "first", "-n", scene.namespace, "--wait=false")
     for pod in scene.pods("first"):
         scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
     scene.submit(scene.job("third", gpus=4))
-    wait_until(lambda: all_bound(scene, "third", 1), 20, "third bound in first's place")
+    wait_until(lambda: scene.bound("third", 1), 20, "third bound in first's place")
     pods = scene.pods()
     assert devices_overlap(pods) == []
     devices = {
@@ -169,7 +159,7 @@ def preemption_scene(scene: Scene, *, dry_run: bool) -> set[str]:
     scene.job_controller()
     scene.controller(leader_election=False, dry_run=dry_run)
     scene.submit(scene.job("victim", pods=2, gpus=4, priority_class=low))
-    wait_until(lambda: all_bound(scene, "victim", 2), 20, "victim bound")
+    wait_until(lambda: scene.bound("victim", 2), 20, "victim bound")
     victim_pods = {p["metadata"]["name"] for p in scene.pods("victim")}
     scene.submit(scene.job("urgent", pods=1, gpus=8, priority_class=high))
     return victim_pods
@@ -180,7 +170,7 @@ def test_preemption_evicts_the_victim_suspends_its_job_and_requeues_it(
 ) -> None:
     victim_pods = preemption_scene(scene, dry_run=False)
 
-    wait_until(lambda: all_bound(scene, "urgent", 1), 20, "urgent admitted and bound")
+    wait_until(lambda: scene.bound("urgent", 1), 20, "urgent admitted and bound")
     workloads = scene.workloads()
     victim = workloads["victim"]
     assert not victim["status"].get("admission"), "admission cleared"
@@ -214,7 +204,7 @@ def test_preemption_waits_for_the_victims_pods_to_terminate(scene: Scene, double
     scene.job_controller()
     run = scene.controller(leader_election=False, dry_run=False)
     scene.submit(*(scene.job(name, gpus=4, priority_class=low, grace=30) for name in ("older", "newer")))
-    wait_until(lambda: all_bound(scene, "older", 1) and all_bound(scene, "newer", 1), 20, "both bound")
+    wait_until(lambda: scene.bound("older", 1) and scene.bound("newer", 1), 20, "both bound")
     scene.submit(scene.job("urgent", gpus=4, priority_class=high))
 
     def evicted() -> set[str]:
@@ -228,7 +218,7 @@ def test_preemption_waits_for_the_victims_pods_to_terminate(scene: Scene, double
     assert not scene.pods("urgent")
 
     double.advance(30)  # the victim's pods are gone once their grace period ends
-    wait_until(lambda: all_bound(scene, "urgent", 1), 20, "urgent bound in the victim's place")
+    wait_until(lambda: scene.bound("urgent", 1), 20, "urgent bound in the victim's place")
     run.wait_passes(5)
     assert len(evicted()) == 1
     assert devices_overlap(scene.pods()) == []
@@ -244,9 +234,9 @@ def test_dry_run_preemption_only_records_would_preempt(scene: Scene, apiserver: 
     assert "urgent" in event["message"]
 
     assert victim["status"]["admission"], "the victim keeps its admission"
-    assert all_bound(scene, "victim", 2), "and its pods"
+    assert scene.bound("victim", 2), "and its pods"
     assert scene.jobs()["victim"]["spec"]["suspend"] is False
-    assert not admitted(scene, "urgent")
+    assert not scene.admitted("urgent")
     assert not scene.pods("urgent")
     double = double_of(apiserver)
     if double is not None:
@@ -268,7 +258,7 @@ def test_a_gang_is_bound_only_once_all_its_pods_exist(scene: Scene, apiserver: C
     assert bound_pods(scene.pods("gang")) == {}, "no pod of an incomplete gang is bound"
 
     jc.pod_limit = None
-    wait_until(lambda: all_bound(scene, "gang", 4), 20, "the whole gang bound")
+    wait_until(lambda: scene.bound("gang", 4), 20, "the whole gang bound")
     double = double_of(apiserver)
     if double is not None:
         log = list(double.requests)
@@ -304,7 +294,7 @@ def test_a_gang_that_does_not_fit_has_no_pod_bound(scene: Scene, apiserver: Clus
     scene.kubectl("apply", "-f", "-", input=manifest(*group))
     scene.submit(scene.job("too-big", pods=3, gpus=8), scene.job("fits", pods=1, gpus=2))
 
-    wait_until(lambda: all_bound(scene, "fits", 1), 20, "the job that fits is bound")
+    wait_until(lambda: scene.bound("fits", 1), 20, "the job that fits is bound")
     wait_until(
         lambda: (
             all(
@@ -347,7 +337,7 @@ def test_pending_workloads_get_quota_reserved_false_with_the_cores_reason(
     scene.job_controller()
     scene.controller(leader_election=False)
     scene.submit(scene.job("waits", pods=pods, gpus=gpus), scene.job("runs", pods=1, gpus=4))
-    wait_until(lambda: all_bound(scene, "runs", 1), 20, "the job that fits is bound")
+    wait_until(lambda: scene.bound("runs", 1), 20, "the job that fits is bound")
 
     def matches_core() -> bool:
         wl = scene.workloads()["waits"]
@@ -371,7 +361,7 @@ def test_a_requeued_victim_shows_again_why_it_waits(scene: Scene) -> None:
     scene.job_controller()
     scene.controller(leader_election=False, dry_run=False)
     scene.submit(scene.job("holder", gpus=8, priority_class=low))
-    wait_until(lambda: all_bound(scene, "holder", 1), 20, "holder bound")
+    wait_until(lambda: scene.bound("holder", 1), 20, "holder bound")
     scene.submit(scene.job("victim", gpus=8, priority_class=low))
     wait_until(
         lambda: condition(scene.workloads().get("victim") or {}, "QuotaReserved"), 20, "victim pending"
@@ -381,9 +371,9 @@ def test_a_requeued_victim_shows_again_why_it_waits(scene: Scene) -> None:
     scene.kubectl("delete", "job", "holder", "-n", scene.namespace, "--wait=false")
     for pod in scene.pods("holder"):
         scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
-    wait_until(lambda: all_bound(scene, "victim", 1), 20, "victim admitted once holder is gone")
+    wait_until(lambda: scene.bound("victim", 1), 20, "victim admitted once holder is gone")
     scene.submit(scene.job("urgent", gpus=8, priority_class=high))
-    wait_until(lambda: all_bound(scene, "urgent", 1), 20, "urgent admitted in the victim's place")
+    wait_until(lambda: scene.bound("urgent", 1), 20, "urgent admitted in the victim's place")
 
     def waits_again() -> bool:
         got = condition(scene.workloads()["victim"], "QuotaReserved") or {}
@@ -397,7 +387,7 @@ def test_quota_is_never_exceeded(scene: Scene) -> None:
     scene.job_controller()
     scene.controller(leader_election=False)
     scene.submit(*(scene.job(f"j{i}", gpus=3) for i in range(6)))
-    wait_until(lambda: sum(admitted(scene, f"j{i}") for i in range(6)) == 3, 20, "three of six admitted")
+    wait_until(lambda: sum(scene.admitted(f"j{i}") for i in range(6)) == 3, 20, "three of six admitted")
     queues = [q for q in scene.list(k8s.CLUSTER_QUEUES) if q["metadata"]["name"] == cq]
     assert quota_violations(scene.list(k8s.WORKLOADS), queues) == []
     assert scene.core_plan(cycles=None).admitted == (), "nothing left that the core would admit"
