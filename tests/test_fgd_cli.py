@@ -167,9 +167,3 @@ def test_protocol_needs_its_files() -> None:
     run = gpuplane("simulate", "--protocol", "fgd")
     assert run.returncode == 2
     assert "needs --nodes and --pods" in run.stderr
-
-
-def test_without_protocol_the_scenario_simulator_is_not_there_yet() -> None:
-    run = gpuplane("simulate")
-    assert run.returncode == 1
-    assert run.stderr.strip() == "the built-in scenario simulator is not available yet"

@@ -33,6 +33,8 @@ from gpuplane.core.placement.scoring import PolicyContext, get_policy, policy_fa
 from gpuplane.sim.traces import TraceError, TracePod, read_arrivals, read_node_names, read_nodes, read_pods
 
 TUNE_RATIO = 1.3
+# Entropy prefix that separates the policy's random stream from the arrival order's (seed alone).
+POLICY_STREAM = 1
 COLUMNS = range(131)
 
 ProgressCallback = Callable[[int, int], None]
@@ -238,7 +240,8 @@ def run_fgd_protocol(
     an unknown policy (before reading any file)."""
     started = time.perf_counter()
     policy_factory(policy)  # an unknown name fails before any file is read
-    rng = np.random.default_rng(seed)
+    # The policy's own draws (Random) use a stream independent of the arrival order's.
+    rng = np.random.default_rng([POLICY_STREAM, seed])
     nodes = read_nodes(nodes_path)
     pods = read_pods(pods_path)
     if arrivals_path is not None:
