@@ -667,6 +667,10 @@ def parse_scenario(doc: Any, origin: str) -> Scenario:
         )
     if policies.backfill_priority >= policies.normal_priority:
         raise r.fail("policies.backfillPriority", "must be below normalPriority")
+    named = {f"classes[{i}]": f"classes[{c.name}]" for i, c in enumerate(classes)}
+    named |= {f"cluster.pools[{i}]": f"cluster.pools[{p.name}]" for i, p in enumerate(pools_list)}
+    named |= {f"teams[{i}]": f"teams[{t.name}]" for i, t in enumerate(teams)}
+    sources = tuple((_named_path(path, named), value, source) for path, value, source in r.sources)
     return Scenario(
         name=name,
         description=description.strip(),
@@ -679,8 +683,14 @@ def parse_scenario(doc: Any, origin: str) -> Scenario:
         policies=policies,
         failures=failures,
         offered_load=offered,
-        sources=tuple(r.sources),
+        sources=sources,
     )
+
+
+def _named_path(path: str, named: Mapping[str, str]) -> str:
+    """``classes[0].duration`` -> ``classes[training-gang].duration`` (for reports)."""
+    head, bracket, rest = path.partition("]")
+    return named[head + bracket] + rest if head + bracket in named else path
 
 
 def _parse_yaml(text: str, origin: str) -> Any:

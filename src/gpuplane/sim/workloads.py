@@ -18,10 +18,9 @@ compute only inside their ``active`` stretches of progress.
 
 from __future__ import annotations
 
-import math
 import zlib
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -96,7 +95,6 @@ class Job:
     start_progress: float = 0.0
     deadline: float | None = None  # replay: the pod is deleted at this time, whatever happened
     continuation_of: int | None = None
-    flags: dict[str, float] = field(default_factory=dict)
 
     @property
     def is_session(self) -> bool:
@@ -305,7 +303,3 @@ def offered_gpus(scenario: Scenario) -> dict[str, float]:
         gpus = sum(s.weight * s.pods.mean * _whole_per_pod(s) for s in wc.shapes) / weights
         out[wc.name] = class_rate(scenario, wc) * gpus * expected_run(wc)
     return out
-
-
-def is_finite(value: float) -> bool:
-    return not (math.isinf(value) or math.isnan(value))
