@@ -130,6 +130,9 @@ def test_table_summary(trace: tuple[Path, Path]) -> None:
         pytest.param("pods", PODS + "p-0,1,1,0,0,,LS\n", "duplicate pod name", id="duplicate pod"),
         pytest.param("pods", b"\xff\xfe", "cannot read", id="not text"),
         pytest.param("pods", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", "no pods", id="no pods"),
+        pytest.param(
+            "nodes", "sn,cpu_milli,memory_mib,gpu,model\nx,1000,1000,0,\n", "no node has a GPU", id="no GPUs"
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -167,3 +170,11 @@ def test_protocol_needs_its_files() -> None:
     run = gpuplane("simulate", "--protocol", "fgd")
     assert run.returncode == 2
     assert "needs --nodes and --pods" in run.stderr
+
+
+def test_cpu_only_workload_is_not_tuned_forever(trace: tuple[Path, Path]) -> None:
+    trace[1].write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nc-0,1000,1024,0,0\nc-1,2000,1024,0,0\n")
+    run = simulate(*trace, "--policy", "bestfit", "-o", "json")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert (doc["arrived"], doc["failed"], doc["allocationPct"]["0"]) == (2, 0, 0.0)

@@ -101,7 +101,7 @@ def seeded_arrivals(pods: Sequence[TracePod], nodes: Sequence[NodeSpec], seed: i
     sequence = [workload[int(i)].request for i in rng.permutation(len(workload))]
     demand = sum(r.total_milli for r in sequence)
     target = TUNE_RATIO * sum(n.gpus for n in nodes) * 1000
-    if demand < target:
+    if demand < target and any(p.request.gpus for p in workload):  # CPU-only draws never stop it
         while True:
             drawn = workload[int(rng.integers(len(workload)))].request
             if demand + drawn.gpu_milli > target:
@@ -243,6 +243,8 @@ def run_fgd_protocol(
     # The policy's own draws (Random) use a stream independent of the arrival order's.
     rng = np.random.default_rng([POLICY_STREAM, seed])
     nodes = read_nodes(nodes_path)
+    if not any(n.gpus for n in nodes):
+        raise TraceError(f"{nodes_path}: no node has a GPU")
     pods = read_pods(pods_path)
     if arrivals_path is not None:
         arrivals = file_arrivals(pods, nodes, seed, arrivals_path, node_rank_path)
