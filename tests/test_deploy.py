@@ -273,7 +273,6 @@ CONTROLLER_WRITES: set[Perm] = {
     (k8s_api.KUEUE, "workloads", "create"),  # a Workload per queued job / gated pod group
     (k8s_api.KUEUE, "workloads/status", "update"),  # admission, eviction, pending reason
     ("", "pods", "update"),  # lift the scheduling gate, label the pod with its workload
-    ("", "pods", "patch"),  # record the chosen devices in an annotation
     ("", "pods/binding", "create"),  # bind the gang to its planned nodes
     ("", "pods/eviction", "create"),  # preemption (when not a dry run)
     ("", "events", "create"),  # QuotaReserved, Pending, Preempted, WouldPreempt
