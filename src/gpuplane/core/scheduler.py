@@ -96,6 +96,8 @@ class Scheduler:
         self.parked: set[str] = set()
         # Per queue, every workload before this index is parked (BestEffortFIFO).
         self.cursor: dict[str, int] = dict.fromkeys(self.queues, 0)
+        # Per queue, the workload that issued preemptions in the last cycle (drives the next one).
+        self.preemptor_of: dict[str, str] = {}
         self.status: dict[str, Status] = {}
         self.unqueued: dict[str, tuple[Workload, str | None, str | None, Status]] = {}
         self.admitted: dict[str, AdmissionDecision] = {}
@@ -317,6 +319,14 @@ class Scheduler:
         for name, queue in self.queues.items():
             if not queue:
                 continue
+            waiting = self.preemptor_of.get(name)
+            if waiting is not None:
+                # A workload that evicted victims last cycle heads its queue now, so the
+                # capacity it freed is not taken by others first (no preemption ping-pong).
+                found = next((p for p in queue if p.key == waiting), None)
+                if found is not None:
+                    out.append(found)
+                    continue
             if self.tree.queues[name].spec.queueing_strategy == "StrictFIFO":
                 out.append(queue[0])
                 continue
@@ -519,10 +529,13 @@ class Scheduler:
             self._admit(e, result)
         for key, target in victims.items():
             self._evict(target, victim_preemptor[key], result)
+        self.preemptor_of = {}
         for e in entries:
             if e.pending.key in self.admitted and self.admitted[e.pending.key].cycle == self.cycle_number:
                 continue
             self.status[e.pending.key] = Status(e.reason, e.message)
+            if e.reason == WAITING_FOR_PREEMPTED:
+                self.preemptor_of[e.pending.cluster_queue] = e.pending.key
             if not e.requeue_now:
                 self._park(e.pending, result)
         return result
@@ -726,7 +739,9 @@ def schedule(state: ClusterState, config: SchedulerConfig, now: float, cycles: i
     always gives the same plan.
     """
     scheduler = Scheduler(state, config, now)
-    limit = config.max_cycles if cycles is None else cycles
+    # A drain that still changes something after ten cycles per workload is cut short.
+    bound = 10 * (len(state.workloads) + 10)
+    limit = min(config.max_cycles, bound) if cycles is None else cycles
     admitted_ever: list[AdmissionDecision] = []
     ran = 0
     while ran < limit:
