@@ -279,10 +279,11 @@ class Scene:
             ]
         return objects
 
-    def core_plan(self, cycles: int | None = 1) -> Plan:
-        """What the core decides on this scene's objects as they are now (``gpuplane schedule``)."""
+    def core_plan(self) -> Plan:
+        """What the core decides on this scene's objects as they are now (``gpuplane schedule``):
+        cycles until nothing changes, as a controller pass does when nothing is preempted."""
         state = state_from_objects(self.state())
-        return schedule(state, config_from_kueue(state.configuration), time.time(), cycles=cycles)
+        return schedule(state, config_from_kueue(state.configuration), time.time(), cycles=None)
 
     # --- teardown --------------------------------------------------------------------------------
 

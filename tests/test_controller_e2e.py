@@ -390,4 +390,4 @@ def test_quota_is_never_exceeded(scene: Scene) -> None:
     wait_until(lambda: sum(scene.admitted(f"j{i}") for i in range(6)) == 3, 20, "three of six admitted")
     queues = [q for q in scene.list(k8s.CLUSTER_QUEUES) if q["metadata"]["name"] == cq]
     assert quota_violations(scene.list(k8s.WORKLOADS), queues) == []
-    assert scene.core_plan(cycles=None).admitted == (), "nothing left that the core would admit"
+    assert scene.core_plan().admitted == (), "nothing left that the core would admit"

@@ -85,7 +85,7 @@ def converged(scene: Scene) -> bool:
         mine = [p for p in pods if p["metadata"]["labels"].get("job-name") == name]
         if len(mine) != want or not all(p["spec"].get("nodeName") for p in mine):
             return False
-    plan = scene.core_plan(cycles=None)
+    plan = scene.core_plan()
     return not plan.admitted and not plan.preempted
 
 

@@ -661,7 +661,7 @@ _FRACTION = re.compile(r"(\d+)m(?:/(\d+)Mi)?")
 
 def _recorded_grants(state: NodeState, text: str) -> list[DeviceGrant] | None:
     """The grants a devices annotation records (``DeviceGrant.describe``, comma-separated), or
-    None when it does not name devices of this node that are free."""
+    None when it names a device this node lacks, or a whole GPU or MIG instance already taken."""
     grants = []
     for token in text.split(","):
         index_text, _, detail = token.partition(":")
@@ -701,7 +701,8 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
     admitted: list[AdmissionDecision] = []
     preempted: list[PreemptionDecision] = []
     cycles = 0
-    while cycles < config.max_cycles:
+    limit = min(config.max_cycles, 10 * (len(state.workloads) + 10))  # as the core bounds a drain
+    while cycles < limit:
         result = scheduler.cycle()
         cycles += 1
         admitted += result.admitted
