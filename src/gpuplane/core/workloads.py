@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
 from gpuplane.core.quota import AdmittedWorkload, FlavorResource
+from gpuplane.model.fields import lenient_timestamp
 from gpuplane.model.objects import Workload
 
 
@@ -88,11 +88,7 @@ def last_checkpoint(wl: Workload) -> float | None:
     try:
         return float(text)
     except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+        return lenient_timestamp(text)
 
 
 def usage_from_assignment(

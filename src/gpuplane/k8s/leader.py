@@ -14,19 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuplane.k8s.api import LEASES, ApiError, KubeApi
+from gpuplane.model.fields import lenient_timestamp
 
 
 def micro_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+parse_time = lenient_timestamp
 
 
 class LeaderElector:

@@ -162,6 +162,16 @@ def resource_list(obj: Mapping[str, Any], key: str, path: str) -> dict[str, int]
     return {name: quantity(name, v, join(here, name)) for name, v in raw.items()}
 
 
+def lenient_timestamp(text: str | None) -> float | None:
+    """An RFC 3339 time (with a zone) as epoch seconds, or ``None`` when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return timestamp(text, "")
+    except InputError:
+        return None
+
+
 def timestamp(value: object, path: str) -> float:
     if isinstance(value, datetime):  # YAML may decode unquoted timestamps itself
         return value.timestamp()
