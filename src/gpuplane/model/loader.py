@@ -26,6 +26,7 @@ from gpuplane.model.objects import (
     ClusterQueue,
     ClusterState,
     Cohort,
+    InvalidWorkload,
     KueueConfiguration,
     LocalQueue,
     Namespace,
@@ -306,8 +307,16 @@ def load_state(
     ``warnings`` as located one-line messages.
     """
     docs: list[Document] = []
+    names: list[str] = []
     for source, text in sources:
+        names.append(source)
         docs.extend(decode(source, text))
+    if not docs:
+        # Nothing to decide on is a mistake (a wrong file, an empty pipe), not an empty plan.
+        raise InputError(
+            "no Kubernetes objects in the input",
+            source=", ".join(names) if names else None,
+        )
     return build_state(docs, strict=strict, warnings=warnings)
 
 
@@ -368,6 +377,7 @@ def build_state(
     workloads: list[Workload] = []
     nodes: list[Node] = []
     pods: list[Pod] = []
+    invalid: list[InvalidWorkload] = []
     config_seen = False
 
     # Priority classes first: workloads and jobs resolve their priority through them.
@@ -416,7 +426,18 @@ def build_state(
                     collector.claim(kind, obj.key, doc)
                     pods.append(obj)
         except InputError as err:
-            refuse(doc.locate(err))
+            located = doc.locate(err)
+            who = kinds.workload_identity(doc.body, kind) if err.invalid_value else None
+            if who is None or kind not in {"Workload", "Job"}:
+                refuse(located)
+                continue
+            # One workload with a value Kueue cannot use stays pending as Misconfigured;
+            # it never stops the rest of the input.
+            namespace, name, queue = who
+            collector.claim("Workload", f"{namespace}/{name}", doc)
+            invalid.append(InvalidWorkload(namespace, name, queue, str(located)))
+            if warnings is not None:
+                warnings.append(str(located))
 
     state = ClusterState(
         configuration=config,
@@ -430,6 +451,7 @@ def build_state(
         workloads=tuple(workloads),
         nodes=tuple(nodes),
         pods=tuple(pods),
+        invalid_workloads=tuple(invalid),
         origins=frozen_map(
             {f"{kind}/{key}": (d.source, d.index) for (kind, key), d in collector.seen.items()}
         ),
