@@ -30,6 +30,7 @@ every quota, it does not make the whole input unreadable.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -171,6 +172,7 @@ def to_base_units(resource: str, q: Fraction) -> int:
     return math.ceil(q * scale)
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
 def parse_resource_quantity(resource: str, text: str | int | float) -> int:
     """Parse ``text`` as a quantity of ``resource`` and return it in base units (see :func:`to_base_units`).
 
