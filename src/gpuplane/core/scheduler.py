@@ -117,7 +117,8 @@ class Scheduler:
         # Per queue, the workload that issued preemptions in the last cycle (drives the next one).
         self.preemptor_of: dict[str, str] = {}
         self.status: dict[str, Status] = {}
-        self.unqueued: dict[str, tuple[Workload | None, str | None, str | None, Status]] = {}
+        # Workloads not queued anywhere: their ClusterQueue and LocalQueue (if known) and why.
+        self.unqueued: dict[str, tuple[str | None, str | None, Status]] = {}
         self.admitted: dict[str, AdmissionDecision] = {}
         self.preempted: list[PreemptionDecision] = []
         self.workloads: dict[str, Workload] = {}
@@ -145,7 +146,6 @@ class Scheduler:
         for bad in state.invalid_workloads:
             lq = state.local_queues.get(f"{bad.namespace}/{bad.queue_name}") if bad.queue_name else None
             self.unqueued[bad.key] = (
-                None,
                 lq.cluster_queue if lq is not None else None,
                 f"{bad.namespace}/{bad.queue_name}" if bad.queue_name else None,
                 Status(MISCONFIGURED, bad.problem),
@@ -303,25 +303,25 @@ class Scheduler:
     def _enqueue(self, wl: Workload, timestamp: float, keep_sorted: bool = False) -> None:
         lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
         if not wl.active:
-            self.unqueued[wl.key] = (wl, None, lq_key, Status(DEACTIVATED, "The workload is deactivated"))
+            self.unqueued[wl.key] = (None, lq_key, Status(DEACTIVATED, "The workload is deactivated"))
             return
         # Kueue's getQueueBlocker: each broken reference is the workload's own problem only.
         if lq_key is None:
             status = Status(MISCONFIGURED, "The workload names no LocalQueue")
-            self.unqueued[wl.key] = (wl, None, None, status)
+            self.unqueued[wl.key] = (None, None, status)
             return
         lq = self.state.local_queues.get(lq_key)
         if lq is None:
             msg = f"LocalQueue {wl.queue_name} doesn't exist"
-            self.unqueued[wl.key] = (wl, None, lq_key, Status(MISCONFIGURED, msg))
+            self.unqueued[wl.key] = (None, lq_key, Status(MISCONFIGURED, msg))
             return
         if lq.stop_policy != "None":
             msg = f"LocalQueue {wl.queue_name} is inactive (stopPolicy {lq.stop_policy})"
-            self.unqueued[wl.key] = (wl, lq.cluster_queue, lq_key, Status(SUSPENDED, msg))
+            self.unqueued[wl.key] = (lq.cluster_queue, lq_key, Status(SUSPENDED, msg))
             return
         if lq.cluster_queue not in self.queues:
             msg = f"ClusterQueue {lq.cluster_queue} doesn't exist"
-            self.unqueued[wl.key] = (wl, lq.cluster_queue, lq_key, Status(MISCONFIGURED, msg))
+            self.unqueued[wl.key] = (lq.cluster_queue, lq_key, Status(MISCONFIGURED, msg))
             return
         self._sequence += 1
         pending = PendingWorkload(wl, lq.cluster_queue, lq_key, wl.priority, timestamp, self._sequence)
@@ -839,7 +839,7 @@ class Scheduler:
                     )
                 )
         for key in sorted(self.unqueued):
-            _, queue_name, lq_key, status = self.unqueued[key]
+            queue_name, lq_key, status = self.unqueued[key]
             out.append(PendingDecision(key, queue_name, lq_key, None, None, status.reason, status.message))
         return out
 
