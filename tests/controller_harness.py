@@ -596,6 +596,7 @@ class RunningController:
         for informer in self.controller.informers:
             informer.stopped.set()
         self.api.kill()  # cuts the watch streams, so the informers see their stop flag at once
+        self.controller.close()  # its writer threads end once their last call has failed
         for thread in self._threads:
             thread.join(timeout=10)
             assert not thread.is_alive(), f"{thread.name} of {self.identity} did not end"
@@ -680,8 +681,10 @@ def admission_episodes(log: Iterable[Any]) -> tuple[dict[str, int], list[str]]:
     """Per workload, how many times an admission was written; and the workloads admitted twice.
 
     Successful writes of a Workload's status are read in order: each one either carries an admission
-    or not (pending, evicted). Writing an admission while the last written status already carried
-    one means the workload was admitted twice in one episode.
+    or not (pending, released after an eviction). A write that marks an admitted workload Evicted
+    keeps its admission (Kueue keeps the quota until the job stops) and starts no episode. Writing
+    an admission while the last written status already carried one means the workload was admitted
+    twice in one episode.
     """
     last: dict[str, bool] = {}
     episodes: dict[str, int] = defaultdict(int)
@@ -693,7 +696,13 @@ def admission_episodes(log: Iterable[Any]) -> tuple[dict[str, int], list[str]]:
         if request.verb not in ("update", "patch") or not 200 <= e.status < 300:
             continue
         key = f"{request.namespace}/{request.name}"
-        admitted = bool(((request.body or {}).get("status") or {}).get("admission"))
+        status = (request.body or {}).get("status") or {}
+        admitted = bool(status.get("admission"))
+        evicted = any(
+            c.get("type") == "Evicted" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+        if admitted and evicted:
+            continue
         if admitted:
             if last.get(key):
                 twice.append(key)
