@@ -22,7 +22,6 @@ from controller_harness import (
     devices_overlap,
     quota_violations,
     wait_until,
-    webhook_admit,
 )
 from controller_harness import scene as make_scene
 from gpuplane.k8s import api as k8s
@@ -34,7 +33,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
+def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
+    del registered_webhook  # on a real server the API server calls it; on the double, nothing does
     yield from make_scene(apiserver, kubectl)
 
 
@@ -280,7 +280,7 @@ def test_a_gang_that_does_not_fit_has_no_pod_bound(scene: Scene, apiserver: Clus
     scene.job_controller()
     scene.controller(leader_election=False)
     group = [
-        webhook_admit(
+        scene.admit(
             Manifest("v1", "Pod", f"group-{i}", scene.namespace)
             .label("kueue.x-k8s.io/queue-name", "queue")
             .label("kueue.x-k8s.io/pod-group-name", "group")

@@ -16,7 +16,7 @@ import pytest
 
 from apiserver.fixtures import Cluster, Kubectl, manifest
 from apiserver.server import ApiServerDouble
-from controller_harness import Scene, quota_violations, wait_until, webhook_admit
+from controller_harness import Scene, quota_violations, wait_until
 from controller_harness import scene as make_scene
 from gpuplane.k8s import api as k8s
 from manifests import GPU, Manifest, pod_spec
@@ -88,7 +88,7 @@ def test_preempted_plain_pods_keep_their_quota_until_they_have_terminated(
     scene.job_controller()
     run = scene.controller(leader_election=False, dry_run=False)
     group = [
-        webhook_admit(
+        scene.admit(
             Manifest("v1", "Pod", f"group-{i}", scene.namespace)
             .label("kueue.x-k8s.io/queue-name", "queue")
             .label("kueue.x-k8s.io/pod-group-name", "group")
