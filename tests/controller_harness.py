@@ -111,17 +111,24 @@ def gpu_job(
     gpus: int = 1,
     priority_class: str | None = None,
     grace: int = 0,
+    devices: Mapping[str, int] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> Manifest:
     """A suspended, queued batch Job of ``pods`` pods with ``gpus`` GPUs each, ready for kubectl.
 
-    Its pods have ``grace`` seconds to terminate (none by default: without kubelets, a pod with a
-    grace period goes only when the double's clock moves on).
+    ``devices`` adds other device requests (e.g. a MIG profile), and ``annotations`` go on the pod
+    template (e.g. a GPU fraction). Its pods have ``grace`` seconds to terminate (none by default:
+    without kubelets, a pod with a grace period goes only when the double's clock moves on).
     """
-    spec = pod_spec().container(limits={GPU: gpus}, cpu="100m", gpu=gpus).to_dict()
+    limits: dict[str, object] = {GPU: gpus} if gpus else {}
+    limits.update(devices or {})
+    spec = pod_spec().container(limits=limits, cpu="100m", **limits).to_dict()
     spec["restartPolicy"] = "Never"
     spec["terminationGracePeriodSeconds"] = grace
     built = job(name, namespace).queue(queue).parallelism(pods).completions(pods)
     built.body["spec"]["template"]["spec"] = spec
+    if annotations:
+        built.body["spec"]["template"].setdefault("metadata", {})["annotations"] = dict(annotations)
     built.set("spec.suspend", True)
     return built if priority_class is None else built.priority_class(priority_class)
 
@@ -167,10 +174,11 @@ class Scene:
         gpus_per_node: int = 8,
         quota_gpus: int | None = None,
         preemption: Mapping[str, str] | None = None,
+        quota: Mapping[str, int] | None = None,
     ) -> str:
         """CRDs, the namespace, ``nodes`` GPU Nodes, a flavor for them, and one ClusterQueue (quota:
-        ``quota_gpus``, all the GPUs by default; ``preemption`` policy) with a LocalQueue called
-        ``queue``; returns the ClusterQueue's name."""
+        ``quota_gpus``, all the GPUs by default, and ``quota`` for other resources; ``preemption``
+        policy) with a LocalQueue called ``queue``; returns the ClusterQueue's name."""
         self.install_crds()
         self.api.create(k8s.NAMESPACES, {"metadata": {"name": self.namespace, "labels": {E2E_LABEL: "true"}}})
         self._created.append((k8s.NAMESPACES, self.namespace))
@@ -180,22 +188,24 @@ class Scene:
             resource_flavor(self.flavor).set("spec.nodeLabels", {POOL_LABEL: self.prefix}).to_dict(),
         )
         cq = f"{self.prefix}-cq"
-        quota = nodes * gpus_per_node if quota_gpus is None else quota_gpus
-        queue = cluster_queue(cq).flavor(self.flavor, cpu="1000", gpu=quota)
+        gpu_quota = nodes * gpus_per_node if quota_gpus is None else quota_gpus
+        queue = cluster_queue(cq).flavor(self.flavor, cpu="1000", gpu=gpu_quota, **(quota or {}))
         if preemption:
             queue.set("spec.preemption", dict(preemption))
         self._create(k8s.CLUSTER_QUEUES, queue.to_dict())
         self.api.create(k8s.LOCAL_QUEUES, local_queue("queue", self.namespace, cq).to_dict(), self.namespace)
         return cq
 
-    def add_nodes(self, count: int, gpus: int = 8) -> list[str]:
+    def add_nodes(self, count: int, gpus: int = 8, devices: Mapping[str, int] | None = None) -> list[str]:
+        """``count`` Nodes of the scene's pool, each with ``gpus`` H100 GPUs and ``devices`` (other
+        device resources, e.g. MIG instances); returns their names."""
         start = sum(1 for res, _ in self._created if res is k8s.NODES)
         names = []
         for i in range(start, start + count):
             name = f"{self.prefix}-n{i}"
             body = (
                 node(name)
-                .allocatable(cpu="64", memory="512Gi", pods="110", gpu=gpus)
+                .allocatable(cpu="64", memory="512Gi", pods="110", gpu=gpus, **(devices or {}))
                 .label(POOL_LABEL, self.prefix)
                 .label("kubernetes.io/hostname", name)
                 .label("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3")
@@ -222,6 +232,15 @@ class Scene:
     def submit(self, *jobs: Manifest) -> None:
         """``kubectl apply`` the jobs, all in one multi-document stream."""
         self.kubectl("apply", "-f", "-", input=manifest(*(j.to_dict() for j in jobs)))
+
+    def delete_job(self, name: str) -> None:
+        """``kubectl delete job`` and, since no kubelet ends them, its pods at grace period 0 (a pod
+        the garbage collector took first is fine); returns once they are gone."""
+        self.kubectl("delete", "job", name, "-n", self.namespace, "--wait=false")
+        for pod in self.pods(name):
+            with contextlib.suppress(ApiError):  # 404: already deleted with the job
+                self.api.delete(k8s.PODS, pod["metadata"]["name"], self.namespace, gracePeriodSeconds=0)
+        wait_until(lambda: not self.pods(name), 20, f"the pods of job {name} gone")
 
     # --- what runs against it --------------------------------------------------------------------
 
@@ -637,19 +656,44 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+class Webhooks:
+    """The webhooks this session registered, one per real API server (by kubeconfig)."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self._running: dict[str, RegisteredWebhook] = {}
+
+    def ensure(self, kubeconfig: str) -> RegisteredWebhook:
+        """The webhook registered with the server of ``kubeconfig``, started on first use."""
+        if kubeconfig not in self._running:
+            webhook = RegisteredWebhook(kubeconfig, self._tmp.mktemp("webhook-tls"))
+            self._running[kubeconfig] = webhook
+            webhook.start()
+        return self._running[kubeconfig]
+
+    def stop(self) -> None:
+        for webhook in self._running.values():
+            webhook.stop()
+        self._running.clear()
+
+
 @pytest.fixture(scope="session")
-def registered_webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegisteredWebhook | None]:
+def webhooks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhooks]:
+    """Registers the webhook with a real API server on request (:meth:`Webhooks.ensure`); every one is
+    unregistered and stopped when the session ends."""
+    registry = Webhooks(tmp_path_factory)
+    try:
+        yield registry
+    finally:
+        registry.stop()
+
+
+@pytest.fixture(scope="session")
+def registered_webhook(webhooks: Webhooks) -> RegisteredWebhook | None:
     """On a real server (``GPUPLANE_E2E_KUBECONFIG``), the webhook registered for the whole session;
     None on the double, which calls no webhooks."""
     kubeconfig = os.environ.get(E2E_KUBECONFIG)
-    if not kubeconfig:
-        yield None
-        return
-    webhook = RegisteredWebhook(kubeconfig, tmp_path_factory.mktemp("webhook-tls")).start()
-    try:
-        yield webhook
-    finally:
-        webhook.stop()
+    return webhooks.ensure(kubeconfig) if kubeconfig else None
 
 
 # --- the controller under test -------------------------------------------------------------------

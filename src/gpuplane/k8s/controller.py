@@ -44,6 +44,7 @@ from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.k8s.clusterstate import state_objects
 from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
 from gpuplane.model.errors import InputError
@@ -260,40 +261,10 @@ class Controller:
                 bodies.append(body)
         self._each(partial(self._create_workload, body) for body in bodies)
 
-    def _snapshot_objects(self) -> list[dict[str, Any]]:
-        objects: list[dict[str, Any]] = []
-        kinds = (
-            "Namespace",
-            "Node",
-            "ClusterQueue",
-            "LocalQueue",
-            "ResourceFlavor",
-            "Cohort",
-            "WorkloadPriorityClass",
-            "Topology",
-        )
-        for kind in kinds:
-            objects.extend(
-                {**obj, "kind": kind, "apiVersion": obj.get("apiVersion") or _api_version(kind)}
-                for obj in self.cache.items(kind)
-            )
-        objects.extend(
-            {**wl, "kind": "Workload", "apiVersion": wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2"}
-            for wl in self.cache.items("Workload")
-            if not _condition(wl, "Finished")
-        )
-        objects.extend(
-            {**pod, "kind": "Pod", "apiVersion": "v1"}
-            for pod in self.cache.items("Pod")
-            if pod.get("spec", {}).get("nodeName")
-            and pod.get("status", {}).get("phase") in (None, "Pending", "Running")
-        )
-        return objects
-
     def _schedule(self) -> Plan | None:
         skipped: list[InputError] = []
         try:
-            state = state_from_objects(self._snapshot_objects(), skipped=skipped)
+            state = state_from_objects(state_objects(self.cache.items), skipped=skipped)
         except InputError as err:
             log.warning("cluster state rejected: %s", err)
             return None
@@ -907,10 +878,6 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
         cycles=cycles,
         notes=tuple(scheduler.notes),
     )
-
-
-def _api_version(kind: str) -> str:
-    return "v1" if kind in ("Namespace", "Node", "Pod") else f"{k8s.KUEUE}/v1beta2"
 
 
 def _condition(obj: dict[str, Any], ctype: str) -> bool:
