@@ -134,18 +134,17 @@ def live_state(kubeconfig: str, context: str | None, warnings: list[str]) -> Clu
     from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
     from gpuplane.k8s.clusterstate import live_objects  # noqa: PLC0415
 
+    left_out: list[InputError] = []
     try:
         api = KubeApi(load_api_client(kubeconfig, context))
         try:
-            objects = live_objects(api)
+            objects = live_objects(api, left_out)
         finally:
             api.api_client.close()  # type: ignore[no-untyped-call]  # the client ships no annotations here
     except Exception as err:  # unreadable kubeconfig, unreachable server, refused request
         raise InputError(f"cannot read the cluster: {type(err).__name__}: {err}", source=kubeconfig) from None
-    skipped: list[InputError] = []
-    state = state_from_objects(objects, source=kubeconfig, skipped=skipped)
-    warnings += [f"ignoring invalid object: {problem}" for problem in skipped]
-    return state
+    warnings += [f"ignoring invalid object: {problem}" for problem in left_out]
+    return state_from_objects(objects, source=kubeconfig)
 
 
 def run_schedule(

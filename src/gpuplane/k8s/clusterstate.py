@@ -17,6 +17,8 @@ from typing import Any
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.model.errors import InputError
+from gpuplane.model.loader import state_from_objects
 
 Items = Callable[[str], list[dict[str, Any]]]
 
@@ -91,13 +93,26 @@ def _list(api: KubeApi, res: Resource) -> list[dict[str, Any]]:
         raise
 
 
-def live_objects(api: KubeApi) -> list[dict[str, Any]]:
+def live_objects(api: KubeApi, left_out: list[InputError] | None = None) -> list[dict[str, Any]]:
     """The cluster state as the API server holds it now (:func:`read_cluster`, then
-    :func:`state_objects` with the queued Jobs that have no Workload yet), without managedFields."""
+    :func:`state_objects` with the queued Jobs that have no Workload yet), without managedFields.
+
+    An object the loader refuses (a LocalQueue whose ClusterQueue is gone, say, in a namespace being
+    deleted) is left out, and so is what only it made valid, so the objects always make a state that
+    ``gpuplane schedule -f`` accepts; the problems are appended to ``left_out``.
+    """
     listed = read_cluster(api)
     objects = state_objects(lambda kind: listed.get(kind, []), unqueued_jobs=True)
     for obj in objects:
         meta = obj.get("metadata")
         if isinstance(meta, dict) and "managedFields" in meta:
             obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    return objects
+    while True:
+        skipped: list[InputError] = []
+        state_from_objects(objects, skipped=skipped)
+        refused = {problem.document for problem in skipped if problem.document is not None}
+        if left_out is not None:
+            left_out += skipped
+        if not refused:
+            return objects
+        objects = [obj for i, obj in enumerate(objects) if i not in refused]
