@@ -292,8 +292,14 @@ class CountingApi(KubeApi):
         return super()._call(*args, **kwargs)
 
 
-def controller_process(kubeconfig: str, stop: Any, results: Any) -> None:
+def controller_process(kubeconfig: str, stop: Any, results: Any, profile: str | None) -> None:
     """The controller under test, until ``stop`` is set; sends its API calls and CPU time."""
+    profiler = None
+    if profile:
+        import cProfile  # noqa: PLC0415 (only when asked)
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     api = CountingApi(load_api_client(kubeconfig))
     api.api_client.user_agent = "gpuplane-controller/bench"
     controller = Controller(
@@ -302,6 +308,9 @@ def controller_process(kubeconfig: str, stop: Any, results: Any) -> None:
     controller.start(wait=120)
     controller.run(stop.is_set, interval=0.05)
     controller.stop()
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
     results.put({"cpuSeconds": time.process_time(), "apiCalls": CountingApi.calls})
 
 
@@ -337,7 +346,7 @@ def run_gpuplane(
     with BoundPods(kubeconfig, namespace) as watch:
         stop, results = context.Event(), context.Queue()
         started = time.perf_counter()
-        child = context.Process(target=controller_process, args=(kubeconfig, stop, results))
+        child = context.Process(target=controller_process, args=(kubeconfig, stop, results, args.profile))
         child.start()
         seconds = watch.wait_all(total, args.timeout, console, started)
         stop.set()
@@ -405,6 +414,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         try:
             gpuplane = run_gpuplane(kubeconfig, api, shapes, args, console)
             clear_namespace(api, f"{PREFIX}-gpuplane")
+            if args.only_gpuplane:
+                return {"gpuplane": gpuplane}
             default = run_kube_scheduler(
                 kubeconfig,
                 api,
@@ -470,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gang-size", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one pass may take")
     parser.add_argument("--output", choices=("table", "json"), default="table")
+    parser.add_argument("--profile", help="write a cProfile of the controller process here")
+    parser.add_argument("--only-gpuplane", action="store_true", help="skip the kube-scheduler passes")
     args = parser.parse_args(argv)
     console = Console(stderr=args.output == "json")
     result = run(args, console)

@@ -870,10 +870,10 @@ class RunningController:
         for informer in self.controller.informers:
             informer.stopped.set()
         self.api.kill()  # cuts the watch streams, so the informers see their stop flag at once
-        self.controller.close()  # its writer threads end once their last call has failed
         for thread in self._threads:
             thread.join(timeout=10)
             assert not thread.is_alive(), f"{thread.name} of {self.identity} did not end"
+        self.controller.close()  # its writer threads end once their last call has failed
         self._stopped = True
         self.api.api_client.close()  # type: ignore[no-untyped-call]
         if self.failure is not None:

@@ -26,6 +26,7 @@ state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -136,6 +137,7 @@ class Controller:
         self._writers = ThreadPoolExecutor(
             max_workers=max(1, self.config.write_workers), thread_name_prefix="gpuplane-write"
         )
+        self._events = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-event")
         self._pending_written: dict[str, tuple[str, str]] = {}
         self._gang_noted: set[str] = set()  # pods told (by an Event) that they wait for their gang
         # Pod keys by (namespace, what ties them to a workload, its value), and bound pod keys by
@@ -160,8 +162,9 @@ class Controller:
             self.elector.release()
 
     def close(self) -> None:
-        """End the writer threads (idempotent); writes in flight finish first."""
+        """End the writer and Event threads (idempotent); writes in flight finish first."""
         self._writers.shutdown(wait=True)
+        self._events.shutdown(wait=True)
 
     def run(self, stop: Callable[[], bool], interval: float = 1.0) -> None:
         while not stop():
@@ -756,6 +759,8 @@ class Controller:
     # --- events ----------------------------------------------------------------------
 
     def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """Record an Event about ``obj`` in the background: Events are best effort, and no step of a
+        pass waits for them (they would double the round trips on the way to a binding)."""
         meta = obj.get("metadata", {})
         ns = meta.get("namespace") or "default"
         now = micro_time(self.clock())
@@ -778,8 +783,12 @@ class Controller:
             "count": 1,
             "source": {"component": "gpuplane-controller"},
         }
+        with contextlib.suppress(RuntimeError):  # shut down: the controller is stopping
+            self._events.submit(self._send_event, body, ns)
+
+    def _send_event(self, body: dict[str, Any], namespace: str) -> None:
         try:
-            self.api.create(k8s.EVENTS, body, ns)
+            self.api.create(k8s.EVENTS, body, namespace)
         except ApiError:
             self.counters.add("event_failures")
 
