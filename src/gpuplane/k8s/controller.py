@@ -5,16 +5,17 @@ One reconcile pass (only on the leader, once every informer has synced)::
     informer cache --snapshot--> core cycles (until quiet or one preempts) --plan-->
       1. queued jobs / gated pods get their Workload
       2. admissions: assume in the cache, then write Workload status.admission
-         (placement as a hostname topology assignment); on failure forget
-      3. admitted jobs are released: templates stamped (scheduler name, flavor node
+         (placement as a hostname topology assignment); on any failure forget
+      3. preemptions: dry run (Events "WouldPreempt", counters) or, as Kueue does, the
+         victim marked Evicted and Preempted while it keeps its admission and quota
+      4. evicted workloads: while the job is active, its pods are evicted (Eviction API,
+         the pod's grace period) and the job suspended; once it is no longer active the
+         admission is cleared and the workload is queued again
+      5. admitted jobs are released: templates stamped (scheduler name, flavor node
          selector, workload/pod-set labels), then unsuspended or ungated
-      4. pods of admitted workloads are bound, a whole gang at a time, to the planned
+      6. pods of admitted workloads are bound, a whole gang at a time, to the planned
          nodes through the Binding API, with their devices recorded on the pod
-      5. preemptions: dry run (Events "WouldPreempt", counters) or, as Kueue does, the
-         victim marked Evicted and Preempted while it keeps its admission and quota; its
-         pods are evicted (Eviction API, the pod's grace period) and its job suspended;
-         once the job is no longer active the admission is cleared and it is requeued
-      6. pending workloads get a QuotaReserved=False condition with the core's reason
+      7. pending workloads get a QuotaReserved=False condition with the core's reason
 
 Writes that do not depend on each other (admissions of different workloads, bindings of
 different pods, statuses) go out at once from a pool of threads; the client's QPS and
