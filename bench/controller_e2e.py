@@ -246,7 +246,7 @@ def controller_process(kubeconfig: str, stop: Any, results: Any, profile: str | 
         {
             "cpuSeconds": time.process_time(),
             "passes": passes,
-            "counters": {k: v for k, v in vars(controller.counters).items() if k != "extra"},
+            "counters": {k: v for k, v in vars(controller.counters).items() if k not in ("extra", "lock")},
         }
     )
 

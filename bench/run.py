@@ -6,6 +6,7 @@ Usage::
     python3 bench/run.py kueue-scale             # run one (or several) by name
     python3 bench/run.py --list                  # list names and descriptions
     python3 bench/run.py kueue-scale -- --keep   # arguments after -- go to each selected benchmark
+    python3 bench/run.py kueue-scale --keep      # so do those from the first option run.py does not know
 
 Each benchmark is a script in this folder, run as its own process with this interpreter,
 so one benchmark's memory and child processes never show up in another's numbers.
@@ -48,6 +49,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="placement_scale.py",
         description="placement-aware admission on 10,000 nodes x 8 GPUs: 1,000 rack gangs + 20,000 pods",
     ),
+    "controller-vs-kube-scheduler": Benchmark(
+        script="controller_vs_kube_scheduler.py",
+        description="gpuplane vs kube-scheduler (default and tuned) on one real API server: 1,000 nodes, "
+        "5,000 pods + 200 gangs",
+    ),
     "controller-e2e": Benchmark(
         script="controller_e2e.py",
         description="controller end to end via the API-server double: 1,000 nodes, 5,000 jobs + 200 gangs",
@@ -64,11 +70,16 @@ BENCHMARKS: dict[str, Benchmark] = {
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Split ``argv`` at ``--``: runner options before it, benchmark arguments after it."""
+    """Split ``argv``: benchmark names and runner options first; from ``--``, or from the first option
+    the runner does not know (``run.py NAME --nodes 100``), the arguments go to the benchmark."""
     own, passed = list(argv), []
-    if "--" in own:
-        cut = own.index("--")
-        own, passed = own[:cut], own[cut + 1 :]
+    for i, arg in enumerate(own):
+        if arg == "--":
+            own, passed = own[:i], own[i + 1 :]
+            break
+        if arg.startswith("-") and arg not in ("--list", "-h", "--help"):
+            own, passed = own[:i], own[i:]
+            break
     parser = argparse.ArgumentParser(
         prog="run.py",
         description="Run gpuplane's benchmarks (all of them, or those named).",

@@ -3,13 +3,17 @@
 The pieces a cluster would have, reduced to what the controller needs around it:
 
 - :class:`Scene`: one test's corner of the cluster. Unique names (namespace, Nodes, flavor,
-  ClusterQueue), the Kueue CRDs from ``deploy/crds``, Nodes with GPUs, queues, and Jobs submitted with
-  the real ``kubectl apply``. It deletes what it created, so the tests run unchanged against a real API
-  server (``GPUPLANE_E2E_KUBECONFIG``), where Nodes and cluster-scoped objects outlive the test.
-- :class:`JobController`: kube-controller-manager's Job controller, reduced: every unsuspended Job gets
-  its pods from its template (after the mutating webhook, :func:`gpuplane.k8s.webhook.review`, since
-  neither the double nor envtest calls webhooks); a suspended Job loses them. No kubelet: a pod is
-  bound once ``spec.nodeName`` is set.
+  ClusterQueue), the Kueue CRDs from ``deploy/crds`` (installed where missing, never deleted: other
+  tests share them), Nodes with GPUs, queues, and Jobs submitted with the real ``kubectl apply``. It
+  deletes what it created, so the tests run unchanged against a real API server
+  (``GPUPLANE_E2E_KUBECONFIG``), where Nodes and cluster-scoped objects outlive the test.
+- On the double, :class:`JobController` is kube-controller-manager's Job controller, reduced: every
+  unsuspended Job gets its pods from its template (after the mutating webhook,
+  :func:`gpuplane.k8s.webhook.review`, since the double calls no webhooks); a suspended Job loses them.
+  On a real server the real Job controller does this, the webhook is registered for real
+  (:class:`RegisteredWebhook`: ``gpuplane webhook`` over TLS with a test CA) and the API server calls
+  it; :class:`RealJobController` only holds pods back when a test asks. No kubelet: a pod is bound
+  once ``spec.nodeName`` is set, and pods are deleted with grace period 0.
 - :class:`RunningController`: a :class:`~gpuplane.k8s.controller.Controller` in a background thread,
   talking through the official client to the kubeconfig's server, that can be stopped cleanly or killed
   at any API call (:class:`KillableApi`).
@@ -25,6 +29,11 @@ import base64
 import contextlib
 import itertools
 import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -35,11 +44,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 from urllib3.exceptions import HTTPError
 
-from apiserver.fixtures import Cluster, Kubectl, manifest
+import testca
+from apiserver.fixtures import E2E_KUBECONFIG, Cluster, Kubectl, manifest
 from apiserver.patch import json_patch
+from apiserver.server import ApiServerDouble
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.plan import Plan
 from gpuplane.core.scheduler import schedule
@@ -60,6 +72,15 @@ CRD_DIR = Path(__file__).resolve().parent.parent / "deploy" / "crds"
 CONTROLLER_AGENT = "gpuplane-controller"  # user agent prefix of every controller replica
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 WORKLOAD_RESOURCE = "workloads"
+E2E_LABEL = "gpuplane.dev/e2e"  # on a scene's namespace: the registered webhook acts there only
+WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+)
+QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota")
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, message: str = "") -> T:
@@ -90,17 +111,24 @@ def gpu_job(
     gpus: int = 1,
     priority_class: str | None = None,
     grace: int = 0,
+    devices: Mapping[str, int] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> Manifest:
     """A suspended, queued batch Job of ``pods`` pods with ``gpus`` GPUs each, ready for kubectl.
 
-    Its pods have ``grace`` seconds to terminate (none by default: without kubelets, a pod with a
-    grace period goes only when the double's clock moves on).
+    ``devices`` adds other device requests (e.g. a MIG profile), and ``annotations`` go on the pod
+    template (e.g. a GPU fraction). Its pods have ``grace`` seconds to terminate (none by default:
+    without kubelets, a pod with a grace period goes only when the double's clock moves on).
     """
-    spec = pod_spec().container(limits={GPU: gpus}, cpu="100m", gpu=gpus).to_dict()
+    limits: dict[str, object] = {GPU: gpus} if gpus else {}
+    limits.update(devices or {})
+    spec = pod_spec().container(limits=limits, cpu="100m", **limits).to_dict()
     spec["restartPolicy"] = "Never"
     spec["terminationGracePeriodSeconds"] = grace
     built = job(name, namespace).queue(queue).parallelism(pods).completions(pods)
     built.body["spec"]["template"]["spec"] = spec
+    if annotations:
+        built.body["spec"]["template"].setdefault("metadata", {})["annotations"] = dict(annotations)
     built.set("spec.suspend", True)
     return built if priority_class is None else built.priority_class(priority_class)
 
@@ -120,11 +148,12 @@ class Scene:
         self.prefix = f"e2e-{uuid.uuid4().hex[:6]}"
         self.namespace = self.prefix
         self.flavor = f"{self.prefix}-gpu"
-        self.api = KubeApi(load_api_client(self.kubeconfig))
+        self.api = KubeApi(load_api_client(self.kubeconfig), qps=None)
         self.api.api_client.user_agent = "gpuplane-e2e-test"
+        self.real = not isinstance(cluster, ApiServerDouble)  # a real API server, not the double
         self._created: list[tuple[Resource, str]] = []  # cluster-scoped, deleted in reverse order
         self._runs: list[RunningController] = []
-        self._job_controllers: list[JobController] = []
+        self._job_controllers: list[JobController | RealJobController] = []
 
     # --- setup -----------------------------------------------------------------------------------
 
@@ -135,17 +164,8 @@ class Scene:
         return created
 
     def install_crds(self) -> None:
-        """Install Kueue's CRDs from ``deploy/crds`` where missing, and wait until they are served."""
-        for path in sorted(CRD_DIR.glob("*.yaml")):
-            crd = yaml.safe_load(path.read_text())
-            try:
-                self.api.get(CRDS, crd["metadata"]["name"])
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-                self._create(CRDS, crd)
-        for res in (k8s.WORKLOADS, k8s.CLUSTER_QUEUES, k8s.LOCAL_QUEUES, k8s.RESOURCE_FLAVORS):
-            wait_until(lambda res=res: _served(self.api, res), message=f"{res.plural} served")
+        """Install Kueue's CRDs (:func:`install_crds`); they stay, for the tests that follow."""
+        install_crds(self.api)
 
     def setup(
         self,
@@ -154,12 +174,13 @@ class Scene:
         gpus_per_node: int = 8,
         quota_gpus: int | None = None,
         preemption: Mapping[str, str] | None = None,
+        quota: Mapping[str, int] | None = None,
     ) -> str:
         """CRDs, the namespace, ``nodes`` GPU Nodes, a flavor for them, and one ClusterQueue (quota:
-        ``quota_gpus``, all the GPUs by default; ``preemption`` policy) with a LocalQueue called
-        ``queue``; returns the ClusterQueue's name."""
+        ``quota_gpus``, all the GPUs by default, and ``quota`` for other resources; ``preemption``
+        policy) with a LocalQueue called ``queue``; returns the ClusterQueue's name."""
         self.install_crds()
-        self.api.create(k8s.NAMESPACES, {"metadata": {"name": self.namespace}})
+        self.api.create(k8s.NAMESPACES, {"metadata": {"name": self.namespace, "labels": {E2E_LABEL: "true"}}})
         self._created.append((k8s.NAMESPACES, self.namespace))
         self.add_nodes(nodes, gpus_per_node)
         self._create(
@@ -167,22 +188,24 @@ class Scene:
             resource_flavor(self.flavor).set("spec.nodeLabels", {POOL_LABEL: self.prefix}).to_dict(),
         )
         cq = f"{self.prefix}-cq"
-        quota = nodes * gpus_per_node if quota_gpus is None else quota_gpus
-        queue = cluster_queue(cq).flavor(self.flavor, cpu="1000", gpu=quota)
+        gpu_quota = nodes * gpus_per_node if quota_gpus is None else quota_gpus
+        queue = cluster_queue(cq).flavor(self.flavor, cpu="1000", gpu=gpu_quota, **(quota or {}))
         if preemption:
             queue.set("spec.preemption", dict(preemption))
         self._create(k8s.CLUSTER_QUEUES, queue.to_dict())
         self.api.create(k8s.LOCAL_QUEUES, local_queue("queue", self.namespace, cq).to_dict(), self.namespace)
         return cq
 
-    def add_nodes(self, count: int, gpus: int = 8) -> list[str]:
+    def add_nodes(self, count: int, gpus: int = 8, devices: Mapping[str, int] | None = None) -> list[str]:
+        """``count`` Nodes of the scene's pool, each with ``gpus`` H100 GPUs and ``devices`` (other
+        device resources, e.g. MIG instances); returns their names."""
         start = sum(1 for res, _ in self._created if res is k8s.NODES)
         names = []
         for i in range(start, start + count):
             name = f"{self.prefix}-n{i}"
             body = (
                 node(name)
-                .allocatable(cpu="64", memory="512Gi", pods="110", gpu=gpus)
+                .allocatable(cpu="64", memory="512Gi", pods="110", gpu=gpus, **(devices or {}))
                 .label(POOL_LABEL, self.prefix)
                 .label("kubernetes.io/hostname", name)
                 .label("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3")
@@ -210,6 +233,15 @@ class Scene:
         """``kubectl apply`` the jobs, all in one multi-document stream."""
         self.kubectl("apply", "-f", "-", input=manifest(*(j.to_dict() for j in jobs)))
 
+    def delete_job(self, name: str) -> None:
+        """``kubectl delete job`` and, since no kubelet ends them, its pods at grace period 0 (a pod
+        the garbage collector took first is fine); returns once they are gone."""
+        self.kubectl("delete", "job", name, "-n", self.namespace, "--wait=false")
+        for pod in self.pods(name):
+            with contextlib.suppress(ApiError):  # 404: already deleted with the job
+                self.api.delete(k8s.PODS, pod["metadata"]["name"], self.namespace, gracePeriodSeconds=0)
+        wait_until(lambda: not self.pods(name), 20, f"the pods of job {name} gone")
+
     # --- what runs against it --------------------------------------------------------------------
 
     def controller(self, *, loop: bool = True, **options: Any) -> RunningController:
@@ -219,10 +251,18 @@ class Scene:
         self._runs.append(run)
         return run.start(loop=loop)
 
-    def job_controller(self) -> JobController:
-        jc = JobController(KubeApi(load_api_client(self.kubeconfig)), self.namespace)
+    def job_controller(self) -> JobController | RealJobController:
+        """What creates the pods of unsuspended Jobs: the reduced Job controller on the double; on a
+        real server kube-controller-manager does, and this only holds pods back on request."""
+        api = KubeApi(load_api_client(self.kubeconfig), qps=None)
+        jc = RealJobController(api, self.namespace) if self.real else JobController(api, self.namespace)
         self._job_controllers.append(jc)
         return jc.start()
+
+    def admit(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """A pod as the test submits it: on the double with the webhook's patch applied (the double
+        calls no webhooks); unchanged on a real server, whose API server calls the webhook."""
+        return pod if self.real else webhook_admit(pod)
 
     # --- reading the cluster ---------------------------------------------------------------------
 
@@ -288,13 +328,24 @@ class Scene:
     # --- teardown --------------------------------------------------------------------------------
 
     def cleanup(self) -> None:
-        """Stop what runs, then delete what was created, even when stopping a replica fails."""
+        """Stop what runs, then delete what was created, even when stopping a replica fails.
+
+        Jobs go first (so nothing makes pods again), then pods with grace period 0 (without a
+        kubelet nothing else ends them), then the namespace and the cluster-scoped objects.
+        """
         try:
             for run in self._runs:
                 run.stop()
         finally:
             for jc in self._job_controllers:
                 jc.stop()
+            with contextlib.suppress(ApiError):
+                for job in self.list(k8s.JOBS):
+                    self.api.delete(
+                        k8s.JOBS, job["metadata"]["name"], self.namespace, propagationPolicy="Background"
+                    )
+                for pod in self.list(k8s.PODS):
+                    self.api.delete(k8s.PODS, pod["metadata"]["name"], self.namespace, gracePeriodSeconds=0)
             for res, name in reversed(self._created):
                 with contextlib.suppress(ApiError):
                     self.api.delete(res, name)
@@ -308,6 +359,25 @@ def scene(cluster: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
         yield built
     finally:
         built.cleanup()
+
+
+def install_crds(api: KubeApi) -> None:
+    """Install Kueue's CRDs from ``deploy/crds`` where missing, and wait until they are served.
+
+    They are never deleted: the next test (or another suite on the same server) uses them, and a
+    CRD that is still terminating cannot be created again.
+    """
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        try:
+            api.get(CRDS, crd["metadata"]["name"])
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            with contextlib.suppress(ApiError):  # 409: created meanwhile by another suite
+                api.create(CRDS, crd)
+    for res in (k8s.WORKLOADS, k8s.CLUSTER_QUEUES, k8s.LOCAL_QUEUES, k8s.RESOURCE_FLAVORS):
+        wait_until(lambda res=res: _served(api, res), 30, f"{res.plural} served")
 
 
 def _served(api: KubeApi, res: Resource) -> bool:
@@ -420,6 +490,210 @@ class JobController:
             "spec": json.loads(json.dumps(template["spec"])),
         }
         return webhook_admit(pod)
+
+
+# --- on a real server: kube-controller-manager's Job controller and the registered webhook ------------
+
+
+class RealJobController:
+    """Stands where :class:`JobController` stands on the double, when kube-controller-manager's real Job
+    controller makes the pods. Setting :attr:`pod_limit` caps the namespace's pods with a
+    ResourceQuota (the Job controller retries what the quota refused once it is lifted)."""
+
+    QUOTA = "e2e-pod-limit"
+
+    def __init__(self, api: KubeApi, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self._limit: int | None = None
+
+    def start(self) -> RealJobController:
+        return self
+
+    @property
+    def pod_limit(self) -> int | None:
+        return self._limit
+
+    @pod_limit.setter
+    def pod_limit(self, limit: int | None) -> None:
+        self._limit = limit
+        with contextlib.suppress(ApiError):
+            self.api.delete(QUOTAS, self.QUOTA, self.namespace)
+        if limit is None:
+            return
+        body = {"metadata": {"name": self.QUOTA}, "spec": {"hard": {"pods": str(limit)}}}
+        self.api.create(QUOTAS, body, self.namespace)
+        # The quota admits pods only once the quota controller has filled in what it counts.
+        wait_until(
+            lambda: (self.api.get(QUOTAS, self.QUOTA, self.namespace).get("status") or {}).get("hard"),
+            20,
+            "the pod quota counted",
+        )
+
+    def stop(self) -> None:
+        if self._limit is not None:
+            self.pod_limit = None
+        self.api.api_client.close()  # type: ignore[no-untyped-call]
+
+
+class RegisteredWebhook:
+    """``gpuplane webhook`` served over TLS on loopback (its own process) and registered with a real
+    API server as a MutatingWebhookConfiguration for Pods, with a URL and a test CA bundle.
+
+    It acts only in namespaces labelled :data:`E2E_LABEL`, so it never touches anything else on the
+    server, and fails closed there (a pod the webhook could not see would go to kube-scheduler).
+    """
+
+    NAME = "gpuplane-e2e"
+
+    def __init__(self, kubeconfig: str, directory: Path) -> None:
+        self.api = KubeApi(load_api_client(kubeconfig), qps=None)
+        self.certs = testca.issue(directory)
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RegisteredWebhook:
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpuplane",
+                "webhook",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--cert",
+                str(self.certs.cert),
+                "--key",
+                str(self.certs.key),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._answers, 30, "gpuplane webhook serving TLS")
+        body = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": self.NAME},
+            "webhooks": [
+                {
+                    "name": "pods.gpuplane.dev",
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{self.port}/mutate",
+                        "caBundle": base64.b64encode(self.certs.ca_pem).decode(),
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                            "scope": "Namespaced",
+                        }
+                    ],
+                    "namespaceSelector": {"matchLabels": {E2E_LABEL: "true"}},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 10,
+                    "reinvocationPolicy": "IfNeeded",
+                }
+            ],
+        }
+        with contextlib.suppress(ApiError):
+            self.api.delete(WEBHOOKS, self.NAME)
+        self.api.create(WEBHOOKS, body)
+        self._wait_effective()
+        return self
+
+    def _answers(self) -> bool:
+        context = ssl.create_default_context(cafile=str(self.certs.ca))
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as raw:
+                context.wrap_socket(raw, server_hostname="127.0.0.1").close()
+        except OSError:
+            return False
+        return True
+
+    def _wait_effective(self) -> None:
+        """Until the API server calls the webhook: a dry-run pod in a labelled namespace comes back
+        gated (the server picks a new configuration up within a second or so)."""
+        namespace = f"e2e-webhook-{uuid.uuid4().hex[:6]}"
+        self.api.create(k8s.NAMESPACES, {"metadata": {"name": namespace, "labels": {E2E_LABEL: "true"}}})
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "probe", "labels": {integrations.QUEUE_LABEL: "probe"}},
+            "spec": {"containers": [{"name": "c", "image": "none"}]},
+        }
+
+        def gated() -> bool:
+            created = self.api.request("POST", k8s.PODS.path(namespace), {"dryRun": "All"}, body=pod)
+            return created["spec"].get("schedulerName") == integrations.SCHEDULER_NAME
+
+        try:
+            wait_until(gated, 30, "the API server calling the registered webhook")
+        finally:
+            self.api.delete(k8s.NAMESPACES, namespace)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ApiError):
+            self.api.delete(WEBHOOKS, self.NAME)
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.api.api_client.close()  # type: ignore[no-untyped-call]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Webhooks:
+    """The webhooks this session registered, one per real API server (by kubeconfig)."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self._running: dict[str, RegisteredWebhook] = {}
+
+    def ensure(self, kubeconfig: str) -> RegisteredWebhook:
+        """The webhook registered with the server of ``kubeconfig``, started on first use."""
+        if kubeconfig not in self._running:
+            webhook = RegisteredWebhook(kubeconfig, self._tmp.mktemp("webhook-tls"))
+            self._running[kubeconfig] = webhook
+            webhook.start()
+        return self._running[kubeconfig]
+
+    def stop(self) -> None:
+        for webhook in self._running.values():
+            webhook.stop()
+        self._running.clear()
+
+
+@pytest.fixture(scope="session")
+def webhooks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhooks]:
+    """Registers the webhook with a real API server on request (:meth:`Webhooks.ensure`); every one is
+    unregistered and stopped when the session ends."""
+    registry = Webhooks(tmp_path_factory)
+    try:
+        yield registry
+    finally:
+        registry.stop()
+
+
+@pytest.fixture(scope="session")
+def registered_webhook(webhooks: Webhooks) -> RegisteredWebhook | None:
+    """On a real server (``GPUPLANE_E2E_KUBECONFIG``), the webhook registered for the whole session;
+    None on the double, which calls no webhooks."""
+    kubeconfig = os.environ.get(E2E_KUBECONFIG)
+    return webhooks.ensure(kubeconfig) if kubeconfig else None
 
 
 # --- the controller under test -------------------------------------------------------------------
@@ -599,6 +873,7 @@ class RunningController:
         for thread in self._threads:
             thread.join(timeout=10)
             assert not thread.is_alive(), f"{thread.name} of {self.identity} did not end"
+        self.controller.close()  # its writer threads end once their last call has failed
         self._stopped = True
         self.api.api_client.close()  # type: ignore[no-untyped-call]
         if self.failure is not None:
@@ -680,8 +955,10 @@ def admission_episodes(log: Iterable[Any]) -> tuple[dict[str, int], list[str]]:
     """Per workload, how many times an admission was written; and the workloads admitted twice.
 
     Successful writes of a Workload's status are read in order: each one either carries an admission
-    or not (pending, evicted). Writing an admission while the last written status already carried
-    one means the workload was admitted twice in one episode.
+    or not (pending, released after an eviction). A write that marks an admitted workload Evicted
+    keeps its admission (Kueue keeps the quota until the job stops) and starts no episode. Writing
+    an admission while the last written status already carried one means the workload was admitted
+    twice in one episode.
     """
     last: dict[str, bool] = {}
     episodes: dict[str, int] = defaultdict(int)
@@ -693,7 +970,13 @@ def admission_episodes(log: Iterable[Any]) -> tuple[dict[str, int], list[str]]:
         if request.verb not in ("update", "patch") or not 200 <= e.status < 300:
             continue
         key = f"{request.namespace}/{request.name}"
-        admitted = bool(((request.body or {}).get("status") or {}).get("admission"))
+        status = (request.body or {}).get("status") or {}
+        admitted = bool(status.get("admission"))
+        evicted = any(
+            c.get("type") == "Evicted" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+        if admitted and evicted:
+            continue
         if admitted:
             if last.get(key):
                 twice.append(key)

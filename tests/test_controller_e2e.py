@@ -22,7 +22,6 @@ from controller_harness import (
     devices_overlap,
     quota_violations,
     wait_until,
-    webhook_admit,
 )
 from controller_harness import scene as make_scene
 from gpuplane.k8s import api as k8s
@@ -35,7 +34,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
+def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
+    del registered_webhook  # on a real server the API server calls it; on the double, nothing does
     yield from make_scene(apiserver, kubectl)
 
 
@@ -121,9 +121,7 @@ def test_a_job_that_does_not_fit_now_is_admitted_when_capacity_frees(scene: Scen
     )
     assert not scene.pods("second")
 
-    scene.kubectl("delete", "job", "first", "-n", scene.namespace, "--wait=false")
-    for pod in scene.pods("first"):  # no kubelet: the pods go once the job does
-        scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
+    scene.delete_job("first")
     wait_until(lambda: scene.bound("second", 1), 20, "second bound once first is gone")
 
 
@@ -136,9 +134,7 @@ def test_devices_already_recorded_are_never_given_again(scene: Scene) -> None:
     wait_until(lambda: scene.bound("first", 1), 20, "first bound")
     scene.submit(scene.job("second", gpus=4))
     wait_until(lambda: scene.bound("second", 1), 20, "second bound")
-    scene.kubectl("delete", "job", "first", "-n", scene.namespace, "--wait=false")
-    for pod in scene.pods("first"):
-        scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
+    scene.delete_job("first")
     scene.submit(scene.job("third", gpus=4))
     wait_until(lambda: scene.bound("third", 1), 20, "third bound in first's place")
     pods = scene.pods()
@@ -281,7 +277,7 @@ def test_a_gang_that_does_not_fit_has_no_pod_bound(scene: Scene, apiserver: Clus
     scene.job_controller()
     scene.controller(leader_election=False)
     group = [
-        webhook_admit(
+        scene.admit(
             Manifest("v1", "Pod", f"group-{i}", scene.namespace)
             .label("kueue.x-k8s.io/queue-name", "queue")
             .label("kueue.x-k8s.io/pod-group-name", "group")
@@ -369,9 +365,7 @@ def test_a_requeued_victim_shows_again_why_it_waits(scene: Scene) -> None:
     )
     waiting = condition(scene.workloads()["victim"], "QuotaReserved")
 
-    scene.kubectl("delete", "job", "holder", "-n", scene.namespace, "--wait=false")
-    for pod in scene.pods("holder"):
-        scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
+    scene.delete_job("holder")
     wait_until(lambda: scene.bound("victim", 1), 20, "victim admitted once holder is gone")
     scene.submit(scene.job("urgent", gpus=8, priority_class=high))
     wait_until(lambda: scene.bound("urgent", 1), 20, "urgent admitted in the victim's place")
@@ -392,3 +386,73 @@ def test_quota_is_never_exceeded(scene: Scene) -> None:
     queues = [q for q in scene.list(k8s.CLUSTER_QUEUES) if q["metadata"]["name"] == cq]
     assert quota_violations(scene.list(k8s.WORKLOADS), queues) == []
     assert scene.core_plan().admitted == (), "nothing left that the core would admit"
+
+
+# --- (e) fractional and MIG devices survive a controller restart -------------------------------------
+
+
+MIG = "nvidia.com/mig-3g.40gb"
+FRACTION = "gpuplane.dev/gpu-fraction"
+
+
+def device_clashes(pods: list[dict[str, Any]]) -> list[str]:
+    """Devices handed out twice among live bound pods: a whole GPU or MIG instance held by two pods, a
+    whole GPU also shared, or fractions of one GPU that add up to more than one GPU."""
+    whole: dict[tuple[str, str], list[str]] = {}
+    fractions: dict[tuple[str, str], int] = Counter()
+    problems = []
+    for pod in pods:
+        node_name = pod["spec"].get("nodeName")
+        recorded = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
+        if not node_name or not recorded or pod["metadata"].get("deletionTimestamp"):
+            continue
+        for token in recorded.split(","):
+            index, _, detail = token.partition(":")
+            if detail.endswith("m"):
+                fractions[(node_name, index)] += int(detail[:-1])
+                whole.setdefault((node_name, index), [])
+            else:
+                whole.setdefault((node_name, token), []).append(pod["metadata"]["name"])
+    for (node_name, device), holders in sorted(whole.items()):
+        if len(holders) > 1:
+            problems.append(f"{node_name}/{device} held by {holders}")
+        if holders and fractions.get((node_name, device)):
+            problems.append(f"{node_name}/{device} whole and shared")
+    problems += [f"{n}/{d}: {m}m of one GPU" for (n, d), m in sorted(fractions.items()) if m > 1000]
+    return problems
+
+
+def test_fractional_and_mig_devices_are_read_back_after_a_restart_and_never_given_twice(
+    scene: Scene,
+) -> None:
+    """Devices recorded on bound pods, in an order a fresh first fit would not choose, are what a
+    restarted controller counts: the newcomers get what is really free."""
+    scene.setup(nodes=1, gpus_per_node=2, quota={MIG: 2})
+    scene.add_nodes(1, gpus=0, devices={MIG: 2})
+    scene.job_controller()
+    first = scene.controller(leader_election=False)
+
+    def submit(name: str, **options: Any) -> None:
+        scene.submit(scene.job(name, **options))
+        wait_until(lambda: scene.bound(name, 1), 20, f"{name} bound")
+
+    submit("half", gpus=0, annotations={FRACTION: "0.5"})  # GPU 0: 500m
+    submit("most", gpus=0, annotations={FRACTION: "0.75"})  # does not fit GPU 0 any more: GPU 1
+    submit("mig-first", gpus=0, devices={MIG: 1})  # instance at slot 0
+    submit("mig-second", gpus=0, devices={MIG: 1})  # instance at slot 4
+    for name in ("half", "mig-first"):  # free GPU 0 and the instance at slot 0
+        scene.delete_job(name)
+    first.stop()
+
+    scene.controller(leader_election=False, identity="gpuplane-1")
+    submit("quarter", gpus=0, annotations={FRACTION: "0.5"})
+    submit("mig-third", gpus=0, devices={MIG: 1})
+
+    pods = scene.pods()
+    recorded = {
+        p["metadata"]["labels"]["job-name"]: p["metadata"]["annotations"][DEVICES_ANNOTATION] for p in pods
+    }
+    assert device_clashes(pods) == [], recorded
+    most_gpu = recorded["most"].split(":")[0]
+    assert recorded["quarter"].split(":")[0] != most_gpu, "the GPU that holds 750m cannot take 500m more"
+    assert recorded["mig-third"] != recorded["mig-second"], "the instance in use is not handed out again"

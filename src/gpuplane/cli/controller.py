@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from gpuplane.k8s.ratelimit import DEFAULT_BURST, DEFAULT_QPS
+
 
 def register(app: typer.Typer) -> None:
     register_webhook(app)
@@ -36,6 +38,15 @@ def register(app: typer.Typer) -> None:
             float, typer.Option(help="Seconds a workload runs before it may be preempted.")
         ] = 0.0,
         interval: Annotated[float, typer.Option(help="Seconds between reconcile passes when idle.")] = 2.0,
+        qps: Annotated[
+            float, typer.Option(min=0.1, help="Client requests per second to the API server, sustained.")
+        ] = DEFAULT_QPS,
+        burst: Annotated[int, typer.Option(min=1, help="Client requests allowed at once above --qps.")] = (
+            DEFAULT_BURST
+        ),
+        write_workers: Annotated[
+            int, typer.Option(min=1, help="Independent writes (bindings, statuses) sent at once.")
+        ] = 16,
         once: Annotated[bool, typer.Option(help="Run one reconcile pass and exit.")] = False,
     ) -> None:
         """Admit, place, bind and preempt in a cluster, as the core decides."""
@@ -44,7 +55,7 @@ def register(app: typer.Typer) -> None:
 
         logging.basicConfig(level=os.environ.get("GPUPLANE_LOG", "INFO"))
         try:
-            api = KubeApi(load_api_client(kubeconfig, context))
+            api = KubeApi(load_api_client(kubeconfig, context), qps=qps, burst=burst)
         except Exception as err:
             typer.echo(f"error: cannot configure the Kubernetes client: {err}", err=True)
             raise typer.Exit(2) from None
@@ -56,6 +67,7 @@ def register(app: typer.Typer) -> None:
                 identity=identity or socket.gethostname(),
                 lease_namespace=lease_namespace,
                 min_runtime_seconds=min_runtime,
+                write_workers=write_workers,
             ),
         )
         stop = threading.Event()
@@ -75,12 +87,20 @@ def register_webhook(app: typer.Typer) -> None:
     @app.command("webhook")
     def webhook_command(
         port: Annotated[int, typer.Option(help="Port to listen on.")] = 9443,
+        host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
         cert: Annotated[str | None, typer.Option(help="TLS certificate file (PEM).")] = None,
         key: Annotated[str | None, typer.Option(help="TLS private key file (PEM).")] = None,
+        handshake_timeout: Annotated[
+            float, typer.Option(min=0.1, help="Seconds a client has to finish the TLS handshake.")
+        ] = 10.0,
     ) -> None:
         """Serve the mutating webhook that hands gpuplane's pods to gpuplane."""
         from gpuplane.k8s.webhook import serve  # noqa: PLC0415
 
-        server = serve(port, cert, key)
+        try:
+            server = serve(port, cert, key, host=host, handshake_timeout=handshake_timeout)
+        except (OSError, ValueError) as err:
+            typer.echo(f"error: cannot serve the webhook on {host}:{port}: {err}", err=True)
+            raise typer.Exit(2) from None
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
         server.serve_forever()

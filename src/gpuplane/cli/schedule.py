@@ -22,7 +22,7 @@ from gpuplane.core.plan import Plan
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import timestamp
-from gpuplane.model.loader import load_files
+from gpuplane.model.loader import load_files, state_from_objects
 from gpuplane.model.objects import ClusterState
 
 
@@ -125,16 +125,49 @@ def print_table(plan: Plan, console: Console) -> None:
     console.print(f"cycles: {plan.cycles}")
 
 
+def live_state(kubeconfig: str, context: str | None, warnings: list[str]) -> ClusterState:
+    """The cluster's state read from its API server (GET requests only: nothing is written).
+
+    Raises :class:`InputError` when the cluster cannot be reached; an object the loader refuses is
+    left out with a warning, as the controller leaves it out.
+    """
+    from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
+    from gpuplane.k8s.clusterstate import live_objects  # noqa: PLC0415
+
+    left_out: list[InputError] = []
+    try:
+        api = KubeApi(load_api_client(kubeconfig, context))
+        try:
+            objects = live_objects(api, left_out)
+        finally:
+            api.api_client.close()  # type: ignore[no-untyped-call]  # the client ships no annotations here
+    except Exception as err:  # unreadable kubeconfig, unreachable server, refused request
+        raise InputError(f"cannot read the cluster: {type(err).__name__}: {err}", source=kubeconfig) from None
+    warnings += [f"ignoring invalid object: {problem}" for problem in left_out]
+    return state_from_objects(objects, source=kubeconfig)
+
+
 def run_schedule(
-    files: list[str], cycles: int | None, output: OutputFormat, strict: bool, now: str | None
+    files: list[str],
+    cycles: int | None,
+    output: OutputFormat,
+    strict: bool,
+    now: str | None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
 ) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         started = time.perf_counter()
         warnings: list[str] = []
-        state = load_files(files, read=_read, strict=strict, warnings=warnings)
+        if kubeconfig is not None:
+            state = live_state(kubeconfig, context, warnings)
+            default = time.time()  # a live cluster is decided on now
+        else:
+            state = load_files(files, read=_read, strict=strict, warnings=warnings)
+            default = default_now(state)
         parse_seconds = time.perf_counter() - started
-        at = default_now(state) if now is None else timestamp(now, "--now")
+        at = default if now is None else timestamp(now, "--now")
     except InputError as problem:
         err.print(f"error: {problem}", markup=False)
         return 2
@@ -164,13 +197,18 @@ def register(app: typer.Typer) -> None:
     @app.command("schedule")
     def schedule_command(
         file: Annotated[
-            list[str],
+            list[str] | None,
             typer.Option(
                 "--file",
                 "-f",
                 help="Cluster state: YAML (multi-document or kind: List) or JSON; - for stdin.",
             ),
-        ],
+        ] = None,
+        kubeconfig: Annotated[
+            str | None,
+            typer.Option(help="Read the state from this cluster instead (read only: nothing is written)."),
+        ] = None,
+        context: Annotated[str | None, typer.Option(help="kubeconfig context (with --kubeconfig).")] = None,
         cycles: Annotated[
             int | None,
             typer.Option(
@@ -191,9 +229,16 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="The current time (RFC 3339); default: the latest time in the input."),
         ] = None,
     ) -> None:
-        """Decide admissions, preemptions and pending reasons for cluster state files."""
+        """Decide admissions, preemptions and pending reasons for cluster state files, or for a live
+        cluster (--kubeconfig) as a dry run."""
+        if bool(file) == (kubeconfig is not None):
+            typer.echo("error: give either -f/--file or --kubeconfig (one of them)", err=True)
+            raise typer.Exit(2)
+        if context is not None and kubeconfig is None:
+            typer.echo("error: --context needs --kubeconfig", err=True)
+            raise typer.Exit(2)
         try:
-            code = run_schedule(file, cycles, output, strict, now)
+            code = run_schedule(file or [], cycles, output, strict, now, kubeconfig, context)
         except Exception as bug:  # the one place a bug becomes a single line, never a traceback
             typer.echo(f"internal error: {type(bug).__name__}: {bug}", err=True)
             raise typer.Exit(1) from None

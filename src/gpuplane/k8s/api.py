@@ -16,6 +16,8 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from gpuplane.k8s.ratelimit import DEFAULT_BURST, DEFAULT_QPS, RateLimiter
+
 
 @dataclass(frozen=True, slots=True)
 class Resource:
@@ -91,9 +93,10 @@ class ApiError(Exception):
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
     """An ApiClient from a kubeconfig file, or in-cluster configuration when none is given."""
     configuration = k8s_client.Configuration()
-    # Every informer holds a connection open for its watch; the default pool (5 per CPU) is smaller
-    # than that on small machines, and the overflow was opened and thrown away on every request.
-    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
+    # Every informer holds a connection open for its watch, and the controller writes from a pool of
+    # threads; the default pool (5 per CPU) is smaller than that on small machines, and the overflow
+    # was opened and thrown away on every request.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 64)
     if kubeconfig:
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]  # the client ships no annotations here
             config_file=kubeconfig, context=context, client_configuration=configuration
@@ -109,11 +112,24 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
 
 
 class KubeApi:
-    """Raw JSON requests through the official client's transport."""
+    """Raw JSON requests through the official client's transport.
 
-    def __init__(self, api_client: k8s_client.ApiClient, timeout: float = 30.0) -> None:
+    Every request except a watch first takes a token from :attr:`limiter`: at most ``burst``
+    requests at once, then ``qps`` per second (``qps=None``: no limit). The defaults bound a
+    controller well above kube-scheduler's 50 QPS and below what one API server takes.
+    """
+
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient,
+        timeout: float = 30.0,
+        *,
+        qps: float | None = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+    ) -> None:
         self.api_client = api_client
         self.timeout = timeout
+        self.limiter = RateLimiter(qps, burst) if qps is not None else None
 
     def _call(
         self,
@@ -125,6 +141,8 @@ class KubeApi:
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = None,
     ) -> Any:
+        if self.limiter is not None and not (query or {}).get("watch"):
+            self.limiter.acquire()
         params = [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (query or {}).items()]
         headers = {"Accept": "application/json"}
         if body is not None:

@@ -5,37 +5,48 @@ One reconcile pass (only on the leader, once every informer has synced)::
     informer cache --snapshot--> core cycles (until quiet or one preempts) --plan-->
       1. queued jobs / gated pods get their Workload
       2. admissions: assume in the cache, then write Workload status.admission
-         (placement as a hostname topology assignment); on failure forget
-      3. admitted jobs are released: templates stamped (scheduler name, flavor node
+         (placement as a hostname topology assignment); on any failure forget
+      3. preemptions: dry run (Events "WouldPreempt", counters) or, as Kueue does, the
+         victim marked Evicted and Preempted while it keeps its admission and quota
+      4. evicted workloads: while the job is active, its pods are evicted (Eviction API,
+         the pod's grace period) and the job suspended; once it is no longer active the
+         admission is cleared and the workload is queued again
+      5. admitted jobs are released: templates stamped (scheduler name, flavor node
          selector, workload/pod-set labels), then unsuspended or ungated
-      4. pods of admitted workloads are bound, a whole gang at a time, to the planned
+      6. pods of admitted workloads are bound, a whole gang at a time, to the planned
          nodes through the Binding API, with their devices recorded on the pod
-      5. preemptions: dry run (Events "WouldPreempt", counters) or eviction through
-         the Eviction API with the pod's grace period, and the victim requeued
-      6. pending workloads get a QuotaReserved=False condition with the core's reason
+      7. pending workloads get a QuotaReserved=False condition with the core's reason
 
-Every step is idempotent, and the API server's resourceVersion checks make a write
-from a stale view fail (409) instead of doing something twice. The controller can be
-killed at any point and restarted: the cluster's objects are the only state.
+Writes that do not depend on each other (admissions of different workloads, bindings of
+different pods, statuses) go out at once from a pool of threads; the client's QPS and
+burst bound them. Every step is idempotent, and the API server's resourceVersion checks
+make a write from a stale view fail (409) instead of doing something twice. The
+controller can be killed at any point and restarted: the cluster's objects are the only
+state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.inventory import DeviceGrant, NodeState, node_state, pod_needs
-from gpuplane.core.plan import AdmissionDecision, Plan, PreemptionDecision
+from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
-from gpuplane.k8s.api import ApiError, KubeApi
+from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.k8s.clusterstate import state_objects
 from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
 from gpuplane.model.errors import InputError
@@ -75,17 +86,35 @@ class ControllerConfig:
     scheduler: SchedulerConfig | None = None
     min_runtime_seconds: float = 0.0
     checkpoint_aware: bool = True
+    write_workers: int = 16  # independent writes in flight at once
 
 
 @dataclass
 class Counters:
+    """What the controller did; safe to update from the writer threads through :meth:`add`."""
+
     admitted: int = 0
     bound: int = 0
     preempted: int = 0
+    released: int = 0  # evicted workloads whose quota was given back
     would_preempt: int = 0
     write_failures: int = 0
     workloads_created: int = 0
     extra: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Add to the counter ``name`` (a field, or else an entry of :attr:`extra`)."""
+        with self.lock:
+            if name in _COUNTER_FIELDS:
+                setattr(self, name, getattr(self, name) + amount)
+            else:
+                self.extra[name] = self.extra.get(name, 0) + amount
+
+
+_COUNTER_FIELDS = frozenset(
+    ("admitted", "bound", "preempted", "released", "would_preempt", "write_failures", "workloads_created")
+)
 
 
 class Controller:
@@ -107,8 +136,12 @@ class Controller:
             lease_duration=self.config.lease_duration,
             clock=clock,
         )
-        self._released: set[str] = set()
+        self._writers = ThreadPoolExecutor(
+            max_workers=max(1, self.config.write_workers), thread_name_prefix="gpuplane-write"
+        )
+        self._events = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-event")
         self._pending_written: dict[str, tuple[str, str]] = {}
+        self._gang_noted: set[str] = set()  # pods told (by an Event) that they wait for their gang
         # Pod keys by (namespace, what ties them to a workload, its value), and bound pod keys by
         # node; rebuilt each pass, so a pass looks pods up instead of scanning them all per workload.
         self._pods_by: dict[tuple[str, str, str], list[str]] = {}
@@ -126,8 +159,14 @@ class Controller:
     def stop(self) -> None:
         for informer in self.informers:
             informer.stop()
+        self.close()
         if self.config.leader_election:
             self.elector.release()
+
+    def close(self) -> None:
+        """End the writer and Event threads (idempotent); writes in flight finish first."""
+        self._writers.shutdown(wait=True)
+        self._events.shutdown(wait=True)
 
     def run(self, stop: Callable[[], bool], interval: float = 1.0) -> None:
         while not stop():
@@ -137,6 +176,21 @@ class Controller:
                 log.exception("reconcile failed")
             self.cache.changed.wait(interval)
             self.cache.changed.clear()
+
+    def _each(self, writes: Iterable[Callable[[], None]]) -> None:
+        """Run independent writes at once on the writer threads and wait for all of them.
+
+        Each write handles its own API errors; anything else it raises (a bug, a broken
+        connection) is raised here once every write has ended, so no write outlives its pass.
+        """
+        futures = [self._writers.submit(write) for write in writes]
+        failure: BaseException | None = None
+        for future in futures:
+            error = future.exception()
+            if error is not None and failure is None:
+                failure = error
+        if failure is not None:
+            raise failure
 
     # --- one pass -----------------------------------------------------------------
 
@@ -154,6 +208,7 @@ class Controller:
         self._index_pods()
         self._apply_admissions(plan)
         self._apply_preemptions(plan)
+        self._stop_evicted()
         self._release_and_bind()
         self._record_pending(plan)
         return plan
@@ -179,14 +234,15 @@ class Controller:
             created = self.api.create(k8s.WORKLOADS, body, body["metadata"]["namespace"])
         except ApiError as err:
             if not err.conflict:
-                self.counters.write_failures += 1
+                self.counters.add("write_failures")
             return
         self.cache.upsert("Workload", created)
-        self.counters.workloads_created += 1
+        self.counters.add("workloads_created")
 
     def _ensure_workloads(self) -> None:
         owned = self._workloads_by_owner()
         priorities = self._priorities()
+        bodies: list[dict[str, Any]] = []
         for kind in self.config.integrations:
             for obj in self.cache.items(kind):
                 uid = obj.get("metadata", {}).get("uid", "")
@@ -194,7 +250,7 @@ class Controller:
                     continue
                 body = jobs.workload_for(kind, obj, priorities)
                 if body is not None:
-                    self._create_workload(body)
+                    bodies.append(body)
         groups: dict[str, list[dict[str, Any]]] = {}
         for pod in self.cache.items("Pod"):
             spec = pod.get("spec", {})
@@ -207,48 +263,20 @@ class Controller:
         for pods in groups.values():
             body = jobs.pod_group_workload(pods, priorities)
             if body is not None and body["metadata"]["labels"][jobs.JOB_UID_LABEL] not in owned:
-                self._create_workload(body)
-
-    def _snapshot_objects(self) -> list[dict[str, Any]]:
-        objects: list[dict[str, Any]] = []
-        kinds = (
-            "Namespace",
-            "Node",
-            "ClusterQueue",
-            "LocalQueue",
-            "ResourceFlavor",
-            "Cohort",
-            "WorkloadPriorityClass",
-            "Topology",
-        )
-        for kind in kinds:
-            objects.extend(
-                {**obj, "kind": kind, "apiVersion": obj.get("apiVersion") or _api_version(kind)}
-                for obj in self.cache.items(kind)
-            )
-        objects.extend(
-            {**wl, "kind": "Workload", "apiVersion": wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2"}
-            for wl in self.cache.items("Workload")
-            if not _condition(wl, "Finished")
-        )
-        objects.extend(
-            {**pod, "kind": "Pod", "apiVersion": "v1"}
-            for pod in self.cache.items("Pod")
-            if pod.get("spec", {}).get("nodeName")
-            and pod.get("status", {}).get("phase") in (None, "Pending", "Running")
-        )
-        return objects
+                bodies.append(body)
+        self._each(partial(self._create_workload, body) for body in bodies)
 
     def _schedule(self) -> Plan | None:
         skipped: list[InputError] = []
         try:
-            state = state_from_objects(self._snapshot_objects(), skipped=skipped)
+            state = state_from_objects(state_objects(self.cache.items), skipped=skipped)
         except InputError as err:
             log.warning("cluster state rejected: %s", err)
             return None
         for problem in skipped:  # one bad object must not stop scheduling for everyone
             log.warning("ignoring invalid object: %s", problem)
-        self.counters.extra["invalid_objects"] = len(skipped)
+        with self.counters.lock:
+            self.counters.extra["invalid_objects"] = len(skipped)
         config = replace(
             self.config.scheduler or config_from_kueue(state.configuration),
             min_runtime_seconds=self.config.min_runtime_seconds,
@@ -259,79 +287,147 @@ class Controller:
     # --- admissions -------------------------------------------------------------
 
     def _apply_admissions(self, plan: Plan) -> None:
+        writes = []
         for decision in plan.admitted:
             wl = self.cache.get("Workload", decision.workload)
             if wl is None or wl.get("status", {}).get("admission"):
                 continue
-            now = micro_time(self.clock())
-            assignments = []
-            by_name = {ps["name"]: ps for ps in wl["spec"]["podSets"]}
-            for ps in decision.pod_sets:
-                requests = _template_requests(by_name[ps.name]["template"])
-                assignment: dict[str, Any] = {
-                    "name": ps.name,
-                    "count": ps.count,
-                    "flavors": dict(ps.flavors),
-                    "resourceUsage": {
-                        r: format_quantity(r, q * ps.count) for r, q in requests.items() if r in ps.flavors
-                    },
-                }
-                if ps.placement is not None:
-                    per_node: dict[str, int] = {}
-                    for place in ps.placement:
-                        per_node[place.node] = per_node.get(place.node, 0) + 1
-                    assignment["topologyAssignment"] = topology_assignment(
-                        [HOSTNAME],
-                        [((n,), c) for n, c in sorted(per_node.items())],
-                        wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2",
-                    )
-                assignments.append(assignment)
-            updated = json.loads(json.dumps(wl))
-            status = updated.setdefault("status", {})
-            status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
-            conditions = [
-                c
-                for c in status.get("conditions", [])
-                if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
-            ]
-            conditions.extend(
-                {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
-                for ctype in ("QuotaReserved", "Admitted")
-            )
-            status["conditions"] = conditions
+            updated = self._admitted_workload(wl, decision)
             self.cache.assume("Workload", updated)  # assume, then write
-            try:
-                written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
-            except ApiError as err:
-                self.cache.forget("Workload", decision.workload)
-                self.counters.write_failures += 1
-                log.debug("admission of %s failed: %s", decision.workload, err)
-                continue
-            self.cache.upsert("Workload", written)
-            self.counters.admitted += 1
-            self._event(
-                written, "Normal", "QuotaReserved", f"Admitted by ClusterQueue {decision.cluster_queue}"
-            )
+            writes.append(partial(self._write_admission, decision, updated))
+        self._each(writes)
+
+    def _admitted_workload(self, wl: dict[str, Any], decision: AdmissionDecision) -> dict[str, Any]:
+        """``wl`` with the decision's admission and the QuotaReserved and Admitted conditions."""
+        now = micro_time(self.clock())
+        assignments = []
+        by_name = {ps["name"]: ps for ps in wl["spec"]["podSets"]}
+        for ps in decision.pod_sets:
+            requests = _template_requests(by_name[ps.name]["template"])
+            assignment: dict[str, Any] = {
+                "name": ps.name,
+                "count": ps.count,
+                "flavors": dict(ps.flavors),
+                "resourceUsage": {
+                    r: format_quantity(r, q * ps.count) for r, q in requests.items() if r in ps.flavors
+                },
+            }
+            if ps.placement is not None:
+                per_node: dict[str, int] = {}
+                for place in ps.placement:
+                    per_node[place.node] = per_node.get(place.node, 0) + 1
+                assignment["topologyAssignment"] = topology_assignment(
+                    [HOSTNAME],
+                    [((n,), c) for n, c in sorted(per_node.items())],
+                    wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2",
+                )
+            assignments.append(assignment)
+        updated: dict[str, Any] = json.loads(json.dumps(wl))
+        status = updated.setdefault("status", {})
+        status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
+        conditions = [
+            c
+            for c in status.get("conditions", [])
+            if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
+        ]
+        conditions.extend(
+            {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
+            for ctype in ("QuotaReserved", "Admitted")
+        )
+        status["conditions"] = conditions
+        return updated
+
+    def _write_admission(self, decision: AdmissionDecision, updated: dict[str, Any]) -> None:
+        """Write an assumed admission; forget the assumption if the write fails, for any reason."""
+        try:
+            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+        except ApiError as err:
+            self.cache.forget("Workload", decision.workload)
+            self.counters.add("write_failures")
+            log.debug("admission of %s failed: %s", decision.workload, err)
+            return
+        except BaseException:
+            self.cache.forget("Workload", decision.workload)
+            raise
+        self.cache.upsert("Workload", written)
+        self.counters.add("admitted")
+        self._event(written, "Normal", "QuotaReserved", f"Admitted by ClusterQueue {decision.cluster_queue}")
 
     # --- preemption ---------------------------------------------------------------
+    #
+    # Kueue's eviction, step by step (each step is one pass or more; each is idempotent):
+    #
+    #   admitted --preempted--> Evicted+Preempted, admission and quota kept
+    #            --stop------->  pods evicted, job suspended
+    #            --inactive--->  admission cleared, QuotaReserved=False: queued again
+    #
+    # The victim's quota is given back only once its job is no longer active, so a preemptor is
+    # never admitted into room that the victim's pods still use.
 
     def _apply_preemptions(self, plan: Plan) -> None:
+        writes = []
         for victim in plan.preempted:
             wl = self.cache.get("Workload", victim.workload)
-            if wl is None:
+            if wl is None or _condition(wl, "Evicted"):
                 continue
             message = f"Preempted to accommodate {victim.preemptor} ({victim.reason})"
             if self.config.dry_run_preemption:
-                self.counters.would_preempt += 1
-                self._event(wl, "Warning", "WouldPreempt", f"dry run: {message}")
+                self.counters.add("would_preempt")
+                writes.append(partial(self._event, wl, "Warning", "WouldPreempt", f"dry run: {message}"))
                 continue
-            self._evict_workload(wl, message, victim.reason)
+            updated = _evicted_workload(wl, message, victim.reason, micro_time(self.clock()))
+            self.cache.assume("Workload", updated)
+            writes.append(partial(self._write_eviction, updated, message))
+        self._each(writes)
 
-    def _evict_workload(self, wl: dict[str, Any], message: str, reason: str) -> None:
-        key = object_key(wl)
+    def _write_eviction(self, updated: dict[str, Any], message: str) -> None:
+        key = object_key(updated)
+        try:
+            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+        except ApiError:
+            self.cache.forget("Workload", key)
+            self.counters.add("write_failures")
+            return
+        except BaseException:
+            self.cache.forget("Workload", key)
+            raise
+        self.cache.upsert("Workload", written)
+        self.counters.add("preempted")
+        self._event(written, "Normal", "Preempted", message)
+
+    def _stop_evicted(self) -> None:
+        """Stop the jobs of evicted workloads that still hold quota; give the quota back once they
+        are no longer active."""
+        writes = []
+        for wl in self.cache.items("Workload"):
+            if not wl.get("status", {}).get("admission") or not _condition(wl, "Evicted"):
+                continue
+            if self._still_active(wl):
+                writes.append(partial(self._stop_job, wl))
+            else:
+                writes.append(partial(self._release_quota, wl))
+        self._each(writes)
+
+    def _still_active(self, wl: dict[str, Any]) -> bool:
+        """Whether the workload's job may still run pods: Kueue's ``IsActive`` for its job kind
+        (a batch Job: ``status.active`` > 0), and for pods without a job a pod in no terminal phase."""
+        owner = self._owner_job(wl)
+        if owner is not None and jobs.is_active(*owner):
+            return True
         for pod in self._pods_of(wl):
-            grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            if owner is None or not pod["metadata"].get("deletionTimestamp"):
+                return True
+        return False
+
+    def _stop_job(self, wl: dict[str, Any]) -> None:
+        """Evict the workload's pods (their grace period honoured) and suspend its job."""
+        for pod in self._pods_of(wl):
             meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
             body = {
                 "apiVersion": "policy/v1",
                 "kind": "Eviction",
@@ -344,59 +440,50 @@ class Controller:
                 )
             except ApiError as err:
                 if not err.not_found:
-                    self.counters.write_failures += 1
-                    return  # retried next pass; the workload stays admitted until its pods are gone
+                    self.counters.add("write_failures")
+                    return  # retried next pass
         owner = self._owner_job(wl)
         if owner is not None:
             kind, job = owner
-            if not jobs.is_suspended(kind, job):
+            if not jobs.is_suspended(kind, job) and jobs.INTEGRATIONS[kind].suspend is not None:
                 try:
-                    self.api.replace(jobs.INTEGRATIONS[kind].resource, jobs.suspended_job(kind, job))
+                    written = self.api.replace(
+                        jobs.INTEGRATIONS[kind].resource, jobs.suspended_job(kind, job)
+                    )
                 except ApiError:
-                    self.counters.write_failures += 1
+                    self.counters.add("write_failures")
                     return
-        updated = json.loads(json.dumps(wl))
+                self.cache.upsert(kind, written)
+
+    def _release_quota(self, wl: dict[str, Any]) -> None:
+        """Clear an evicted, no longer active workload's admission: it is queued again."""
+        updated: dict[str, Any] = json.loads(json.dumps(wl))
         status = updated.setdefault("status", {})
         status.pop("admission", None)
+        evicted = next(c for c in status.get("conditions", []) if c.get("type") == "Evicted")
         now = micro_time(self.clock())
         conditions = [
-            c
-            for c in status.get("conditions", [])
-            if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
+            c for c in status.get("conditions", []) if c.get("type") not in ("QuotaReserved", "Admitted")
         ]
         conditions += [
             {
-                "type": "Evicted",
-                "status": "True",
-                "reason": "Preempted",
-                "message": message,
-                "lastTransitionTime": now,
-            },
-            {
-                "type": "Preempted",
-                "status": "True",
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": now,
-            },
-            {
-                "type": "QuotaReserved",
+                "type": ctype,
                 "status": "False",
-                "reason": "Preempted",
-                "message": message,
+                "reason": evicted.get("reason", "Preempted"),
+                "message": evicted.get("message", ""),
                 "lastTransitionTime": now,
-            },
+            }
+            for ctype in ("QuotaReserved", "Admitted")
         ]
         status["conditions"] = conditions
         try:
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
         except ApiError:
-            self.counters.write_failures += 1
+            self.counters.add("write_failures")
             return
         self.cache.upsert("Workload", written)
-        self._released.discard(key)
-        self.counters.preempted += 1
-        self._event(written, "Normal", "Preempted", message)
+        self._pending_written.pop(object_key(wl), None)
+        self.counters.add("released")
 
     # --- release and bind -----------------------------------------------------------
 
@@ -441,21 +528,32 @@ class Controller:
         return out
 
     def _release_and_bind(self) -> None:
-        for wl in self.cache.items("Workload"):
-            admission = wl.get("status", {}).get("admission")
-            if not admission or _condition(wl, "Evicted"):
-                continue
-            self._release(wl, admission)
-            self._bind_gang(wl, admission)
+        """Release admitted jobs (all at once), then bind the pods of complete gangs (all at once).
 
-    def _release(self, wl: dict[str, Any], admission: dict[str, Any]) -> None:
-        key = object_key(wl)
+        Devices are chosen one pod after another, each beside the pods chosen before it (the
+        binding is assumed in the cache first), and only the API calls run in parallel.
+        """
+        admitted = [
+            (wl, wl["status"]["admission"])
+            for wl in self.cache.items("Workload")
+            if wl.get("status", {}).get("admission") and not _condition(wl, "Evicted")
+        ]
+        releases: list[Callable[[], None]] = []
+        for wl, admission in admitted:
+            releases += self._release(wl, admission)
+        self._each(releases)
+        bindings: list[Callable[[], None]] = []
+        for wl, admission in admitted:
+            bindings += self._bind_gang(wl, admission)
+        self._each(bindings)
+
+    def _release(self, wl: dict[str, Any], admission: dict[str, Any]) -> list[Callable[[], None]]:
+        """The writes that release an admitted workload's job, or lift its pods' gates."""
         owner = self._owner_job(wl)
         if owner is not None:
             kind, job = owner
             if not jobs.is_suspended(kind, job) and kind != "LeaderWorkerSet":
-                self._released.add(key)
-                return
+                return []
             labels: dict[str, dict[str, str]] = {}
             flavors = {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")}
             for psa in admission.get("podSetAssignments", []):
@@ -465,16 +563,9 @@ class Controller:
                 labels[psa["name"]] = node_labels
             released = jobs.released_job(kind, job, wl["metadata"]["name"], labels)
             if released == job:
-                self._released.add(key)
-                return
-            try:
-                written = self.api.replace(jobs.INTEGRATIONS[kind].resource, released)
-            except ApiError:
-                self.counters.write_failures += 1
-                return
-            self.cache.upsert(kind, written)
-            self._released.add(key)
-            return
+                return []
+            return [partial(self._write, kind, jobs.INTEGRATIONS[kind].resource, released)]
+        writes: list[Callable[[], None]] = []
         for pod in self._pods_of(wl):  # plain pods and pod groups: lift the gate
             gates = pod.get("spec", {}).get("schedulingGates") or []
             if not any(g.get("name") == jobs.GATE for g in gates):
@@ -485,22 +576,42 @@ class Controller:
             updated["metadata"].setdefault("labels", {})[jobs.WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.CORE_WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
-            try:
-                written = self.api.replace(k8s.PODS, updated)
-            except ApiError:
-                self.counters.write_failures += 1
-                continue
-            self.cache.upsert("Pod", written)
+            writes.append(partial(self._write, "Pod", k8s.PODS, updated))
+        return writes
 
-    def _bind_gang(self, wl: dict[str, Any], admission: dict[str, Any]) -> None:
-        """Bind every pod of the workload to its planned node, only once all have arrived."""
+    def _write(self, kind: str, resource: Resource, body: dict[str, Any]) -> None:
+        """Replace one object, and cache what the server answered (a failure is retried next pass)."""
+        try:
+            written = self.api.replace(resource, body)
+        except ApiError:
+            self.counters.add("write_failures")
+            return
+        self.cache.upsert(kind, written)
+
+    def _bind_gang(self, wl: dict[str, Any], admission: dict[str, Any]) -> list[Callable[[], None]]:
+        """The bindings of every pod of the workload to its planned node, once all have arrived.
+
+        While pods are missing, each one that waits gets an Event (once) saying so.
+        """
         pods = [
             p for p in self._pods_of(wl) if (p.get("spec", {}).get("schedulerName") == jobs.SCHEDULER_NAME)
         ]
         expected = sum(int(psa.get("count", 0)) for psa in admission.get("podSetAssignments", []))
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        if len(live) < expected or not any(not p.get("spec", {}).get("nodeName") for p in live):
-            return
+        waiting = [p for p in live if not p.get("spec", {}).get("nodeName")]
+        if not waiting:
+            return []
+        if len(live) < expected:
+            return [
+                partial(
+                    self._note_gang_wait,
+                    pod,
+                    f"Waiting for the whole gang of Workload {wl['metadata']['name']}: "
+                    f"{len(live)} of {expected} pods exist; none is bound before all are there",
+                )
+                for pod in waiting
+                if pod["metadata"].get("uid", object_key(pod)) not in self._gang_noted
+            ]
         targets: dict[str, list[str]] = {}
         for psa in admission.get("podSetAssignments", []):
             slots: list[str] = []
@@ -513,17 +624,22 @@ class Controller:
             slots = targets.get(podset, [])
             if node and node in slots:
                 slots.remove(node)
-        for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
-            if pod.get("spec", {}).get("nodeName"):
-                continue
+        writes: list[Callable[[], None]] = []
+        for pod in sorted(waiting, key=lambda p: p["metadata"]["name"]):
             podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
             slots = targets.get(podset, [])
             if not slots:
                 continue  # quota-only admission (no nodes known) or more pods than planned
-            node = slots.pop(0)
-            self._bind(pod, node)
+            writes.append(self._assume_binding(pod, slots.pop(0)))
+        return writes
 
-    def _bind(self, pod: dict[str, Any], node: str) -> None:
+    def _note_gang_wait(self, pod: dict[str, Any], message: str) -> None:
+        self._gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
+        self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
+
+    def _assume_binding(self, pod: dict[str, Any], node: str) -> Callable[[], None]:
+        """Choose the pod's devices on ``node``, assume the binding in the cache, and return the
+        write that carries it out (it forgets the assumption if it fails)."""
         meta = dict(pod["metadata"])
         devices = self._devices_for(pod, node)
         binding: dict[str, Any] = {
@@ -537,16 +653,25 @@ class Controller:
             # devices and the node land together, in one request.
             binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devices}
             meta["annotations"] = {**(meta.get("annotations") or {}), DEVICES_ANNOTATION: devices}
+        bound = {**pod, "metadata": meta, "spec": {**pod.get("spec", {}), "nodeName": node}}
+        key = object_key(bound)
+        self.cache.assume("Pod", bound)
+        self._pods_on.setdefault(node, []).append(key)
+        return partial(self._write_binding, key, binding)
+
+    def _write_binding(self, key: str, binding: dict[str, Any]) -> None:
+        meta = binding["metadata"]
         try:
             self.api.request("POST", k8s.PODS.path(meta["namespace"], meta["name"], "binding"), body=binding)
         except ApiError as err:
+            self.cache.forget("Pod", key)
             if not err.conflict:  # 409: already bound, by us before a restart
-                self.counters.write_failures += 1
+                self.counters.add("write_failures")
             return
-        bound = {**pod, "metadata": meta, "spec": {**pod.get("spec", {}), "nodeName": node}}
-        self.cache.upsert("Pod", bound)
-        self._pods_on.setdefault(node, []).append(object_key(bound))
-        self.counters.bound += 1
+        except BaseException:
+            self.cache.forget("Pod", key)
+            raise
+        self.counters.add("bound")
 
     def _devices_for(self, pod: dict[str, Any], node_name: str) -> str | None:
         """Choose this pod's devices on ``node_name`` beside the pods already bound there."""
@@ -588,6 +713,7 @@ class Controller:
     # --- pending --------------------------------------------------------------------
 
     def _record_pending(self, plan: Plan) -> None:
+        writes = []
         for pending in plan.pending:
             wl = self.cache.get("Workload", pending.workload)
             if wl is None or wl.get("status", {}).get("admission"):
@@ -599,12 +725,12 @@ class Controller:
             if (
                 current
                 and current.get("reason") == pending.reason
-                and current.get("message") == pending.message
+                and current.get("message") == (pending.message or pending.reason)
             ):
                 continue
             if self._pending_written.get(pending.workload) == (pending.reason, pending.message):
                 continue
-            updated = json.loads(json.dumps(wl))
+            updated: dict[str, Any] = json.loads(json.dumps(wl))
             status = updated.setdefault("status", {})
             conditions = [c for c in status.get("conditions", []) if c.get("type") != "QuotaReserved"]
             conditions.append(
@@ -617,17 +743,26 @@ class Controller:
                 }
             )
             status["conditions"] = conditions
-            try:
-                written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
-            except ApiError:
-                continue
-            self.cache.upsert("Workload", written)
-            self._pending_written[pending.workload] = (pending.reason, pending.message)
-            self._event(written, "Normal", "Pending", f"{pending.reason}: {pending.message}")
+            writes.append(partial(self._write_pending, pending, updated))
+        self._each(writes)
+
+    def _write_pending(self, pending: PendingDecision, updated: dict[str, Any]) -> None:
+        try:
+            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+        except ApiError:
+            return
+        self.cache.upsert("Workload", written)
+        self._pending_written[pending.workload] = (pending.reason, pending.message)
+        where = ""
+        if pending.position is not None:
+            where = f" (position {pending.position} in ClusterQueue {pending.cluster_queue})"
+        self._event(written, "Normal", "Pending", f"{pending.reason}{where}: {pending.message}")
 
     # --- events ----------------------------------------------------------------------
 
     def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """Record an Event about ``obj`` in the background: Events are best effort, and no step of a
+        pass waits for them (they would double the round trips on the way to a binding)."""
         meta = obj.get("metadata", {})
         ns = meta.get("namespace") or "default"
         now = micro_time(self.clock())
@@ -650,10 +785,14 @@ class Controller:
             "count": 1,
             "source": {"component": "gpuplane-controller"},
         }
+        with contextlib.suppress(RuntimeError):  # shut down: the controller is stopping
+            self._events.submit(self._send_event, body, ns)
+
+    def _send_event(self, body: dict[str, Any], namespace: str) -> None:
         try:
-            self.api.create(k8s.EVENTS, body, ns)
+            self.api.create(k8s.EVENTS, body, namespace)
         except ApiError:
-            self.counters.extra["event_failures"] = self.counters.extra.get("event_failures", 0) + 1
+            self.counters.add("event_failures")
 
 
 _POD_TIES = (("workload", jobs.WORKLOAD_LABEL), ("group", jobs.POD_GROUP_LABEL))
@@ -687,6 +826,32 @@ def _recorded_grants(state: NodeState, text: str) -> list[DeviceGrant] | None:
     return grants
 
 
+def _evicted_workload(wl: dict[str, Any], message: str, reason: str, now: str) -> dict[str, Any]:
+    """``wl`` marked Evicted (reason Preempted) and Preempted (``reason``), as Kueue marks a victim;
+    its admission and QuotaReserved condition stay until its job is no longer active."""
+    updated: dict[str, Any] = json.loads(json.dumps(wl))
+    status = updated.setdefault("status", {})
+    conditions = [c for c in status.get("conditions", []) if c.get("type") not in ("Evicted", "Preempted")]
+    conditions += [
+        {
+            "type": "Evicted",
+            "status": "True",
+            "reason": "Preempted",
+            "message": message,
+            "lastTransitionTime": now,
+        },
+        {
+            "type": "Preempted",
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+        },
+    ]
+    status["conditions"] = conditions
+    return updated
+
+
 def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: float) -> Plan:
     """Scheduling cycles until one changes nothing or one preempts.
 
@@ -695,8 +860,10 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
     good (BestEffortFIFO would act as StrictFIFO). Draining lets the heads behind it through, as
     Kueue's long-lived queues do. It stops at the first cycle that preempts: the victims are gone
     only in the simulation, and a later admission could count on room they still hold; the next
-    pass sees the evictions in the cluster. An admission that a later cycle of the same drain
-    preempted again is dropped together with that preemption.
+    pass sees the evictions in the cluster. A cycle whose preemptor only waits for victims already
+    evicted (still holding their quota until their jobs stop) ends the drain the same way. An
+    admission that a later cycle of the same drain preempted again is dropped together with that
+    preemption.
     """
     scheduler = Scheduler(state, config, now)
     admitted: list[AdmissionDecision] = []
@@ -707,7 +874,7 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
         result = scheduler.cycle()
         cycles += 1
         admitted += result.admitted
-        if result.preempted:
+        if result.preempted or scheduler.preemptor_of:
             preempted = list(result.preempted)
             break
         if not result.changed:
@@ -722,10 +889,6 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
         cycles=cycles,
         notes=tuple(scheduler.notes),
     )
-
-
-def _api_version(kind: str) -> str:
-    return "v1" if kind in ("Namespace", "Node", "Pod") else f"{k8s.KUEUE}/v1beta2"
 
 
 def _condition(obj: dict[str, Any], ctype: str) -> bool:

@@ -279,3 +279,16 @@ def suspended_job(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
             parent = parent.setdefault(str(step), {})
         parent[str(integration.suspend[-1])] = True
     return out
+
+
+def is_active(kind: str, obj: dict[str, Any]) -> bool:
+    """Whether the job may still have pods running, as Kueue's job reconciler asks before it
+    releases an evicted workload's quota: a job that is not suspended is active; a suspended batch
+    Job stays active until the Job controller reports no active pods (``status.active`` is 0)."""
+    integration = INTEGRATIONS[kind]
+    if integration.suspend is not None and not is_suspended(kind, obj):
+        return True
+    if kind == "Job":
+        active = (obj.get("status") or {}).get("active")
+        return isinstance(active, int) and active > 0
+    return False

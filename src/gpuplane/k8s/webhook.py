@@ -56,7 +56,13 @@ def review(body: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+HANDSHAKE_TIMEOUT = 10.0  # seconds a client has to finish the TLS handshake
+REQUEST_TIMEOUT = 30.0  # seconds a connection may sit idle while a request is read or answered
+
+
 class _Handler(BaseHTTPRequestHandler):
+    timeout = REQUEST_TIMEOUT  # applied to the connection by StreamRequestHandler.setup
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         try:
@@ -75,13 +81,53 @@ class _Handler(BaseHTTPRequestHandler):
         del format, args
 
 
+class WebhookServer(ThreadingHTTPServer):
+    """The webhook's HTTP(S) server.
+
+    With a TLS context, the handshake runs in the connection's own thread (not in ``accept``, which
+    would let one silent client stall every other), and a client that has not finished it within
+    ``handshake_timeout`` seconds is dropped.
+    """
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        tls: ssl.SSLContext | None = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    ) -> None:
+        super().__init__(address, _Handler)
+        self.tls = tls
+        self.handshake_timeout = handshake_timeout
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(self.handshake_timeout)
+        try:
+            connection = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError):  # timed out, or not TLS: drop this client only
+            return
+        try:
+            super().finish_request(connection, client_address)
+        finally:
+            # wrap_socket took the connection over from ``request``: close it here.
+            self.shutdown_request(connection)
+
+
 def serve(
-    port: int, cert: str | None = None, key: str | None = None, host: str = "0.0.0.0"
-) -> ThreadingHTTPServer:
-    """Start the webhook server (HTTPS when a certificate is given); returns it running."""
-    server = ThreadingHTTPServer((host, port), _Handler)
+    port: int,
+    cert: str | None = None,
+    key: str | None = None,
+    host: str = "0.0.0.0",
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
+) -> WebhookServer:
+    """The webhook server bound to ``host:port`` (HTTPS when a certificate is given), not yet
+    serving: call ``serve_forever()`` (and ``shutdown()`` from another thread)."""
+    tls = None
     if cert and key:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-    return server
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(cert, key)
+    return WebhookServer((host, port), tls, handshake_timeout)

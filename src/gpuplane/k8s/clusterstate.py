@@ -1,0 +1,118 @@
+"""The cluster's objects as ``gpuplane schedule`` reads them, from an informer cache or a live list.
+
+:func:`state_objects` picks, from objects by kind, what the core decides on: queues, flavors,
+cohorts, priority classes, topologies, Nodes and Namespaces; every Workload not finished; the pods
+bound to a node and not terminated (they hold devices); and, with ``unqueued_jobs``, each queued
+batch Job that has no Workload yet (the loader derives the Workload the controller would create).
+
+:func:`read_cluster` lists those kinds from an API server with GET requests only, so a dry run
+(``gpuplane schedule --kubeconfig``, ``gpuplane dump``) changes nothing in the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s import integrations as jobs
+from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.model.errors import InputError
+from gpuplane.model.loader import state_from_objects
+
+Items = Callable[[str], list[dict[str, Any]]]
+
+# What a decision reads, in the order a state file lists it.
+READ = (
+    k8s.NAMESPACES,
+    k8s.NODES,
+    k8s.RESOURCE_FLAVORS,
+    k8s.COHORTS,
+    k8s.CLUSTER_QUEUES,
+    k8s.LOCAL_QUEUES,
+    k8s.PRIORITY_CLASSES,
+    k8s.TOPOLOGIES,
+    k8s.WORKLOADS,
+    k8s.JOBS,
+    k8s.PODS,
+)
+_PLAIN_KINDS: tuple[str, ...] = ("Namespace", "Node", "ResourceFlavor", "Cohort", "ClusterQueue")
+_PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology")
+_VERSIONS = {res.kind: res.api_version for res in READ}
+
+
+def _typed(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {**obj, "kind": kind, "apiVersion": obj.get("apiVersion") or _VERSIONS[kind]}
+
+
+def _true(obj: dict[str, Any], ctype: str) -> bool:
+    return any(
+        c.get("type") == ctype and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def state_objects(items: Items, *, unqueued_jobs: bool = False) -> list[dict[str, Any]]:
+    """The objects of a cluster state (kind and apiVersion set on each) from ``items(kind)``."""
+    objects = [_typed(obj, kind) for kind in _PLAIN_KINDS for obj in items(kind)]
+    workloads = [wl for wl in items("Workload") if not _true(wl, "Finished")]
+    objects += [_typed(wl, "Workload") for wl in workloads]
+    if unqueued_jobs:
+        owned = {
+            (wl.get("metadata", {}).get("labels") or {}).get(jobs.JOB_UID_LABEL) for wl in items("Workload")
+        }
+        for job in items("Job"):
+            meta = job.get("metadata", {})
+            queued = jobs.QUEUE_LABEL in (meta.get("labels") or {})
+            if queued and jobs.is_suspended("Job", job) and meta.get("uid") not in owned:
+                objects.append(_typed(job, "Job"))
+    objects += [
+        _typed(pod, "Pod")
+        for pod in items("Pod")
+        if (pod.get("spec") or {}).get("nodeName")
+        and (pod.get("status") or {}).get("phase") in (None, "Pending", "Running")
+    ]
+    return objects
+
+
+def read_cluster(api: KubeApi) -> dict[str, list[dict[str, Any]]]:
+    """Every object of the kinds in :data:`READ`, by kind, listed once (a kind that is not served,
+    e.g. a Kueue CRD that is not installed, is empty). Only GET requests."""
+    listed: dict[str, list[dict[str, Any]]] = {}
+    for res in READ:
+        listed[res.kind] = _list(api, res)
+    return listed
+
+
+def _list(api: KubeApi, res: Resource) -> list[dict[str, Any]]:
+    try:
+        return list(api.list(res).get("items", []))
+    except ApiError as err:
+        if err.not_found:
+            return []
+        raise
+
+
+def live_objects(api: KubeApi, left_out: list[InputError] | None = None) -> list[dict[str, Any]]:
+    """The cluster state as the API server holds it now (:func:`read_cluster`, then
+    :func:`state_objects` with the queued Jobs that have no Workload yet), without managedFields.
+
+    An object the loader refuses (a LocalQueue whose ClusterQueue is gone, say, in a namespace being
+    deleted) is left out, and so is what only it made valid, so the objects always make a state that
+    ``gpuplane schedule -f`` accepts; the problems are appended to ``left_out``.
+    """
+    listed = read_cluster(api)
+    objects = state_objects(lambda kind: listed.get(kind, []), unqueued_jobs=True)
+    for obj in objects:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and "managedFields" in meta:
+            obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    while True:
+        skipped: list[InputError] = []
+        state_from_objects(objects, skipped=skipped)
+        refused = {problem.document for problem in skipped if problem.document is not None}
+        if left_out is not None:
+            left_out += skipped
+        if not refused:
+            return objects
+        objects = [obj for i, obj in enumerate(objects) if i not in refused]

@@ -1,0 +1,220 @@
+"""How the controller writes: independent writes at once, bounded by the client's QPS and burst; an
+assumed admission forgotten whatever made its write fail; the webhook's TLS handshake bounded.
+
+These need the double's fault hooks (or no cluster at all), so they skip against a real cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apiserver.fixtures import Cluster, Kubectl
+from apiserver.server import ApiServerDouble
+from controller_harness import Scene, wait_until
+from controller_harness import scene as make_scene
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s.api import KubeApi, load_api_client
+from gpuplane.k8s.controller import Controller, ControllerConfig
+from gpuplane.k8s.ratelimit import RateLimiter
+from gpuplane.k8s.webhook import serve
+from testca import issue
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def scene(apiserver: Cluster, kubectl: Kubectl, double: ApiServerDouble) -> Iterator[Scene]:
+    del double  # requested so that these tests skip against a real cluster
+    yield from make_scene(apiserver, kubectl)
+
+
+# --- concurrent writes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("write", "jobs", "pods"),
+    [
+        pytest.param(("pods", "binding", "create"), 1, 4, id="bindings-of-the-pods-of-a-gang"),
+        pytest.param(("workloads", "status", "update"), 4, 1, id="admissions-of-different-workloads"),
+    ],
+)
+def test_independent_writes_are_in_flight_at_the_same_time(
+    scene: Scene, double: ApiServerDouble, write: tuple[str, str, str], jobs: int, pods: int
+) -> None:
+    """The double holds each matching request of the controller until four of them are in flight
+    together: a controller that wrote one after another would never get there (the barrier breaks
+    after 10 s, and the test fails)."""
+    scene.setup(nodes=1)
+    barrier = threading.Barrier(4, timeout=10)
+    overlapped = threading.Event()
+
+    def hold(request: Any) -> None:
+        ours = (request.resource, request.subresource, request.verb) == write
+        if ours and not overlapped.is_set() and request.user_agent.startswith("gpuplane-controller"):
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
+                overlapped.set()
+
+    double.faults.intercept(hold)
+    scene.job_controller()
+    # Every job exists before the controller starts, so one pass admits them all; a gang's pods
+    # are bound together once all exist.
+    scene.submit(*(scene.job(f"j{i}", pods=pods, gpus=1) for i in range(jobs)))
+    wait_until(lambda: len(scene.jobs()) == jobs, 10, "the jobs stored")
+    run = scene.controller(leader_election=False)
+    wait_until(lambda: all(scene.bound(f"j{i}", pods) for i in range(jobs)), 20, "all bound")
+    assert overlapped.is_set(), "the writes never overlapped"
+    assert not barrier.broken
+    assert run.controller.counters.write_failures == 0
+
+
+def test_an_assumed_admission_is_forgotten_when_its_write_fails_for_any_reason(scene: Scene) -> None:
+    """Not only an API error: a connection that breaks mid-write leaves no assumption behind."""
+    scene.setup(nodes=1)
+    scene.submit(scene.job("j", gpus=1))
+
+    class BrokenWrites(KubeApi):
+        def replace(self, res: Any, body: Any, sub: str | None = None) -> dict[str, Any]:
+            if sub == "status" and (body.get("status") or {}).get("admission"):
+                raise ConnectionResetError("connection reset while the admission was written")
+            return super().replace(res, body, sub)
+
+    api = BrokenWrites(load_api_client(scene.kubeconfig))
+    controller = Controller(api, ControllerConfig(leader_election=False))
+    controller.start()
+    try:
+        wait_until(lambda: controller.cache.items("Job"), 10, "the job cached")
+        with pytest.raises(ConnectionResetError):
+            controller.reconcile()  # creates the Workload, then admits it
+        assert controller.cache.assumed == {}, "the failed admission is not assumed any more"
+        (wl,) = controller.cache.items("Workload")
+        assert not (wl.get("status") or {}).get("admission")
+    finally:
+        controller.stop()
+        api.api_client.close()  # type: ignore[no-untyped-call]
+
+
+# --- client QPS and burst -------------------------------------------------------------------------
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.mark.parametrize(
+    ("qps", "burst", "calls", "want_waited"),
+    [
+        pytest.param(10.0, 5, 5, 0.0, id="within-burst-no-wait"),
+        pytest.param(10.0, 5, 6, 0.1, id="one-over-burst-waits-one-token"),
+        pytest.param(10.0, 5, 25, 2.0, id="twenty-over-burst-take-two-seconds"),
+        pytest.param(50.0, 1, 51, 1.0, id="kube-scheduler-qps-one-second-for-fifty"),
+    ],
+)
+def test_rate_limiter_allows_burst_then_qps(qps: float, burst: int, calls: int, want_waited: float) -> None:
+    fake = FakeTime()
+    limiter = RateLimiter(qps, burst, clock=fake.clock, sleep=fake.sleep)
+    waited = sum(limiter.acquire() for _ in range(calls))
+    assert waited == pytest.approx(want_waited)
+    assert fake.now - 100.0 == pytest.approx(want_waited)
+
+
+def test_rate_limiter_refills_while_idle_but_never_above_burst() -> None:
+    fake = FakeTime()
+    limiter = RateLimiter(10.0, 3, clock=fake.clock, sleep=fake.sleep)
+    for _ in range(3):
+        limiter.acquire()
+    fake.now += 60.0  # a long pause refills three tokens, not six hundred
+    assert [limiter.acquire() for _ in range(4)] == pytest.approx([0.0, 0.0, 0.0, 0.1])
+
+
+@pytest.mark.parametrize(("qps", "burst"), [(0.0, 1), (-1.0, 5), (10.0, 0)])
+def test_rate_limiter_refuses_nonsense(qps: float, burst: int) -> None:
+    with pytest.raises(ValueError, match="qps"):
+        RateLimiter(qps, burst)
+
+
+class CountingLimiter(RateLimiter):
+    def __init__(self) -> None:
+        super().__init__(1000.0, 1000)
+        self.taken = 0
+
+    def acquire(self) -> float:
+        self.taken += 1
+        return super().acquire()
+
+
+def test_the_client_takes_a_token_per_request_but_none_for_a_watch(double: ApiServerDouble) -> None:
+    assert double.kubeconfig_path is not None
+    api = KubeApi(load_api_client(str(double.kubeconfig_path)))
+    assert api.limiter is not None, "bounded by default"
+    limiter = api.limiter = CountingLimiter()
+    try:
+        listed = api.list(k8s.NAMESPACES)
+        api.create(k8s.NAMESPACES, {"metadata": {"name": "counted"}})
+        assert limiter.taken == 2
+        events = api.watch(k8s.NAMESPACES, listed["metadata"]["resourceVersion"], 5)
+        first = next(events)
+        events.close()
+        assert first["object"]["metadata"]["name"] == "counted"
+        assert limiter.taken == 2, "a watch is one long request, not rate limited"
+    finally:
+        api.api_client.close()  # type: ignore[no-untyped-call]
+
+
+# --- the webhook's TLS handshake -------------------------------------------------------------------
+
+
+def test_a_silent_client_neither_stalls_the_webhook_nor_keeps_its_connection(tmp_path: Path) -> None:
+    certs = issue(tmp_path / "tls")
+    server = serve(0, str(certs.cert), str(certs.key), host="127.0.0.1", handshake_timeout=0.5)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    silent = socket.create_connection(("127.0.0.1", port))
+    try:
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"kind": "Pod"},
+                "operation": "CREATE",
+                "object": {"metadata": {"name": "p", "labels": {"kueue.x-k8s.io/queue-name": "q"}}},
+            },
+        }
+        request = urllib.request.Request(
+            f"https://127.0.0.1:{port}/mutate",
+            data=json.dumps(review).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        with urllib.request.urlopen(request, context=context, timeout=5) as answer:
+            response = json.loads(answer.read())["response"]
+        assert (response["uid"], response["allowed"], response["patchType"]) == ("u1", True, "JSONPatch")
+
+        silent.settimeout(5)
+        assert silent.recv(1) == b"", "the server hung up on the client that never sent a handshake"
+    finally:
+        silent.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
