@@ -1,0 +1,217 @@
+"""`gpuplane why` on state files: every FAQ cause gets its reason, blockers and fix; JSON shape; ETA."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuplane.cli.app import build_app
+from gpuplane.cli.schedule import default_now
+from gpuplane.core.config import config_from_kueue
+from gpuplane.core.scheduler import schedule
+from gpuplane.insight.why import NotFoundError, explain, explain_all, resolve, split_reference
+from gpuplane.model.loader import load_state
+from manifests import (
+    cluster_queue,
+    documents,
+    job,
+    local_queue,
+    namespace,
+    pod_spec,
+    resource_flavor,
+    workload,
+)
+from why_cases import WhyCase, cases, holder
+
+SHAPE = {
+    "workload",
+    "clusterQueue",
+    "localQueue",
+    "positionInClusterQueue",
+    "positionInLocalQueue",
+    "eta",
+    "reason",
+    "message",
+    "blockers",
+    "fix",
+}
+
+
+def run_why(tmp_path: Path, text: str, *args: str) -> tuple[int, str, str]:
+    path = tmp_path / "state.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(build_app(), ["why", *args, "-f", str(path)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: c.id)
+def test_each_cause_has_its_reason_blockers_and_fix(tmp_path: Path, case: WhyCase) -> None:
+    code, out, err = run_why(tmp_path, documents(*case.manifests), case.target, "--output", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc) == SHAPE
+    assert set(doc["eta"]) == {"seconds", "low", "high", "basis"}
+    assert doc["workload"] == "default/w"
+    assert doc["reason"] == case.want_reason, doc
+    got = {(b["kind"], b["name"]) for b in doc["blockers"]}
+    assert case.want_blockers <= got, doc["blockers"]
+    for words in case.want_fix:
+        assert words in doc["fix"], doc["fix"]
+    details = " | ".join(b["detail"] for b in doc["blockers"])
+    for words in case.want_detail:
+        assert words in details, details
+
+
+def test_table_output_names_reason_fix_and_blockers(tmp_path: Path) -> None:
+    case = next(c for c in cases() if c.id == "fragmented")
+    code, out, err = run_why(tmp_path, documents(*case.manifests), "w")
+    assert code == 0, err
+    assert "Fragmented" in out
+    assert "one preemption makes room" in out
+    assert "Blocked by" in out
+
+
+def test_reasons_that_never_clear_have_no_eta(tmp_path: Path) -> None:
+    case = next(c for c in cases() if c.id == "taint-without-toleration")
+    code, out, _ = run_why(tmp_path, documents(*case.manifests), "w", "-o", "json")
+    assert code == 0
+    eta = json.loads(out)["eta"]
+    assert (eta["seconds"], eta["low"], eta["high"]) == (None, None, None)
+    assert "UntoleratedTaint" in eta["basis"]
+
+
+def finished(name: str, runtime: int) -> object:
+    start = 1_772_000_000
+    return holder(name, 4).set(
+        "status.conditions",
+        [
+            {
+                "type": "QuotaReserved",
+                "status": "True",
+                "reason": "QuotaReserved",
+                "message": "",
+                "lastTransitionTime": _rfc(start),
+            },
+            {
+                "type": "Finished",
+                "status": "True",
+                "reason": "Succeeded",
+                "message": "",
+                "lastTransitionTime": _rfc(start + runtime),
+            },
+        ],
+    )
+
+
+def _rfc(seconds: int) -> str:
+    import datetime  # noqa: PLC0415
+
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+NOW = 1_773_000_000
+
+
+def eta_state() -> str:
+    """Quota of 4 GPUs; one running for 300 s; two queued of 4; runtimes 600/1200/1800 s learned."""
+    running = holder("r1", 4).set(
+        "status.conditions",
+        [
+            {
+                "type": "QuotaReserved",
+                "status": "True",
+                "reason": "QuotaReserved",
+                "message": "",
+                "lastTransitionTime": _rfc(NOW - 300),
+            }
+        ],
+    )
+    return documents(
+        namespace("default"),
+        resource_flavor("default"),
+        cluster_queue("team-a").flavor("default", gpu=4, cpu="100"),
+        local_queue("lq", "default", "team-a"),
+        finished("f1", 600),
+        finished("f2", 1200),
+        finished("f3", 1800),
+        running,
+        workload("p1").queue("lq").created(_rfc(NOW - 60)).podset(gpu=4, cpu="1"),
+        workload("p2").queue("lq").created(_rfc(NOW - 30)).podset(gpu=4, cpu="1"),
+    )
+
+
+def test_eta_equals_a_hand_computation(tmp_path: Path) -> None:
+    # r1 ran 300 s: of the learned runtimes those longer than 300 s leave 300/900/1500 s, whose
+    # 25th/50th/75th percentiles (linear interpolation) are 600/900/1200 s: p1 starts then.
+    # p2 starts when p1 ends; runtimes 600/1200/1800 s have percentiles 900/1200/1500 s,
+    # so p2 starts after 1500/2100/2700 s.
+    code, out, err = run_why(tmp_path, eta_state(), "p2", "-o", "json", "--now", _rfc(NOW))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["reason"] == "WaitingForQuota"
+    assert doc["positionInClusterQueue"] == 1
+    assert doc["positionInLocalQueue"] == 1
+    assert doc["eta"]["seconds"] == 2100.0
+    assert doc["eta"]["low"] == 1500.0
+    assert doc["eta"]["high"] == 2700.0
+    assert "3 finished in team-a" in doc["eta"]["basis"]
+    code, out, _ = run_why(tmp_path, eta_state(), "p1", "-o", "json", "--now", _rfc(NOW))
+    first = json.loads(out)
+    assert first["positionInClusterQueue"] == 0
+    assert (first["eta"]["low"], first["eta"]["seconds"], first["eta"]["high"]) == (600.0, 900.0, 1200.0)
+
+
+def test_explain_all_matches_the_plan_positions() -> None:
+    state = load_state([("state.yaml", eta_state())])
+    config = config_from_kueue(state.configuration)
+    plan = schedule(state, config, float(NOW), cycles=None)
+    found = explain_all(state, plan, float(NOW), config)
+    assert [(e.workload, e.position_in_cluster_queue) for e in found] == [
+        (p.workload, (p.position or 0) - 1) for p in plan.pending
+    ]
+    assert explain(state, plan, float(NOW), "default/r1", config).reason == "Admitted"
+
+
+def test_names_resolve_as_kubectl_spells_them() -> None:
+    text = documents(
+        namespace("default"),
+        resource_flavor("default"),
+        cluster_queue("team-a").flavor("default", gpu=8, cpu="100"),
+        local_queue("lq", "default", "team-a"),
+        job("train").queue("lq").parallelism(2).pod(pod_spec().container(gpu=1, cpu="1")),
+        workload("plain").queue("lq").podset(gpu=1),
+    )
+    state = load_state([("s.yaml", text)])
+    assert resolve(state, "job/train", "default").name.startswith("job-train-")
+    assert resolve(state, "jobs.batch/train" if False else "job.batch/train", "default").name.startswith(
+        "job-train-"
+    )
+    assert resolve(state, "plain", "default").name == "plain"
+    assert resolve(state, "workload/plain", "default").name == "plain"
+    with pytest.raises(NotFoundError, match="job default/missing"):
+        resolve(state, "job/missing", "default")
+    with pytest.raises(NotFoundError, match="expected \\[KIND/\\]NAME"):
+        split_reference("deployment/x")
+    assert split_reference("po/x") == ("pod", "x")
+
+
+def test_unknown_name_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    case = cases()[0]
+    code, _, err = run_why(tmp_path, documents(*case.manifests), "job/nope")
+    assert code == 2
+    assert err.strip().count("\n") == 0
+    assert "no workload for job default/nope" in err
+
+
+def test_needs_exactly_one_source() -> None:
+    result = CliRunner().invoke(build_app(), ["why", "w"])
+    assert result.exit_code == 2
+    assert "either -f STATE or --kubeconfig" in result.stderr
+
+
+def test_default_now_is_the_states_latest_time() -> None:
+    state = load_state([("s.yaml", eta_state())])
+    assert default_now(state) >= NOW - 30
