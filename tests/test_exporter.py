@@ -52,7 +52,13 @@ def test_kueue_metric_names_types_and_labels() -> None:
         == 1
     )
     assert value(got["kueue_local_queue_admitted_active_workloads"], name="lq", namespace="ml-b") == 3
-    assert "kueue_preempted_workloads_total" not in got  # nothing preempted yet: no series
+    # nothing preempted yet: the series exist at 0, so a first preemption is an increase
+    assert (
+        value(
+            got["kueue_preempted_workloads_total"], preempting_cluster_queue="cq-a", reason="InClusterQueue"
+        )
+        == 0
+    )
 
 
 def test_gpuplane_allocation_by_namespace_queue_flavor_and_kind() -> None:

@@ -61,6 +61,12 @@ from gpuplane.model.objects import ClusterState
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
 PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
 ACTIVE = frozenset({QUEUED, WAITING_FOR_PREEMPTED})
+PREEMPTION_REASONS = (
+    "InClusterQueue",
+    "InCohortReclamation",
+    "InCohortReclaimWhileBorrowing",
+    "InCohortFairSharing",
+)
 
 
 @dataclass
@@ -156,6 +162,7 @@ class SchedulerMetrics(Collector):
         explanations = explain_all(state, plan, now, config)
         workloads = {wl.key: wl for wl in state.workloads}
         with self._lock:
+            self._zeros(state)
             history = self._history
             for decision in plan.admitted:
                 wl = workloads.get(decision.workload)
@@ -194,6 +201,20 @@ class SchedulerMetrics(Collector):
             if pass_seconds is not None:
                 self.pass_duration.observe(pass_seconds)
             self._snapshot = _Snapshot(state, plan, explanations, config)
+
+    def _zeros(self, state: ClusterState) -> None:
+        """Create every queue's counter series at 0, so a first event is an increase, not a new series."""
+        for cq in state.cluster_queues:
+            self.admitted_total.labels(cq)
+            self.admission_wait.labels(cq)
+            self.evicted_total.labels(cq, "Preempted")
+            self.preemption_cost.labels(cq)
+            self.eta_error.labels(cq)
+            for reason in PREEMPTION_REASONS:
+                self.preempted_total.labels(cq, reason)
+        for lq in state.local_queues.values():
+            self.lq_admitted_total.labels(lq.name, lq.namespace)
+            self.lq_admission_wait.labels(lq.name, lq.namespace)
 
     # --- exposition -------------------------------------------------------------
 
