@@ -159,7 +159,9 @@ def test_busy_is_capped_at_allocated_and_renderers_agree() -> None:
 def test_from_a_simulation_run(tmp_path: Path) -> None:
     summary = tmp_path / "sim.json"
     folder = tmp_path / "report"
-    run = CliRunner().invoke(build_app(), ["simulate", "--days", "0.05", "-o", "json", "--report", str(folder)])
+    run = CliRunner().invoke(
+        build_app(), ["simulate", "--days", "0.05", "-o", "json", "--report", str(folder)]
+    )
     assert run.exit_code == 0, run.stderr
     doc = json.loads(run.stdout[run.stdout.index("{") :])
     summary.write_text(json.dumps(doc))
