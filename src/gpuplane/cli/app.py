@@ -9,10 +9,10 @@ from __future__ import annotations
 import typer
 
 from gpuplane import __version__
-from gpuplane.cli import controller, doctor, report, schedule, simulate, why
+from gpuplane.cli import controller, doctor, report, schedule, simulate, visibility, why
 
 # Modules whose ``register(app)`` adds their commands, in the order they appear in --help.
-_COMMAND_MODULES = (schedule, simulate, controller, doctor, why, report)
+_COMMAND_MODULES = (schedule, simulate, controller, doctor, why, report, visibility)
 
 
 def build_app() -> typer.Typer:

@@ -49,5 +49,9 @@ def read_objects(api: KubeApi) -> list[dict[str, Any]]:
 
 
 def read_state(api: KubeApi, skipped: list[InputError] | None = None) -> ClusterState:
-    """The cluster's state as the core sees it (see the module docstring)."""
-    return state_from_objects(read_objects(api), source="cluster", skipped=skipped)
+    """The cluster's state as the core sees it (see the module docstring).
+
+    A live cluster always holds some object the loader refuses (a LocalQueue whose ClusterQueue
+    was just deleted): it is left out, as the controller leaves it out, and added to ``skipped``.
+    """
+    return state_from_objects(read_objects(api), source="cluster", skipped=[] if skipped is None else skipped)
