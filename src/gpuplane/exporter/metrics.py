@@ -156,10 +156,21 @@ class SchedulerMetrics(Collector):
 
     # --- feeding ----------------------------------------------------------------
 
-    def observe(self, state: ClusterState, plan: Plan, now: float, pass_seconds: float | None = None) -> None:
-        """Record one pass: ``state`` the controller decided on, ``plan`` its decision, at ``now``."""
+    def observe(
+        self,
+        state: ClusterState,
+        plan: Plan,
+        now: float,
+        pass_seconds: float | None = None,
+        explanations: tuple[Explanation, ...] | None = None,
+    ) -> None:
+        """Record one pass: ``state`` the controller decided on, ``plan`` its decision, at ``now``.
+
+        ``explanations`` are :func:`explain_all`'s for this plan when the caller has them already.
+        """
         config = config_from_kueue(state.configuration)
-        explanations = explain_all(state, plan, now, config)
+        if explanations is None:
+            explanations = explain_all(state, plan, now, config)
         workloads = {wl.key: wl for wl in state.workloads}
         with self._lock:
             self._zeros(state)

@@ -447,7 +447,9 @@ class LatestView:
 
     def observe(self, state: ClusterState, plan: Plan, now: float, pass_seconds: float | None = None) -> None:
         del pass_seconds
-        view = view_of(state, plan, now)
+        self.set(view_of(state, plan, now))
+
+    def set(self, view: VisibilityView) -> None:
         with self._lock:
             self._view = view
 
