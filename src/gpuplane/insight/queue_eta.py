@@ -261,8 +261,16 @@ def estimate(
                     ahead=queued,
                 )
             )
+            if single_pod is not None:
+                views.append(_one_node(world, single_pod, runtimes, now, q))
         return latest_start(views)
 
+    pods = [ps for ps in wl.pod_sets if ps.count]
+    single_pod = (
+        float(pods[0].template.requests.get(resource, 0))
+        if len(pods) == 1 and pods[0].count == 1 and resource in config.devices.whole_resources
+        else None
+    )
     starts = [one(q) for q in QUANTILES]
     low, mid, high = (None if s is None else round(max(0.0, s - now), 1) for s in starts)
     if mid is None:
@@ -278,5 +286,35 @@ def estimate(
     if reclaim:
         parts.append("borrowed quota reclaimed now")
     if world.cluster is not None:
-        parts.append("node capacity checked")
+        parts.append("node capacity checked" + ("; the pod needs one node with room" if single_pod else ""))
     return Estimate(mid, low, high, "; ".join(parts))
+
+
+def _one_node(world: Scheduler, need: float, runtimes: RuntimeModel, now: float, q: float) -> float | None:
+    """When the first node has ``need`` free whole GPUs, as its holders end (a pod fits on one node)."""
+    cluster = world.cluster
+    assert cluster is not None
+    best: float | None = None
+    for state in cluster.nodes.values():
+        devices = [d for d in state.devices if d.sharing == "exclusive"]
+        if len(devices) < need or state.node.unschedulable:
+            continue
+        releases: list[tuple[float, float]] = []
+        for owner, items in cluster.owners.items():
+            amount = sum(n.whole for name, n, _ in items if name == state.name)
+            if not amount:
+                continue
+            held = world.tree.admitted.get(owner)
+            wl = world.workloads.get(owner)
+            if held is not None:
+                elapsed = max(0.0, now - held.reserved_at)
+                end = now + runtimes.remaining(wl, held.cluster_queue, elapsed, q)
+            else:  # a pod outside any queue: no history of its own
+                end = now + runtimes.total(None, "", q)
+            releases.append((end, float(amount)))
+        capacity = float(len(devices))
+        free = float(sum(1 for d in devices if d.free_whole))
+        start = predict_start(now, need, capacity=capacity, held=capacity - free, releases=sorted(releases))
+        if start is not None and (best is None or start < best):
+            best = start
+    return best

@@ -702,37 +702,44 @@ def _fragmented(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[
             (o for o, nodes in owners.items() if nodes & eligible), key=lambda o: (held(o), o)
         )
         for owner in candidates:
-            with cluster.without([owner]):
-                probe = f"why:{p.workload}"
-                placed = cluster.place(probe, gang)
-                if isinstance(placed, GangPlacement):
-                    cluster.release(probe)
-                    nodes = sorted({pp.node for pods in placed.pods.values() for pp in pods})
-                    victim = owner.removeprefix("pod:")
-                    kind = "Pod" if owner.startswith("pod:") else "Workload"
-                    free = {n: cluster.nodes[n].free_gpu_milli() for n in sorted(owners[owner])}
-                    blockers = [
-                        Blocker(
-                            "Node",
-                            node,
-                            f"would fit after preempting {kind.lower()} {victim} "
-                            f"({held(owner) / 1000:g} GPU); {free.get(node, 0) / 1000:g} GPU free now",
-                        )
-                        for node in nodes
-                    ]
-                    blockers.append(
-                        Blocker(
-                            kind,
-                            victim,
-                            f"holds {held(owner) / 1000:g} GPU on {', '.join(sorted(owners[owner]))}",
-                        )
-                    )
-                    return tuple(blockers), (
-                        f"one preemption makes room: free {kind.lower()} {victim} on {', '.join(nodes)} "
-                        "(give it a lower priority or enable preemption), or wait for it to finish; "
-                        "packing workloads tighter (gpuplane's placement) avoids this fragmentation"
-                    )
+            nodes = _placed_without(cluster, owner, gang, f"why:{p.workload}")
+            if not nodes:
+                continue
+            victim = owner.removeprefix("pod:")
+            kind = "Pod" if owner.startswith("pod:") else "Workload"
+            blockers = [
+                Blocker(
+                    "Node",
+                    node,
+                    f"would fit after preempting {kind.lower()} {victim} ({held(owner) / 1000:g} GPU); "
+                    f"{cluster.nodes[node].free_gpu_milli() / 1000:g} GPU free now",
+                )
+                for node in nodes
+            ]
+            blockers.append(
+                Blocker(
+                    kind, victim, f"holds {held(owner) / 1000:g} GPU on {', '.join(sorted(owners[owner]))}"
+                )
+            )
+            return tuple(blockers), (
+                f"one preemption makes room: free {kind.lower()} {victim} on {', '.join(nodes)} "
+                "(give it a lower priority or enable preemption), or wait for it to finish; "
+                "packing workloads tighter (gpuplane's placement) avoids this fragmentation"
+            )
     return (), "wait: no single preemption makes room; capacity frees as workloads finish"
+
+
+def _placed_without(cluster: core_gang.Cluster, owner: str, gang: list[GangPodSet], probe: str) -> list[str]:
+    """The nodes the gang lands on once ``owner`` is gone (empty: it still does not fit).
+
+    Probes under the core's undo: the cluster is unchanged afterwards.
+    """
+    with cluster.without([owner]):
+        placed = cluster.place(probe, gang)
+        if not isinstance(placed, GangPlacement):
+            return []
+        cluster.release(probe)
+        return sorted({pp.node for pods in placed.pods.values() for pp in pods})
 
 
 def _capacity(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Blocker, ...], str]:
