@@ -215,3 +215,18 @@ def test_needs_exactly_one_source() -> None:
 def test_default_now_is_the_states_latest_time() -> None:
     state = load_state([("s.yaml", eta_state())])
     assert default_now(state) >= NOW - 30
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "visibility.md"
+
+
+def test_the_commands_of_docs_visibility_run() -> None:
+    commands = [
+        line[2:].split() for line in DOC.read_text().splitlines() if line.startswith("$ gpuplane why")
+    ]
+    assert commands
+    for argv in commands:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(DOC.parents[1])
+            result = CliRunner().invoke(build_app(), argv[1:])
+        assert result.exit_code == 0, (argv, result.stderr)
