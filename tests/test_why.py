@@ -15,6 +15,7 @@ from gpuplane.core.scheduler import schedule
 from gpuplane.insight.why import NotFoundError, explain, explain_all, resolve, split_reference
 from gpuplane.model.loader import load_state
 from manifests import (
+    Manifest,
     cluster_queue,
     documents,
     job,
@@ -115,8 +116,16 @@ def _rfc(seconds: int) -> str:
 NOW = 1_773_000_000
 
 
-def eta_state() -> str:
+EXPECTED = "gpuplane.dev/expected-runtime"
+
+
+def eta_state(declared: dict[str, str] | None = None) -> str:
     """Quota of 4 GPUs; one running for 300 s; two queued of 4; runtimes 600/1200/1800 s learned."""
+    declared = declared or {}
+
+    def runtime(manifest: Manifest, name: str) -> Manifest:
+        return manifest.annotate(EXPECTED, declared[name]) if name in declared else manifest
+
     running = holder("r1", 4).set(
         "status.conditions",
         [
@@ -137,31 +146,83 @@ def eta_state() -> str:
         finished("f1", 600),
         finished("f2", 1200),
         finished("f3", 1800),
-        running,
-        workload("p1").queue("lq").created(_rfc(NOW - 60)).podset(gpu=4, cpu="1"),
-        workload("p2").queue("lq").created(_rfc(NOW - 30)).podset(gpu=4, cpu="1"),
+        runtime(running, "r1"),
+        runtime(workload("p1").queue("lq").created(_rfc(NOW - 60)).podset(gpu=4, cpu="1"), "p1"),
+        runtime(workload("p2").queue("lq").created(_rfc(NOW - 30)).podset(gpu=4, cpu="1"), "p2"),
     )
 
 
-def test_eta_equals_a_hand_computation(tmp_path: Path) -> None:
-    # r1 ran 300 s: of the learned runtimes those longer than 300 s leave 300/900/1500 s, whose
-    # 25th/50th/75th percentiles (linear interpolation) are 600/900/1200 s: p1 starts then.
-    # p2 starts when p1 ends; runtimes 600/1200/1800 s have percentiles 900/1200/1500 s,
-    # so p2 starts after 1500/2100/2700 s.
-    code, out, err = run_why(tmp_path, eta_state(), "p2", "-o", "json", "--now", _rfc(NOW))
+def test_eta_with_declared_runtimes_equals_a_hand_computation(tmp_path: Path) -> None:
+    # r1 declared 1200 s and ran 300 s: it ends in 900 s, when p1 starts; p1 declared 1200 s, so p2
+    # starts 2100 s from now. Declared runtimes are exact: low = seconds = high.
+    text = eta_state(declared={"r1": "1200", "p1": "20m", "p2": "1h"})
+    code, out, err = run_why(tmp_path, text, "p2", "-o", "json", "--now", _rfc(NOW))
     assert code == 0, err
     doc = json.loads(out)
     assert doc["reason"] == "WaitingForQuota"
-    assert doc["positionInClusterQueue"] == 1
-    assert doc["positionInLocalQueue"] == 1
-    assert doc["eta"]["seconds"] == 2100.0
-    assert doc["eta"]["low"] == 1500.0
-    assert doc["eta"]["high"] == 2700.0
-    assert "3 finished in team-a" in doc["eta"]["basis"]
-    code, out, _ = run_why(tmp_path, eta_state(), "p1", "-o", "json", "--now", _rfc(NOW))
+    assert (doc["positionInClusterQueue"], doc["positionInLocalQueue"]) == (1, 1)
+    assert (doc["eta"]["low"], doc["eta"]["seconds"], doc["eta"]["high"]) == (2100.0, 2100.0, 2100.0)
+    code, out, _ = run_why(tmp_path, text, "p1", "-o", "json", "--now", _rfc(NOW))
     first = json.loads(out)
     assert first["positionInClusterQueue"] == 0
-    assert (first["eta"]["low"], first["eta"]["seconds"], first["eta"]["high"]) == (600.0, 900.0, 1200.0)
+    assert first["eta"]["seconds"] == 900.0
+
+
+def test_eta_from_learned_runtimes_is_a_range_within_the_history(tmp_path: Path) -> None:
+    # Learned runtimes 600/1200/1800 s; r1 ran 300 s, so it ends 300..1500 s from now; p2 waits for
+    # r1 and then p1 (600..1800 s): between 900 and 3300 s, low <= median <= high.
+    code, out, err = run_why(tmp_path, eta_state(), "p2", "-o", "json", "--now", _rfc(NOW))
+    assert code == 0, err
+    eta = json.loads(out)["eta"]
+    assert 900.0 <= eta["low"] <= eta["seconds"] <= eta["high"] <= 3300.0
+    assert eta["low"] < eta["high"]
+    assert "3 finished in team-a" in eta["basis"]
+    again = run_why(tmp_path, eta_state(), "p2", "-o", "json", "--now", _rfc(NOW))[1]
+    assert json.loads(again)["eta"] == eta  # the scenarios are the same on every run
+
+
+def test_a_small_workload_backfills_past_a_blocked_big_one() -> None:
+    # Quota 4, all held: r1 (3 GPUs) ends in 1000 s, r2 (1 GPU) in 100 s. Queue: big (4), small (1).
+    # BestEffortFIFO: at 100 s small fits in r2's GPU and starts, though big is ahead of it;
+    # big starts at 1000 s. Under StrictFIFO small would wait for big.
+    def running(name: str, gpus: int, runtime: int) -> Manifest:
+        return (
+            holder(name, gpus)
+            .annotate(EXPECTED, str(runtime))
+            .set(
+                "status.conditions",
+                [
+                    {
+                        "type": "QuotaReserved",
+                        "status": "True",
+                        "reason": "QuotaReserved",
+                        "message": "",
+                        "lastTransitionTime": _rfc(NOW),
+                    }
+                ],
+            )
+        )
+
+    text = documents(
+        namespace("default"),
+        resource_flavor("default"),
+        cluster_queue("team-a").flavor("default", gpu=4, cpu="100"),
+        local_queue("lq", "default", "team-a"),
+        running("r1", 3, 1000),
+        running("r2", 1, 100),
+        workload("big").queue("lq").created(_rfc(NOW - 60)).podset(gpu=4, cpu="1").annotate(EXPECTED, "600"),
+        workload("small")
+        .queue("lq")
+        .created(_rfc(NOW - 30))
+        .podset(gpu=1, cpu="1")
+        .annotate(EXPECTED, "300"),
+    )
+    state = load_state([("s.yaml", text)])
+    config = config_from_kueue(state.configuration)
+    plan = schedule(state, config, float(NOW), cycles=None)
+    found = {e.workload: e for e in explain_all(state, plan, float(NOW), config)}
+    assert found["default/small"].eta.seconds == 100.0
+    assert found["default/big"].eta.seconds == 1000.0
 
 
 def test_explain_all_matches_the_plan_positions() -> None:

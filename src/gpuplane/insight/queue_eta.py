@@ -24,21 +24,27 @@ higher-priority work and is a lower bound when the pool is fragmented.
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.plan import PendingDecision
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
-from gpuplane.insight.eta import Ahead, latest_start, predict_start
+from gpuplane.insight.eta import EPSILON, predict_start
 from gpuplane.model.objects import ClusterState, Workload
 
 EXPECTED_RUNTIME_ANNOTATION = "gpuplane.dev/expected-runtime"
 DEFAULT_RUNTIME_SECONDS = 3600.0
 QUANTILES = (0.25, 0.5, 0.75)
+SCENARIOS = 32  # plays of the queue per estimate
+PLAYED = 300  # workloads of a queue played one by one; later ones are estimated from their work
+DEFAULT_SIGMA = 1.0  # spread (log) of the assumed runtime without history
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -128,6 +134,26 @@ class RuntimeModel:
             return DEFAULT_RUNTIME_SECONDS * _spread(q)
         return quantile(samples, q)
 
+    def total_at(self, wl: Workload | None, queue: str, u: float) -> float:
+        """Runtime at quantile ``u`` of the distribution (declared runtimes are exact)."""
+        declared = declared_runtime(wl) if wl is not None else None
+        if declared is not None:
+            return declared
+        samples, _ = self.sample_for(queue)
+        if samples:
+            return quantile(samples, u)
+        z = NormalDist().inv_cdf(min(max(u, 0.001), 0.999))
+        return DEFAULT_RUNTIME_SECONDS * math.exp(DEFAULT_SIGMA * z)
+
+    def remaining_at(self, wl: Workload | None, queue: str, elapsed: float, u: float) -> float:
+        """Remaining runtime at quantile ``u`` of a workload that ran ``elapsed`` seconds."""
+        declared = declared_runtime(wl) if wl is not None else None
+        samples, _ = self.sample_for(queue)
+        if declared is not None or not samples:
+            return max(0.0, self.total_at(wl, queue, u) - elapsed)
+        longer = [s - elapsed for s in samples if s > elapsed]
+        return quantile(longer, u) if longer else 0.0
+
     def remaining(self, wl: Workload | None, queue: str, elapsed: float, q: float) -> float:
         """Expected remaining runtime of a workload that has run ``elapsed`` seconds."""
         declared = declared_runtime(wl) if wl is not None else None
@@ -163,6 +189,184 @@ def _held(aw: AdmittedWorkload, frs: Iterable[tuple[str, str]]) -> float:
     return float(sum(aw.usage.get(fr, 0) for fr in frs))
 
 
+def _salt(key: str) -> float:
+    """A stable offset in [0, 1) per workload, so scenarios differ per workload but never per run."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 2**32
+
+
+def _u(k: int, salt: float) -> float:
+    """The quantile scenario ``k`` of :data:`SCENARIOS` uses for one workload (stratified, rotated)."""
+    return ((k + 0.5) / SCENARIOS + salt) % 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    key: str
+    amount: float
+    workload: Workload | None
+
+
+def play(
+    now: float,
+    capacity: float,
+    free: float,
+    releases: Iterable[tuple[float, float]],
+    queue: Sequence[tuple[str, float, float]],
+    *,
+    strict: bool,
+) -> dict[str, float]:
+    """Start times of queued ``(key, amount, duration)`` items; an item missing never starts.
+
+    At ``now`` and at every release, items start in queue order while they fit; under BestEffortFIFO
+    an item that does not fit lets the ones behind it try (Kueue sets it aside), under StrictFIFO it
+    blocks them.
+    """
+    heap = list(releases)
+    heapq.heapify(heap)
+    t = now
+    starts: dict[str, float] = {}
+    waiting = [item for item in queue if item[1] <= capacity + EPSILON]
+    while waiting:
+        still = []
+        blocked = False
+        for key, amount, duration in waiting:
+            if not blocked and amount <= free + EPSILON:
+                free -= amount
+                starts[key] = t
+                heapq.heappush(heap, (t + duration, amount))
+            else:
+                still.append((key, amount, duration))
+                blocked = blocked or strict
+        waiting = still
+        if not waiting or not heap:
+            break
+        end, amount = heapq.heappop(heap)
+        t = max(t, end)
+        free += amount
+        while heap and heap[0][0] <= t:
+            free += heapq.heappop(heap)[1]
+    return starts
+
+
+def estimate_queue(
+    world: Scheduler,
+    pending: Sequence[PendingDecision],
+    *,
+    runtimes: RuntimeModel,
+    config: SchedulerConfig,
+    now: float,
+) -> dict[str, Estimate]:
+    """ETAs of a ClusterQueue's pending workloads (in queue order, all of one queue).
+
+    The queue is played :data:`SCENARIOS` times; in each, every running workload ends at a quantile
+    of its runtime distribution (conditioned on what it has run) and every queued one runs for a
+    quantile of its own; quantiles are stratified and rotated per workload, so the scenarios cover
+    each distribution evenly and are the same on every call. ``low``/``seconds``/``high`` are the
+    25th/50th/75th percentiles of the scenario starts. Only the first :data:`PLAYED` workloads are
+    played one by one; the later ones start when the played ones have, plus their work over the
+    capacity.
+    """
+    if not pending:
+        return {}
+    cq = world.tree.queues.get(pending[0].cluster_queue or "")
+    if cq is None:
+        return {p.workload: Estimate(None, None, None, "not queued in a ClusterQueue") for p in pending}
+    workloads = world.workloads
+    by_resource: dict[str, list[_Item]] = {}
+    for p in pending:
+        wl = workloads.get(p.workload)
+        resource = main_resource(wl, config) if wl is not None else ""
+        by_resource.setdefault(resource, []).append(_Item(p.workload, _need(wl, resource) if wl else 0.0, wl))
+    out: dict[str, Estimate] = {}
+    for resource, items in by_resource.items():
+        out.update(_estimate_pool(world, cq, resource, items, runtimes=runtimes, now=now))
+    return out
+
+
+def _estimate_pool(
+    world: Scheduler,
+    cq: ClusterQueueNode,
+    resource: str,
+    items: Sequence[_Item],
+    *,
+    runtimes: RuntimeModel,
+    now: float,
+) -> dict[str, Estimate]:
+    group = cq.group_for(resource)
+    frs = [(f.name, resource) for f in group.flavors] if group is not None else []
+    capacity = float(sum(cq.potential_available(fr) for fr in frs))
+    free = float(sum(cq.available(fr) for fr in frs))
+    nominal = sum(cq.quota_for(fr).nominal for fr in frs)
+    reclaim = (
+        sum(cq.usage.get(fr, 0) for fr in frs) < nominal
+        and cq.spec.preemption.reclaim_within_cohort != "Never"
+    )
+    strict = cq.spec.queueing_strategy == "StrictFIFO"
+    holders: list[tuple[AdmittedWorkload, str, float, bool]] = []  # (workload, queue, amount, reclaimed now)
+    for queue in _cohort_queues(cq):
+        borrowed = float(sum(max(0, queue.usage.get(fr, 0) - queue.quota_for(fr).nominal) for fr in frs))
+        for aw in sorted(queue.workloads.values(), key=lambda a: a.key):
+            amount = _held(aw, frs)
+            if queue is not cq:
+                amount = min(amount, borrowed)  # only what another queue borrows comes back to this one
+            if amount:
+                holders.append((aw, queue.name, amount, queue is not cq and reclaim))
+    played = items[:PLAYED]
+    salts = {i.key: _salt(i.key) for i in played} | {h[0].key: _salt(h[0].key) for h in holders}
+    scenario_starts: dict[str, list[float]] = {i.key: [] for i in played}
+    for k in range(SCENARIOS):
+        releases = [
+            (
+                now
+                if now_reclaimed
+                else now
+                + runtimes.remaining_at(
+                    world.workloads.get(aw.key), queue, max(0.0, now - aw.reserved_at), _u(k, salts[aw.key])
+                ),
+                amount,
+            )
+            for aw, queue, amount, now_reclaimed in holders
+        ]
+        queue_items = [
+            (i.key, i.amount, runtimes.total_at(i.workload, cq.name, _u(k, salts[i.key]))) for i in played
+        ]
+        for key, start in play(now, capacity, free, releases, queue_items, strict=strict).items():
+            scenario_starts[key].append(start)
+    samples, sample_basis = runtimes.sample_for(cq.name)
+    basis_tail = [f"{capacity - free:g}/{capacity:g} {resource} in use"]
+    if samples:
+        basis_tail.append(f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)")
+    else:
+        basis_tail.append(f"no finished workloads: runtimes assumed around {DEFAULT_RUNTIME_SECONDS:.0f}s")
+    if reclaim:
+        basis_tail.append("borrowed quota reclaimed now")
+    basis_tail.append(f"{SCENARIOS} scenarios")
+    out: dict[str, Estimate] = {}
+    last_mid: float | None = None
+    for position, item in enumerate(items):
+        head = f"{position} ahead in ClusterQueue {cq.name}"
+        if item.amount > capacity + EPSILON:
+            out[item.key] = Estimate(
+                None, None, None, f"never: needs {item.amount:g} {resource}; the queue can use {capacity:g}"
+            )
+            continue
+        seen = sorted(scenario_starts.get(item.key, []))
+        if position < PLAYED:
+            if len(seen) * 2 < SCENARIOS:  # in most scenarios it never starts
+                out[item.key] = Estimate(None, None, None, f"never: {head}; " + "; ".join(basis_tail))
+                continue
+            low, mid, high = (round(max(0.0, quantile(seen, q) - now), 1) for q in QUANTILES)
+            last_mid = mid
+        else:  # beyond the played ones: their work over the capacity, after the last played start
+            backlog = sum(
+                i.amount * runtimes.total_at(i.workload, cq.name, 0.5) for i in items[PLAYED : position + 1]
+            )
+            mid = round((last_mid or 0.0) + backlog / max(capacity, EPSILON), 1)
+            low, high = round(mid * 0.5, 1), round(mid * 2.0, 1)
+        out[item.key] = Estimate(mid, low, high, "; ".join([head, *basis_tail]))
+    return out
+
+
 def estimate(
     world: Scheduler,
     pending: PendingDecision,
@@ -172,122 +376,43 @@ def estimate(
     config: SchedulerConfig,
     now: float,
 ) -> Estimate:
-    """ETA of ``pending`` (queued in ``world``), with ``ahead`` the pending workloads before it."""
-    wl = world.workloads.get(pending.workload)
-    cq = world.tree.queues.get(pending.cluster_queue or "")
-    if wl is None or cq is None:
-        return Estimate(None, None, None, "not queued in a ClusterQueue")
-    resource = main_resource(wl, config)
-    need = _need(wl, resource)
-    group = cq.group_for(resource)
-    flavors = [f.name for f in group.flavors] if group is not None else []
-    frs = [(f, resource) for f in flavors]
-    capacity = float(sum(cq.potential_available(fr) for fr in frs))
-    free = float(sum(cq.available(fr) for fr in frs))
-    if need > capacity:
-        return Estimate(
-            None, None, None, f"needs {need:g} {resource}; ClusterQueue can use at most {capacity:g}"
-        )
-    nominal = sum(cq.quota_for(fr).nominal for fr in frs)
-    own_usage = sum(cq.usage.get(fr, 0) for fr in frs)
-    reclaim = own_usage < nominal and cq.spec.preemption.reclaim_within_cohort != "Never"
-    samples, sample_basis = runtimes.sample_for(pending.cluster_queue or "")
-    workloads = world.workloads
+    """ETA of one pending workload with ``ahead`` the ones before it in its ClusterQueue."""
+    found = estimate_queue(world, [*ahead, pending], runtimes=runtimes, config=config, now=now)
+    return found.get(pending.workload, Estimate(None, None, None, "not queued in a ClusterQueue"))
 
-    def releases(q: float) -> list[tuple[float, float]]:
-        pool = frs
-        out: list[tuple[float, float]] = []
-        for queue in _cohort_queues(cq):
-            borrowed = sum(max(0, queue.usage.get(fr, 0) - queue.quota_for(fr).nominal) for fr in pool)
-            for aw in sorted(queue.workloads.values(), key=lambda a: a.key):
-                amount = _held(aw, pool)
-                if not amount:
-                    continue
-                if queue is not cq:
-                    amount = min(amount, float(borrowed))  # only what it borrows comes back to us
-                    if not amount:
-                        continue
-                if queue is not cq and reclaim:
-                    out.append((now, amount))
-                    continue
-                elapsed = max(0.0, now - aw.reserved_at)
-                out.append((now + runtimes.remaining(workloads.get(aw.key), queue.name, elapsed, q), amount))
-        return sorted(out)
 
-    def one(q: float) -> float | None:
-        queued = [
-            Ahead(
-                _need(workloads[p.workload], resource) if p.workload in workloads else 0.0,
-                runtimes.total(workloads.get(p.workload), pending.cluster_queue or "", q),
-            )
-            for p in ahead
-        ]
-        views = [
-            predict_start(
-                now,
-                need,
-                capacity=capacity,
-                held=capacity - free,
-                releases=releases(q),
-                ahead=queued,
-            )
-        ]
-        cluster = world.cluster
-        if (
-            cluster is not None
-            and config.devices.is_device_resource(resource)
-            and resource in (config.devices.whole_resources)
-        ):
-            devices = [d for s in cluster.nodes.values() for d in s.devices if d.sharing == "exclusive"]
-            node_capacity = float(len(devices))
-            node_free = float(sum(1 for d in devices if d.free_whole))
-            everyone = sorted(
-                (
-                    now
-                    + runtimes.remaining(
-                        workloads.get(aw.key), aw.cluster_queue, max(0.0, now - aw.reserved_at), q
-                    ),
-                    float(sum(v for (_, res), v in aw.usage.items() if res == resource)),
-                )
-                for aw in world.tree.admitted.values()
-            )
-            views.append(
-                predict_start(
-                    now,
-                    need,
-                    capacity=node_capacity,
-                    held=node_capacity - node_free,
-                    releases=everyone,
-                    ahead=queued,
-                )
-            )
-            if single_pod is not None:
-                views.append(_one_node(world, single_pod, runtimes, now, q))
-        return latest_start(views)
+def with_one_node(
+    world: Scheduler,
+    wl: Workload,
+    quota: Estimate,
+    *,
+    runtimes: RuntimeModel,
+    config: SchedulerConfig,
+    now: float,
+) -> Estimate:
+    """``quota``, pushed later by the first node with room, for a one-pod whole-GPU workload.
 
+    For a workload waiting on placement (fragmentation, no free GPU): a pod cannot span nodes, so it
+    starts no earlier than the first single node has its GPUs free as that node's holders end.
+    """
     pods = [ps for ps in wl.pod_sets if ps.count]
-    single_pod = (
-        float(pods[0].template.requests.get(resource, 0))
-        if len(pods) == 1 and pods[0].count == 1 and resource in config.devices.whole_resources
-        else None
-    )
-    starts = [one(q) for q in QUANTILES]
-    low, mid, high = (None if s is None else round(max(0.0, s - now), 1) for s in starts)
-    if mid is None:
-        return Estimate(None, None, None, f"never: {need:g} {resource} never free for this workload")
-    parts = [
-        f"{len(ahead)} ahead in ClusterQueue {pending.cluster_queue}",
-        f"{capacity - free:g}/{capacity:g} {resource} in use",
-    ]
-    if samples:
-        parts.append(f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)")
-    else:
-        parts.append(f"no finished workloads: runtime assumed {DEFAULT_RUNTIME_SECONDS:.0f}s")
-    if reclaim:
-        parts.append("borrowed quota reclaimed now")
-    if world.cluster is not None:
-        parts.append("node capacity checked" + ("; the pod needs one node with room" if single_pod else ""))
-    return Estimate(mid, low, high, "; ".join(parts))
+    resource = main_resource(wl, config)
+    if (
+        world.cluster is None
+        or quota.seconds is None
+        or len(pods) != 1
+        or pods[0].count != 1
+        or resource not in config.devices.whole_resources
+    ):
+        return quota
+    need = float(pods[0].template.requests.get(resource, 0))
+    values = []
+    for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True):
+        node = _one_node(world, need, runtimes, now, q)
+        values.append(None if node is None else round(max(mine or 0.0, node - now), 1))
+    if values[1] is None:
+        return Estimate(None, None, None, quota.basis + "; no single node ever has room")
+    return Estimate(values[1], values[0], values[2], quota.basis + "; the pod needs one node with room")
 
 
 def _one_node(world: Scheduler, need: float, runtimes: RuntimeModel, now: float, q: float) -> float | None:

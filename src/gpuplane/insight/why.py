@@ -35,7 +35,14 @@ from gpuplane.core.plan import PendingDecision, Plan
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.insight.aftermath import world_after
-from gpuplane.insight.queue_eta import Estimate, RuntimeModel, estimate, learn_runtimes, main_resource
+from gpuplane.insight.queue_eta import (
+    Estimate,
+    RuntimeModel,
+    estimate_queue,
+    learn_runtimes,
+    main_resource,
+    with_one_node,
+)
 from gpuplane.model.objects import ClusterState, Node, Pod, Workload
 
 WORKLOAD_NAME_LABEL = core_scheduler.WORKLOAD_LABEL
@@ -228,6 +235,18 @@ class _Context:
     world: Scheduler
     runtimes: RuntimeModel
     pending_by_queue: dict[str, list[PendingDecision]] = field(default_factory=dict)
+    etas: dict[str, dict[str, Estimate]] = field(default_factory=dict)  # per ClusterQueue, computed once
+
+    def eta(self, p: PendingDecision) -> Estimate:
+        name = p.cluster_queue or ""
+        table = self.etas.get(name)
+        if table is None:
+            waiting = [q for q in self.pending_by_queue.get(name, []) if q.reason not in NEVER]
+            table = estimate_queue(
+                self.world, waiting, runtimes=self.runtimes, config=self.config, now=self.now
+            )
+            self.etas[name] = table
+        return table.get(p.workload) or Estimate(None, None, None, "not queued in a ClusterQueue")
 
 
 def _context(state: ClusterState, plan: Plan, now: float, config: SchedulerConfig | None) -> _Context:
@@ -333,12 +352,9 @@ def _explain_pending(ctx: _Context, p: PendingDecision) -> Explanation:
             None, None, None, f"never by itself: {p.reason} does not clear until the fix is applied"
         )
     else:
-        ahead = [
-            q
-            for q in ctx.pending_by_queue.get(p.cluster_queue or "", [])
-            if (q.position or 0) < (p.position or 0)
-        ]
-        eta = estimate(ctx.world, p, ahead, runtimes=ctx.runtimes, config=ctx.config, now=ctx.now)
+        eta = ctx.eta(p)
+        if p.reason in _PLACEMENT_CAPACITY:
+            eta = with_one_node(ctx.world, wl, eta, runtimes=ctx.runtimes, config=ctx.config, now=ctx.now)
     return Explanation(
         workload=p.workload,
         cluster_queue=p.cluster_queue,
