@@ -9,7 +9,8 @@ the inputs from what the control plane knows at a moment in time:
 * **held and releases**: admitted workloads of the queue (and the part of the cohort's
   workloads that borrows) release what they hold at their *expected* end;
 * **expected runtimes**: learned per ClusterQueue from finished workloads (admission to
-  ``Finished``), conditioned on the runtime a running workload already has (a workload that
+  ``Finished``) and running ones (lower bounds) with the Kaplan-Meier estimator, conditioned on
+  the runtime a running workload already has (a workload that
   ran 3 h is expected to end with the runs longer than 3 h); a workload may declare its own with
   the ``gpuplane.dev/expected-runtime`` annotation (seconds, or a number with ``s``/``m``/``h``);
   with no history at all a default of one hour is assumed and the basis says so;
@@ -29,7 +30,7 @@ import heapq
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from gpuplane.core.config import SchedulerConfig
@@ -78,20 +79,70 @@ def _started(wl: Workload) -> float | None:
     return None
 
 
-def learn_runtimes(state: ClusterState) -> dict[str, tuple[float, ...]]:
-    """Sorted runtimes of finished workloads per ClusterQueue (``""``: every queue)."""
-    out: dict[str, list[float]] = {}
+def learn_runtimes(state: ClusterState, now: float | None = None) -> dict[str, tuple[float, ...]]:
+    """Runtime distributions per ClusterQueue (``""``: every queue), as sorted pseudo-samples.
+
+    Finished workloads give runtimes; with ``now``, running ones give lower bounds (they have run
+    this long and are not done). The two are combined with the Kaplan-Meier estimator, so a history
+    where only the short runs have finished yet is not read as "runs are short". See
+    :func:`kaplan_meier`.
+    """
+    observed: dict[str, list[tuple[float, bool]]] = {}
     for wl in state.workloads:
-        finished = wl.condition("Finished")
-        if finished is None or not finished.status or wl.admission is None:
+        if wl.admission is None:
             continue
         start = _started(wl)
-        if start is None or finished.last_transition < start:
+        if start is None:
             continue
-        runtime = finished.last_transition - start
-        out.setdefault(wl.admission.cluster_queue, []).append(runtime)
-        out.setdefault("", []).append(runtime)
-    return {k: tuple(sorted(v)) for k, v in out.items()}
+        finished = wl.condition("Finished")
+        if finished is not None and finished.status:
+            if finished.last_transition < start:
+                continue
+            item = (finished.last_transition - start, True)
+        elif now is not None and not wl.evicted:
+            item = (max(0.0, now - start), False)
+        else:
+            continue
+        observed.setdefault(wl.admission.cluster_queue, []).append(item)
+        observed.setdefault("", []).append(item)
+    out = {}
+    for queue, items in observed.items():
+        samples = kaplan_meier(items)
+        if samples:
+            out[queue] = samples
+    return out
+
+
+PSEUDO_SAMPLES = 101
+TAIL = 1.5  # the mass past the last finished runtime sits at the longest time seen, times this
+
+
+def kaplan_meier(observations: Sequence[tuple[float, bool]]) -> tuple[float, ...]:
+    """The runtime distribution of ``(time, finished)`` observations as :data:`PSEUDO_SAMPLES` quantiles.
+
+    Kaplan-Meier: at each finished runtime ``t``, survival drops by the share of the workloads still
+    running at ``t`` that finished then; a running workload counts only while its runtime so far
+    covers ``t``. The probability left after the last finished runtime (workloads running longer than
+    any that finished) sits at the longest time observed times :data:`TAIL` (a lognormal tail fitted to
+    the known part measured worse in ``bench/eta_accuracy.py``). Empty without a single finished
+    workload.
+    """
+    events = sorted({t for t, done in observations if done})
+    if not events:
+        return ()
+    survival = 1.0
+    steps: list[tuple[float, float]] = []  # (time, cumulative probability of finishing by then)
+    for t in events:
+        at_risk = sum(1 for time_, _ in observations if time_ >= t)
+        finished = sum(1 for time_, done in observations if done and time_ == t)
+        survival *= 1.0 - finished / at_risk
+        steps.append((t, 1.0 - survival))
+    tail = max(max(t for t, _ in observations) * TAIL, steps[-1][0])
+    out = []
+    for i in range(PSEUDO_SAMPLES):
+        u = (i + 0.5) / PSEUDO_SAMPLES
+        out.append(next((t for t, cdf in steps if cdf >= u - 1e-12), tail))
+    return tuple(out)
 
 
 def quantile(samples: Sequence[float], q: float) -> float:
@@ -104,6 +155,16 @@ def quantile(samples: Sequence[float], q: float) -> float:
     return samples[lo] + (samples[hi] - samples[lo]) * (pos - lo)
 
 
+def runtime_model(state: ClusterState, now: float | None = None) -> RuntimeModel:
+    """The runtimes :func:`learn_runtimes` learns from ``state``, with how many finished behind them."""
+    counts: dict[str, int] = {}
+    for wl in state.workloads:
+        if wl.admission is not None and wl.finished:
+            counts[wl.admission.cluster_queue] = counts.get(wl.admission.cluster_queue, 0) + 1
+            counts[""] = counts.get("", 0) + 1
+    return RuntimeModel(learn_runtimes(state, now), counts)
+
+
 def _spread(q: float) -> float:
     """A single assumed runtime becomes a range: half of it below the median, twice above."""
     return 0.5 if q < 0.5 else 2.0 if q > 0.5 else 1.0
@@ -114,14 +175,15 @@ class RuntimeModel:
     """Expected runtimes per ClusterQueue, learned from finished workloads."""
 
     samples: Mapping[str, tuple[float, ...]]
+    counts: Mapping[str, int] = field(default_factory=dict)  # finished workloads behind each
 
     def sample_for(self, queue: str) -> tuple[tuple[float, ...], str]:
         own = self.samples.get(queue)
         if own:
-            return own, f"{len(own)} finished in {queue}"
+            return own, f"{self.counts.get(queue, 0)} finished in {queue}"
         every = self.samples.get("")
         if every:
-            return every, f"{len(every)} finished cluster-wide"
+            return every, f"{self.counts.get('', 0)} finished cluster-wide"
         return (), "no finished workloads"
 
     def total(self, wl: Workload | None, queue: str, q: float) -> float:

@@ -39,8 +39,8 @@ from gpuplane.insight.queue_eta import (
     Estimate,
     RuntimeModel,
     estimate_queue,
-    learn_runtimes,
     main_resource,
+    runtime_model,
     with_one_node,
 )
 from gpuplane.model.objects import ClusterState, Node, Pod, Workload
@@ -251,9 +251,7 @@ class _Context:
 
 def _context(state: ClusterState, plan: Plan, now: float, config: SchedulerConfig | None) -> _Context:
     config = config or config_from_kueue(state.configuration)
-    ctx = _Context(
-        state, plan, config, now, world_after(state, plan, config, now), RuntimeModel(learn_runtimes(state))
-    )
+    ctx = _Context(state, plan, config, now, world_after(state, plan, config, now), runtime_model(state, now))
     for p in plan.pending:
         if p.cluster_queue is not None and p.position is not None:
             ctx.pending_by_queue.setdefault(p.cluster_queue, []).append(p)
