@@ -43,7 +43,7 @@ from gpuplane.core.config import config_from_kueue
 from gpuplane.core.plan import Plan
 from gpuplane.core.scheduler import schedule
 from gpuplane.insight.why import Explanation, explain_all
-from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.k8s.api import SUBJECT_ACCESS_REVIEWS, ApiError, KubeApi
 from gpuplane.model.objects import ClusterState, Workload
 
 log = logging.getLogger(__name__)
@@ -51,9 +51,6 @@ log = logging.getLogger(__name__)
 GROUP = "visibility.kueue.x-k8s.io"
 VERSIONS = ("v1beta2", "v1beta1")
 DEFAULT_LIMIT = 1000
-SUBJECT_ACCESS_REVIEWS = Resource(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
-)
 ALLOWED_NAMES = ("front-proxy-client",)
 
 
