@@ -1,26 +1,28 @@
-"""ETA for a pending workload of a real cluster state (after a plan), as a range with its basis.
+"""ETA for the pending workloads of a real cluster state (after a plan), as ranges with their basis.
 
-:mod:`gpuplane.insight.eta` plays a queue forward over one pool of capacity; this module builds
-the inputs from what the control plane knows at a moment in time:
+:mod:`gpuplane.insight.eta` plays a queue forward for the simulator; this module plays the
+ClusterQueues of a cluster state, from what the control plane knows at a moment in time:
 
-* **capacity**: what the workload's ClusterQueue could ever use of its main resource (its
-  nominal quota plus what it may borrow from its cohort), and, when nodes are known, the
-  accelerators of the nodes;
+* **capacity**: what the ClusterQueue could ever use of a workload's main resource (its nominal
+  quota plus what it may borrow from its cohort), and, for a one-pod workload waiting on
+  placement, the first single node with room (:func:`with_one_node`);
 * **held and releases**: admitted workloads of the queue (and the part of the cohort's
-  workloads that borrows) release what they hold at their *expected* end;
-* **expected runtimes**: learned per ClusterQueue from finished workloads (admission to
-  ``Finished``) and running ones (lower bounds) with the Kaplan-Meier estimator, conditioned on
-  the runtime a running workload already has (a workload that
-  ran 3 h is expected to end with the runs longer than 3 h); a workload may declare its own with
-  the ``gpuplane.dev/expected-runtime`` annotation (seconds, or a number with ``s``/``m``/``h``);
-  with no history at all a default of one hour is assumed and the basis says so;
+  workloads that borrows) release what they hold when they end;
+* **runtimes**: learned per ClusterQueue from finished workloads (admission to ``Finished``) and
+  running ones (lower bounds) with the Kaplan-Meier estimator, conditioned on the runtime a running
+  workload already has (one that ran 3 h ends with the runs longer than 3 h); a workload may declare
+  its own with the ``gpuplane.dev/expected-runtime`` annotation (seconds, or a number with
+  ``s``/``m``/``h``); with no history at all a lognormal around one hour is assumed and the basis
+  says so;
 * **reclaim**: a queue below its nominal quota whose ClusterQueue may reclaim within the cohort
   gets the borrowed part back now, not when the borrowers end;
-* **queue ahead**: the workloads before it in the ClusterQueue start first.
+* **queue order**: BestEffortFIFO lets a workload that fits start past one that does not;
+  StrictFIFO does not.
 
-``low``/``high`` play the same queue with the 25th and 75th percentile runtimes (0.5x and 2x the
-assumed one without history), ``seconds`` with the median. The estimate ignores arrivals of
-higher-priority work and is a lower bound when the pool is fragmented.
+The queue is played in :data:`SCENARIOS` scenarios of the runtimes (:func:`estimate_queue`); the
+range is the 25th/50th/75th percentile of the starts. The estimate ignores arrivals of
+higher-priority work and is a lower bound when placement is fragmented beyond one node.
+``bench/eta_accuracy.py`` measures it against the core's real starts.
 """
 
 from __future__ import annotations
@@ -165,11 +167,6 @@ def runtime_model(state: ClusterState, now: float | None = None) -> RuntimeModel
     return RuntimeModel(learn_runtimes(state, now), counts)
 
 
-def _spread(q: float) -> float:
-    """A single assumed runtime becomes a range: half of it below the median, twice above."""
-    return 0.5 if q < 0.5 else 2.0 if q > 0.5 else 1.0
-
-
 @dataclass(frozen=True, slots=True)
 class RuntimeModel:
     """Expected runtimes per ClusterQueue, learned from finished workloads."""
@@ -185,16 +182,6 @@ class RuntimeModel:
         if every:
             return every, f"{self.counts.get('', 0)} finished cluster-wide"
         return (), "no finished workloads"
-
-    def total(self, wl: Workload | None, queue: str, q: float) -> float:
-        """Expected total runtime at quantile ``q``."""
-        declared = declared_runtime(wl) if wl is not None else None
-        if declared is not None:
-            return declared * _spread(q)
-        samples, _ = self.sample_for(queue)
-        if not samples:
-            return DEFAULT_RUNTIME_SECONDS * _spread(q)
-        return quantile(samples, q)
 
     def total_at(self, wl: Workload | None, queue: str, u: float) -> float:
         """Runtime at quantile ``u`` of the distribution (declared runtimes are exact)."""
@@ -215,15 +202,6 @@ class RuntimeModel:
             return max(0.0, self.total_at(wl, queue, u) - elapsed)
         longer = [s - elapsed for s in samples if s > elapsed]
         return quantile(longer, u) if longer else 0.0
-
-    def remaining(self, wl: Workload | None, queue: str, elapsed: float, q: float) -> float:
-        """Expected remaining runtime of a workload that has run ``elapsed`` seconds."""
-        declared = declared_runtime(wl) if wl is not None else None
-        samples, _ = self.sample_for(queue)
-        if declared is not None or not samples:
-            return max(0.0, self.total(wl, queue, q) - elapsed)
-        longer = [s - elapsed for s in samples if s > elapsed]
-        return quantile(longer, q) if longer else 0.0
 
 
 def main_resource(wl: Workload, config: SchedulerConfig) -> str:
@@ -429,20 +407,6 @@ def _estimate_pool(
     return out
 
 
-def estimate(
-    world: Scheduler,
-    pending: PendingDecision,
-    ahead: Sequence[PendingDecision],
-    *,
-    runtimes: RuntimeModel,
-    config: SchedulerConfig,
-    now: float,
-) -> Estimate:
-    """ETA of one pending workload with ``ahead`` the ones before it in its ClusterQueue."""
-    found = estimate_queue(world, [*ahead, pending], runtimes=runtimes, config=config, now=now)
-    return found.get(pending.workload, Estimate(None, None, None, "not queued in a ClusterQueue"))
-
-
 def with_one_node(
     world: Scheduler,
     wl: Workload,
@@ -495,9 +459,9 @@ def _one_node(world: Scheduler, need: float, runtimes: RuntimeModel, now: float,
             wl = world.workloads.get(owner)
             if held is not None:
                 elapsed = max(0.0, now - held.reserved_at)
-                end = now + runtimes.remaining(wl, held.cluster_queue, elapsed, q)
+                end = now + runtimes.remaining_at(wl, held.cluster_queue, elapsed, q)
             else:  # a pod outside any queue: no history of its own
-                end = now + runtimes.total(None, "", q)
+                end = now + runtimes.total_at(None, "", q)
             releases.append((end, float(amount)))
         capacity = float(len(devices))
         free = float(sum(1 for d in devices if d.free_whole))
