@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dcgm_fixture import DcgmExporter
 from gpuplane.cli.insight import Attached, InsightOptions, attach
 from gpuplane.k8s.api import KubeApi
 from gpuplane.k8s.controller import Controller, ControllerConfig
 from gpuplane.k8s.eta_writer import DETAIL_ANNOTATION, ETA_ANNOTATION, NEVER
 from gpuplane.model.fields import lenient_timestamp
 from manifests import cluster_queue, documents, job, local_queue, node, pod_spec, resource_flavor, workload
+from prometheus import PrometheusFactory
 from realkube import RealKube
 
 pytestmark = pytest.mark.slow
@@ -128,9 +130,12 @@ def test_labels_etas_and_metrics_of_a_running_controller(
     assert start >= time.time() - 120  # a start in the future (modulo clock rounding), not a stale date
     assert "ahead in ClusterQueue" in annotated("next")[DETAIL_ANNOTATION]
     assert _wait(lambda: annotated("never").get(ETA_ANNOTATION)) == NEVER
+    assert attached.worker.wait_idle()
     written = attached.eta_writer.written if attached.eta_writer else 0
     controller.reconcile()
+    assert attached.worker.wait_idle()
     controller.reconcile()
+    assert attached.worker.wait_idle()
     assert attached.eta_writer is not None
     assert attached.eta_writer.written == written  # nothing moved: nothing rewritten
 
@@ -147,3 +152,42 @@ def test_labels_etas_and_metrics_of_a_running_controller(
     assert samples[("kueue_admitted_workloads_total", (("cluster_queue", cq),))] == 1
     assert samples[("kueue_pending_workloads", (("cluster_queue", cq), ("status", "inadmissible")))] == 2
     assert samples[("gpuplane_controller_pass_duration_seconds_count", ())] >= 3
+
+
+def test_dcgm_series_of_a_real_pod_join_its_queue_in_prometheus(
+    running: tuple[RealKube, str, str, Controller, Attached], prometheus_factory: PrometheusFactory
+) -> None:
+    """The Job's pod on the real API server, the controller's metrics, DCGM telemetry for that pod
+    (exported_* spelling) and the recording rules in a real Prometheus: its 2 GPUs at 30 % and 50 %
+    are 0.8 busy GPUs of 2 allocated, under the pod's ClusterQueue."""
+    kube, ns, cq, controller, attached = running
+
+    def bound() -> list[dict[str, Any]]:
+        pods = get(kube, "-n", ns, "pods", "-l", "job-name=train")["items"]
+        return [p for p in pods if p.get("spec", {}).get("nodeName")]
+
+    pods = _wait(bound, step=controller.reconcile, timeout=90)
+    pod = pods[0]["metadata"]["name"]
+    controller.reconcile()  # a pass that sees the bound pod
+    assert attached.metrics_server is not None
+    with DcgmExporter() as dcgm:
+        for gpu, util in ((0, 30), (1, 50)):
+            dcgm.set(
+                "DCGM_FI_DEV_GPU_UTIL", util, gpu=gpu, node=f"{ns}-n1", namespace=ns, pod=pod, exported=True
+            )
+        prom = prometheus_factory(
+            scrape_targets=[f"127.0.0.1:{attached.metrics_server.server_port}", dcgm.target],
+            rule_files=[ROOT / "deploy" / "prometheus" / "rules.yaml"],
+        )
+        expr = f'gpuplane:pod_gpus_busy:sum{{namespace="{ns}",pod="{pod}"}}'
+        deadline = time.monotonic() + 45
+        while True:
+            result = prom.query(expr)
+            if result and abs(float(result[0]["value"][1]) - 0.8) < 1e-9:
+                break
+            assert time.monotonic() < deadline, f"{expr} gave {result}"
+            time.sleep(0.25)
+        assert result[0]["metric"]["cluster_queue"] == cq
+        assert result[0]["metric"]["local_queue"] == "lq"
+        (allocated,) = prom.wait_for(f'gpuplane:cluster_queue_gpus_allocated:sum{{cluster_queue="{cq}"}}')
+        assert float(allocated["value"][1]) == 2.0

@@ -83,3 +83,32 @@ def test_writes_once_then_only_on_a_real_move() -> None:
     objects["ns/w"]["status"] = {"admission": {"clusterQueue": "cq"}}
     writer.write([explanation(5)], NOW + 40)  # admitted: nothing to write any more
     assert len(api.patches) == 3
+
+
+def test_the_insight_worker_takes_the_latest_pass_and_never_blocks_the_submitter() -> None:
+    import threading  # noqa: PLC0415
+
+    from gpuplane.cli.insight import LatestWorker  # noqa: PLC0415
+    from gpuplane.core.plan import Plan  # noqa: PLC0415
+    from gpuplane.model.objects import ClusterState  # noqa: PLC0415
+
+    started, release = threading.Event(), threading.Event()
+    seen: list[float] = []
+
+    def work(state: ClusterState, plan: Plan, now: float) -> None:
+        del state, plan
+        started.set()
+        assert release.wait(10)
+        seen.append(now)
+
+    worker = LatestWorker(work)
+    try:
+        worker.submit(ClusterState(), Plan(), 1.0)
+        assert started.wait(10)
+        for now in (2.0, 3.0, 4.0):  # while the first is being explained: only the last one stays
+            worker.submit(ClusterState(), Plan(), now)
+        release.set()
+        assert worker.wait_idle(10)
+        assert seen == [1.0, 4.0]
+    finally:
+        worker.stop()

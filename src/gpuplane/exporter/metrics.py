@@ -166,11 +166,21 @@ class SchedulerMetrics(Collector):
     ) -> None:
         """Record one pass: ``state`` the controller decided on, ``plan`` its decision, at ``now``.
 
-        ``explanations`` are :func:`explain_all`'s for this plan when the caller has them already.
+        The same as :meth:`record_pass` then :meth:`record_view`; ``explanations`` are
+        :func:`explain_all`'s for this plan when the caller has them already.
         """
-        config = config_from_kueue(state.configuration)
+        self.record_pass(state, plan, now, pass_seconds)
         if explanations is None:
-            explanations = explain_all(state, plan, now, config)
+            explanations = explain_all(
+                state, plan, now, config_from_kueue(state.configuration), diagnose=False
+            )
+        self.record_view(state, plan, now, explanations)
+
+    def record_pass(
+        self, state: ClusterState, plan: Plan, now: float, pass_seconds: float | None = None
+    ) -> None:
+        """The events of one pass (admissions, preemptions, its latency); cheap, for every pass."""
+        config = config_from_kueue(state.configuration)
         workloads = {wl.key: wl for wl in state.workloads}
         with self._lock:
             self._zeros(state)
@@ -206,12 +216,18 @@ class SchedulerMetrics(Collector):
                     since = max(wl.quota_reservation_time(now), last_checkpoint(wl) or 0.0)
                     lost = workload_gpus(wl, config.devices) * max(0.0, now - since) / 3600
                     self.preemption_cost.labels(victim.cluster_queue).inc(lost)
-            for found in explanations:
-                if found.eta.seconds is not None and found.workload not in history.first_eta:
-                    history.first_eta[found.workload] = now + found.eta.seconds
             if pass_seconds is not None:
                 self.pass_duration.observe(pass_seconds)
-            self._snapshot = _Snapshot(state, plan, explanations, config)
+
+    def record_view(
+        self, state: ClusterState, plan: Plan, now: float, explanations: tuple[Explanation, ...]
+    ) -> None:
+        """What the gauges show from now on, and each pending workload's first ETA (to measure it)."""
+        with self._lock:
+            for found in explanations:
+                if found.eta.seconds is not None and found.workload not in self._history.first_eta:
+                    self._history.first_eta[found.workload] = now + found.eta.seconds
+            self._snapshot = _Snapshot(state, plan, explanations, config_from_kueue(state.configuration))
 
     def _zeros(self, state: ClusterState) -> None:
         """Create every queue's counter series at 0, so a first event is an increase, not a new series."""

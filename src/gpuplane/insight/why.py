@@ -277,11 +277,21 @@ def explain(
 
 
 def explain_all(
-    state: ClusterState, plan: Plan, now: float, config: SchedulerConfig | None = None
+    state: ClusterState,
+    plan: Plan,
+    now: float,
+    config: SchedulerConfig | None = None,
+    *,
+    diagnose: bool = True,
 ) -> tuple[Explanation, ...]:
-    """An explanation for every pending workload of ``plan``, in the plan's order."""
+    """An explanation for every pending workload of ``plan``, in the plan's order.
+
+    With ``diagnose=False`` blockers and fixes are left out (reason, positions and ETA stay): the
+    metrics, the visibility API and the ETA annotations need no more, and the fragmentation
+    search is the costly part.
+    """
     ctx = _context(state, plan, now, config)
-    return tuple(_explain_pending(ctx, p) for p in plan.pending)
+    return tuple(_explain_pending(ctx, p, diagnose) for p in plan.pending)
 
 
 def _explain_one(ctx: _Context, key: str) -> Explanation:
@@ -338,13 +348,14 @@ def _refine(ctx: _Context, p: PendingDecision, wl: Workload) -> PendingDecision:
     )
 
 
-def _explain_pending(ctx: _Context, p: PendingDecision) -> Explanation:
+def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -> Explanation:
     wl = ctx.world.workloads.get(p.workload)
     blockers: tuple[Blocker, ...] = ()
     fix = ""
     if wl is not None:
         p = _refine(ctx, p, wl)
-        blockers, fix = _diagnose(ctx, p, wl)
+        if diagnose:
+            blockers, fix = _diagnose(ctx, p, wl)
     if p.reason in NEVER or wl is None:
         eta = Estimate(
             None, None, None, f"never by itself: {p.reason} does not clear until the fix is applied"

@@ -70,7 +70,8 @@ class VisibilityView:
 def view_of(state: ClusterState, plan: Plan, now: float) -> VisibilityView:
     """The view of ``plan`` made on ``state`` at ``now``."""
     config = config_from_kueue(state.configuration)
-    return VisibilityView(explain_all(state, plan, now, config), {wl.key: wl for wl in state.workloads})
+    found = explain_all(state, plan, now, config, diagnose=False)
+    return VisibilityView(found, {wl.key: wl for wl in state.workloads})
 
 
 def view_of_state(state: ClusterState, now: float) -> VisibilityView:
