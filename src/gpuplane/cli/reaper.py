@@ -64,6 +64,9 @@ def register(app: typer.Typer) -> None:
                 help="Slack-compatible incoming webhook for warnings (keep it in a Secret).",
             ),
         ] = None,
+        namespace: Annotated[
+            list[str] | None, typer.Option(help="Only pods in this namespace (repeatable); default: all.")
+        ] = None,
         at: Annotated[
             str | None,
             typer.Option(help="Evaluate as of this RFC 3339 time instead of now (replays history)."),
@@ -113,7 +116,7 @@ def register(app: typer.Typer) -> None:
         reaper = Reaper(
             api,
             PrometheusClient(prometheus),
-            ReaperConfig(defaults=settings, enforce=enforce),
+            ReaperConfig(defaults=settings, enforce=enforce, namespaces=tuple(namespace or ())),
             notify=notifier.send if notifier else None,
             metrics=metrics,
         )

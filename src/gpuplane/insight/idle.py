@@ -276,6 +276,8 @@ def idle_seconds(
     newest = min(seen[2] for seen in per_device)
     if now - newest > settings.stale:
         return None, f"newest utilization sample is {format_duration(now - newest)} old"
+    if any(seen[0] is not None and seen[0] >= seen[2] for seen in per_device):
+        return 0.0, ""  # the newest sample of a device shows activity: busy now
     start = max(seen[1] for seen in per_device)  # idle time is what every device's samples cover
     busy = [seen[0] for seen in per_device if seen[0] is not None]
     if last_activity is not None:

@@ -164,10 +164,12 @@ class ClusterApi:
 
     # --- reading what a pod belongs to ------------------------------------------------------------
 
-    def gpu_pods(self) -> list[dict[str, Any]]:
-        """Pods bound to a node, not finished, not being deleted, holding at least one accelerator."""
+    def gpu_pods(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """Pods bound to a node, not finished, not being deleted, holding at least one accelerator;
+        in ``namespaces`` only, when given."""
         out = []
-        for pod in self.list_objects("v1", "Pod"):
+        listed = [p for ns in namespaces for p in self.list_objects("v1", "Pod", ns)] if namespaces else None
+        for pod in listed if listed is not None else self.list_objects("v1", "Pod"):
             if not pod.get("spec", {}).get("nodeName") or meta(pod).get("deletionTimestamp"):
                 continue
             if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):

@@ -47,6 +47,7 @@ class ReaperConfig:
     defaults: idle.IdleSettings = field(default_factory=idle.IdleSettings)
     stall: idle.StallSettings = field(default_factory=idle.StallSettings)
     enforce: bool = False
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,9 @@ class Reaper:
 
     def decide(self, now: float) -> list[Report]:
         """Reports for every pod holding accelerators at ``now``; reads only."""
-        subjects = [describe(self.api, pod, self.config.defaults) for pod in self.api.gpu_pods()]
+        subjects = [
+            describe(self.api, pod, self.config.defaults) for pod in self.api.gpu_pods(self.config.namespaces)
+        ]
         for subject in subjects:
             for problem in subject.problems:
                 log.warning("%s/%s: ignoring reaper setting %s", subject.namespace, subject.name, problem)
