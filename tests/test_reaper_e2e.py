@@ -26,8 +26,8 @@ from gpuplane.reaper.loop import Reaper, ReaperConfig
 from gpuplane.reaper.notify import SlackNotifier
 from gpuplane.reaper.prometheus import PrometheusClient
 from prometheus import Prometheus, PrometheusFactory
-from reaper_scene import GpuScene, history, install_notebook_crd, slack, wait_until
 from realkube import RealKube
+from reaper_scene import GpuScene, history, install_notebook_crd, slack, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
