@@ -230,6 +230,13 @@ def test_a_slow_or_failing_webhook_delays_no_reclaim_and_loses_no_warning(
             assert [r.decision.action for r in warned] == [idle.Action.WARN] * 3
             reclaimed = reaper.run_once(now + GRACE)
             assert [r.decision.action for r in reclaimed] == [idle.Action.RECLAIM] * 3
+            labels = {"namespace": scene.namespace, "owner_kind": "Notebook"}
+            registry = reaper.metrics.registry
+            assert registry.get_sample_value("gpuplane_reaper_reclaimed_total", labels) == 3
+            freed = registry.get_sample_value("gpuplane_reaper_reclaimed_gpu_hours_total", labels)
+            idle_hours = sum(r.decision.idle_seconds or 0 for r in reclaimed) / 3600
+            assert freed == pytest.approx(idle_hours)
+            assert freed > 3 * 2  # three one-GPU sessions, each idle past the 2 h window
             for i in range(3):
                 assert (
                     "kubeflow-resource-stopped" in scene.get("notebook", f"nb-{i}")["metadata"]["annotations"]
@@ -248,6 +255,26 @@ def test_data_stall_hint_fires_on_the_stall_and_not_on_the_busy_job(
     scene: GpuScene, prometheus_factory: PrometheusFactory
 ) -> None:
     stalled, steady = scene.job("stalled"), scene.job("steady")
+    # The stalled job is queue-managed: its Workload gets the condition (Kueue's CRDs where missing;
+    # never deleted).
+    scene.kube.kubectl("apply", "-f", str(ROOT / "deploy" / "crds"))
+    scene.kube.kubectl("wait", "--for=condition=Established", "crd/workloads.kueue.x-k8s.io")
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "job-stalled",
+            "namespace": scene.namespace,
+            "labels": {"kueue.x-k8s.io/job-uid": scene.uid("job", "stalled")},
+        },
+        "spec": {
+            "queueName": "queue",
+            "podSets": [
+                {"name": "main", "count": 1, "template": {"spec": {"containers": [{"name": "main"}]}}}
+            ],
+        },
+    }
+    scene.apply(workload)
     now = float(int(time.time()))
     series = {
         (idle.SM_ACTIVE, stalled): lambda _t: 0.06,
@@ -265,8 +292,19 @@ def test_data_stall_hint_fires_on_the_stall_and_not_on_the_busy_job(
     assert reports[stalled]["action"] == "keep"
     assert reports[stalled]["dataStall"]["lowSmShare"] == "1.00"
     assert "dataStall" not in reports[steady]
-    flagged = {e.involved_object.name for e in scene.events("DataStallSuspected")}
-    assert flagged == {stalled}
+    flagged = {(e.involved_object.kind, e.involved_object.name) for e in scene.events("DataStallSuspected")}
+    assert flagged == {("Pod", stalled), ("Workload", "job-stalled")}
+    cond = next(
+        c
+        for c in scene.get("workload", "job-stalled")["status"]["conditions"]
+        if c["type"] == idle.DATA_STALL_CONDITION
+    )
+    assert cond["status"] == "True"
+    assert "lowSmShare=1.00" in cond["message"]
+    assert "window=30m" in cond["message"]
+    # Once per episode: a second pass writes nothing new.
+    reaper.run_once(now)
+    assert len(scene.events("DataStallSuspected")) == 2
     # The hint never acts: both jobs keep running.
     for name in ("stalled", "steady"):
         assert not scene.get("job", name)["spec"].get("suspend")
