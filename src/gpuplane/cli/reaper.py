@@ -77,7 +77,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Find idle sessions on real GPU utilization; warn, then reclaim them (dry run by default)."""
-        from prometheus_client import start_http_server  # noqa: PLC0415 - imported when the command runs
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - imported when the command runs
+        from prometheus_client import start_http_server  # noqa: PLC0415
+        from urllib3.exceptions import HTTPError  # noqa: PLC0415
 
         from gpuplane.k8s.api import load_api_client  # noqa: PLC0415
         from gpuplane.reaper.cluster import ClusterApi  # noqa: PLC0415
@@ -87,6 +89,7 @@ def register(app: typer.Typer) -> None:
         from gpuplane.reaper.prometheus import PrometheusClient, PrometheusError  # noqa: PLC0415
 
         logging.basicConfig(level=os.environ.get("GPUPLANE_LOG", "WARNING" if once else "INFO"))
+        logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries end in one error line here
         if not 0.0 <= threshold <= 1.0:
             raise _fail(f"--threshold: {threshold:g} is not a ratio in 0..1")
         settings = idle.IdleSettings(
@@ -130,6 +133,8 @@ def register(app: typer.Typer) -> None:
                     reports = reaper.run_once(clock())
                 except PrometheusError as err:
                     raise _fail(str(err)) from None
+                except (ApiException, HTTPError) as err:
+                    raise _fail(f"the Kubernetes API failed: {str(err).splitlines()[0]}") from None
                 _print([r.as_json() for r in reports], output)
                 return
             stop = threading.Event()
