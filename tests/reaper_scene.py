@@ -158,6 +158,19 @@ class GpuScene:
         )
         return self.bind_one(f"app={name}")
 
+    def bare_pod(self, name: str, labels: dict[str, str]) -> str:
+        """A pod no controller owns, bound to the Node at creation (as JupyterHub's spawner makes one)."""
+        template = gpu_template(labels)
+        self.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": self.namespace, **template["metadata"]},
+                "spec": {**template["spec"], "nodeName": self.node},
+            }
+        )
+        return name
+
     def job(self, name: str, labels: dict[str, str] | None = None, suspend: bool = False) -> str:
         self.apply(
             {

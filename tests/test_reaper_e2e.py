@@ -104,10 +104,11 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
         "nometrics": scene.notebook("nometrics-nb"),
         "sts": scene.statefulset("desk", labels={idle.SESSION_LABEL: "true"}),
         "train": scene.job("train"),
+        "hub": scene.bare_pod("jupyter-alice", {"component": "singleuser-server", "app": "jupyterhub"}),
     }
     start = float(int(time.time()))
     metric = idle.GR_ENGINE_ACTIVE
-    shape = {"idle": zero, "busy": busy, "optout": zero, "sts": zero, "train": zero}
+    shape = {"idle": zero, "busy": busy, "optout": zero, "sts": zero, "train": zero, "hub": zero}
     backfill = history(
         {(metric, pods[k]): f for k, f in shape.items()},
         namespace=scene.namespace,
@@ -143,6 +144,7 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
             "nometrics": ("keep", "NoMetrics"),
             "sts": ("warn", "Idle"),
             "train": ("keep", "NotASession"),
+            "hub": ("warn", "Idle"),
         }
         assert {k: (dry[p]["action"], dry[p]["reason"]) for k, p in pods.items()} == want
         idle_nb = dry[pods["idle"]]
@@ -152,6 +154,7 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
         assert idle_nb["reclaimAt"] == idle.format_time(now + GRACE)
         assert dry[pods["sts"]]["owner"] == {"kind": "StatefulSet", "name": "desk"}
         assert dry[pods["train"]]["owner"] == {"kind": "Job", "name": "train"}
+        assert dry[pods["hub"]]["owner"] == {"kind": "Pod", "name": "jupyter-alice"}
         assert "missing metrics are never idle" in dry[pods["nometrics"]]["message"]
 
         with slack() as receiver:
@@ -164,8 +167,9 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
             assert notebook["metadata"]["annotations"][idle.RECLAIM_AT_ANNOTATION] == idle_nb["reclaimAt"]
             warned = {(e.involved_object.kind, e.involved_object.name) for e in scene.events("IdleGPU")}
             assert {("Pod", pods["idle"]), ("Notebook", "idle-nb"), ("StatefulSet", "desk")} <= warned
+            assert ("Pod", "jupyter-alice") in warned
             assert not {name for _, name in warned} & {pods[k] for k in ("busy", "optout", "nometrics")}
-            wait_until(lambda: len(receiver.bodies) >= 2, message="two webhook messages")
+            wait_until(lambda: len(receiver.bodies) >= 3, message="three webhook messages")
             body = next(b for b in receiver.bodies if pods["idle"] in b["text"])
             fields = " ".join(f["text"] for f in body["blocks"][1]["fields"])
             for text in (pods["idle"], "Notebook idle-nb", "*GPUs*\n1", idle_nb["reclaimAt"], "*Idle for*"):
@@ -195,6 +199,8 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
         reclaimed = {(e.involved_object.kind, e.involved_object.name) for e in scene.events("IdleReclaimed")}
         assert {("Notebook", "idle-nb"), ("StatefulSet", "desk"), ("Pod", pods["idle"])} <= reclaimed
         assert scene.get("job", "train")["spec"].get("suspend") in (None, False)
+        # JupyterHub's server pod has no controller: deleted (its grace is 0, so it is gone).
+        assert not scene.pods("component=singleuser-server")
 
 
 def test_a_slow_or_failing_webhook_delays_no_reclaim_and_loses_no_warning(
