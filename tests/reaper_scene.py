@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -53,6 +54,7 @@ NOTEBOOK_CRD = {
     },
 }
 POLL = 0.1
+REAPER_MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "reaper" / "reaper.yaml"
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, message: str = "") -> Any:
@@ -70,6 +72,29 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, message: str
 def install_notebook_crd(kube: RealKube) -> None:
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(NOTEBOOK_CRD))
     kube.kubectl("wait", "--for=condition=Established", "crd/notebooks.kubeflow.org", "--timeout=60s")
+
+
+@contextlib.contextmanager
+def reaper_user(kube: RealKube, suffix: str) -> Iterator[Path]:
+    """The kubeconfig of token user ``alice`` holding exactly the reaper's ClusterRole from
+    ``deploy/reaper/reaper.yaml`` (under a name of its own); both are deleted afterwards."""
+    role = next(d for d in yaml.safe_load_all(REAPER_MANIFEST.read_text()) if d["kind"] == "ClusterRole")
+    name = f"gpuplane-reaper-{suffix}"
+    role["metadata"]["name"] = name
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+    }
+    kubeconfig = kube.user_kubeconfig("alice")
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    try:
+        yield kubeconfig
+    finally:
+        kube.kubectl("delete", "clusterrolebinding", name, "--wait=false", check=False)
+        kube.kubectl("delete", "clusterrole", name, "--wait=false", check=False)
 
 
 def gpu_template(labels: dict[str, str], gpus: int = 1) -> dict[str, Any]:

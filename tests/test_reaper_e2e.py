@@ -27,7 +27,7 @@ from gpuplane.reaper.notify import SlackNotifier
 from gpuplane.reaper.prometheus import PrometheusClient
 from prometheus import Prometheus, PrometheusFactory
 from realkube import RealKube
-from reaper_scene import GpuScene, history, install_notebook_crd, slack, wait_until
+from reaper_scene import GpuScene, history, install_notebook_crd, reaper_user, slack, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -56,7 +56,16 @@ def scene(real_kube: RealKube) -> Iterator[GpuScene]:
         built.close()
 
 
-def reaper_cli(scene: GpuScene, prom: Prometheus, at: float, *args: str) -> list[dict[str, Any]]:
+@pytest.fixture
+def reaper_kubeconfig(scene: GpuScene) -> Iterator[Path]:
+    """A user holding only the reaper's ClusterRole (deploy/reaper/reaper.yaml), as the reaper runs."""
+    with reaper_user(scene.kube, scene.namespace) as kubeconfig:
+        yield kubeconfig
+
+
+def reaper_cli(
+    scene: GpuScene, prom: Prometheus, at: float, *args: str, kubeconfig: Path | None = None
+) -> list[dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run(
         [
@@ -65,7 +74,7 @@ def reaper_cli(scene: GpuScene, prom: Prometheus, at: float, *args: str) -> list
             "gpuplane",
             "reaper",
             "--kubeconfig",
-            str(scene.kube.kubeconfig),
+            str(kubeconfig or scene.kube.kubeconfig),
             "--namespace",
             scene.namespace,
             "--prometheus",
@@ -95,7 +104,7 @@ def by_pod(decisions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
-    scene: GpuScene, prometheus_factory: PrometheusFactory
+    scene: GpuScene, prometheus_factory: PrometheusFactory, reaper_kubeconfig: Path
 ) -> None:
     pods = {
         "idle": scene.notebook("idle-nb"),
@@ -134,7 +143,7 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
 
         # --- a dry run writes nothing and decides what the enforcing run then does ------------------
         before = scene.versions()
-        dry = by_pod(reaper_cli(scene, prom, now))
+        dry = by_pod(reaper_cli(scene, prom, now, kubeconfig=reaper_kubeconfig))
         assert scene.versions() == before
 
         want = {
@@ -159,7 +168,11 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
 
         with slack() as receiver:
             # --- warn -----------------------------------------------------------------------------
-            enforced = by_pod(reaper_cli(scene, prom, now, "--enforce", "--notify-url", receiver.url))
+            enforced = by_pod(
+                reaper_cli(
+                    scene, prom, now, "--enforce", "--notify-url", receiver.url, kubeconfig=reaper_kubeconfig
+                )
+            )
             assert {p: (d["action"], d["reason"], d["reclaimAt"]) for p, d in enforced.items()} == {
                 p: (d["action"], d["reason"], d["reclaimAt"]) for p, d in dry.items()
             }
@@ -178,11 +191,23 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
 
             # A second pass at the same time repeats nothing.
             count = len(scene.events("IdleGPU"))
-            reaper_cli(scene, prom, now, "--enforce", "--notify-url", receiver.url)
+            reaper_cli(
+                scene, prom, now, "--enforce", "--notify-url", receiver.url, kubeconfig=reaper_kubeconfig
+            )
             assert len(scene.events("IdleGPU")) == count
 
             # --- reclaim, grace later --------------------------------------------------------------
-            later = by_pod(reaper_cli(scene, prom, now + GRACE, "--enforce", "--notify-url", receiver.url))
+            later = by_pod(
+                reaper_cli(
+                    scene,
+                    prom,
+                    now + GRACE,
+                    "--enforce",
+                    "--notify-url",
+                    receiver.url,
+                    kubeconfig=reaper_kubeconfig,
+                )
+            )
         assert later[pods["idle"]]["action"] == "reclaim"
         assert later[pods["busy"]]["action"] == "keep"
         notebook = scene.get("notebook", "idle-nb")
@@ -258,7 +283,7 @@ def test_a_slow_or_failing_webhook_delays_no_reclaim_and_loses_no_warning(
 
 
 def test_data_stall_hint_fires_on_the_stall_and_not_on_the_busy_job(
-    scene: GpuScene, prometheus_factory: PrometheusFactory
+    scene: GpuScene, prometheus_factory: PrometheusFactory, reaper_kubeconfig: Path
 ) -> None:
     stalled, steady = scene.job("stalled"), scene.job("steady")
     # The stalled job is queue-managed: its Workload gets the condition (Kueue's CRDs where missing;
@@ -290,7 +315,7 @@ def test_data_stall_hint_fires_on_the_stall_and_not_on_the_busy_job(
     }
     backfill = history(series, namespace=scene.namespace, node=scene.node, start=now - HOUR, end=now)
     prom = prometheus_factory(backfill=backfill)
-    api = ClusterApi(load_api_client(str(scene.kube.kubeconfig)))
+    api = ClusterApi(load_api_client(str(reaper_kubeconfig)))
     reaper = Reaper(
         api, PrometheusClient(prom.url), ReaperConfig(enforce=True, namespaces=(scene.namespace,))
     )

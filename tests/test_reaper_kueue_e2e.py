@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from gpuplane.reaper.loop import IDLE_REASON, Reaper, ReaperConfig
 from gpuplane.reaper.prometheus import PrometheusClient
 from prometheus import PrometheusFactory
 from realkube import RealKube
-from reaper_scene import history, wait_until
+from reaper_scene import history, reaper_user, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -54,8 +55,15 @@ def live_pods(scene: Scene, job: str) -> list[dict[str, Any]]:
     return [p for p in scene.pods(job) if not p["metadata"].get("deletionTimestamp")]
 
 
+@pytest.fixture
+def reaper_kubeconfig(scene: Scene, real_kube: RealKube) -> Iterator[Path]:
+    """A user holding only the reaper's ClusterRole (deploy/reaper/reaper.yaml), as the reaper runs."""
+    with reaper_user(real_kube, scene.namespace) as kubeconfig:
+        yield kubeconfig
+
+
 def test_idle_session_job_is_suspended_through_its_workload_and_resumes_through_its_queue(
-    scene: Scene, prometheus_factory: PrometheusFactory
+    scene: Scene, prometheus_factory: PrometheusFactory, reaper_kubeconfig: Path
 ) -> None:
     scene.setup(nodes=1)
     scene.kubectl(
@@ -75,7 +83,7 @@ def test_idle_session_job_is_suspended_through_its_workload_and_resumes_through_
     )
     prom = prometheus_factory(backfill=backfill)
     reaper = Reaper(
-        ClusterApi(load_api_client(scene.kubeconfig)),
+        ClusterApi(load_api_client(str(reaper_kubeconfig))),
         PrometheusClient(prom.url),
         ReaperConfig(defaults=idle.IdleSettings(grace=GRACE), enforce=True, namespaces=(scene.namespace,)),
     )

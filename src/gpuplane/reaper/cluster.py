@@ -72,6 +72,7 @@ class Owner:
     name: str
     namespace: str
     obj: Mapping[str, Any]
+    stub: bool = False  # only its reference is known: the reaper could not read it
 
 
 class ClusterApi:
@@ -191,7 +192,12 @@ class ClusterApi:
             )
             if ref is None:
                 break
-            found = self.get(ref["apiVersion"], ref["kind"], ref["name"], namespace)
+            try:
+                found = self.get(ref["apiVersion"], ref["kind"], ref["name"], namespace)
+            except ApiException as err:
+                if err.status != 403:
+                    raise
+                break  # a kind the reaper may not read: it is the owner, and has no reclaim method
             if found is None or meta(found).get("uid") != ref.get("uid"):
                 break
             found = {**found, "apiVersion": ref["apiVersion"], "kind": ref["kind"]}

@@ -149,12 +149,12 @@ class Reaper:
         if report.stall is not None and report.stall.suspected:
             self._flag_stall(subject, report.stall, now)
         if decision.action is idle.Action.KEEP:
-            if idle.RECLAIM_AT_ANNOTATION in annotations_of(subject.owner.obj) and decision.reason in (
+            if idle.RECLAIM_AT_ANNOTATION in annotations_of(subject.holder) and decision.reason in (
                 idle.Reason.BUSY,
                 idle.Reason.IDLE_BELOW_WINDOW,
             ):
                 self.api.merge_patch(
-                    subject.owner.obj, {"metadata": {"annotations": {idle.RECLAIM_AT_ANNOTATION: None}}}
+                    subject.holder, {"metadata": {"annotations": {idle.RECLAIM_AT_ANNOTATION: None}}}
                 )
             return
         if decision.action is idle.Action.WARN:
@@ -180,16 +180,16 @@ class Reaper:
 
     def _events(self, subject: Subject, etype: str, reason: str, message: str, now: float) -> None:
         self.api.event(subject.pod, etype, reason, message, now)
-        if subject.owner.obj is not subject.pod:
+        if subject.holder is not subject.pod:
             self.api.event(subject.owner.obj, etype, reason, message, now)
 
     def _warn(self, subject: Subject, decision: idle.Decision, now: float) -> None:
         assert decision.reclaim_at is not None
         stamp = idle.format_time(decision.reclaim_at)
-        if annotations_of(subject.owner.obj).get(idle.RECLAIM_AT_ANNOTATION) == stamp:
+        if annotations_of(subject.holder).get(idle.RECLAIM_AT_ANNOTATION) == stamp:
             return  # already warned for this reclaim time
         self.api.merge_patch(
-            subject.owner.obj, {"metadata": {"annotations": {idle.RECLAIM_AT_ANNOTATION: stamp}}}
+            subject.holder, {"metadata": {"annotations": {idle.RECLAIM_AT_ANNOTATION: stamp}}}
         )
         self._events(subject, "Warning", "IdleGPU", decision.message, now)
         self.metrics.warned.labels(subject.namespace, subject.owner.kind).inc()

@@ -61,6 +61,12 @@ class Subject:
     problems: tuple[str, ...] = ()
 
     @property
+    def holder(self) -> Mapping[str, Any]:
+        """The object that carries the warning's annotation and Events: the owner, or the pod itself
+        when the owner could not be read."""
+        return self.pod if self.owner.stub else self.owner.obj
+
+    @property
     def namespace(self) -> str:
         return str(meta(self.pod).get("namespace", ""))
 
@@ -97,6 +103,19 @@ def describe(api: ClusterApi, pod: Mapping[str, Any], defaults: idle.IdleSetting
     klass = idle.WorkloadClass.SESSION if session else idle.WorkloadClass.BATCH
 
     workload = None
+    top_obj = chain[-1] if chain else pod
+    dangling = next((r for r in meta(top_obj).get("ownerReferences") or [] if r.get("controller")), None)
+    if dangling is not None and notebook is None:
+        # A controller the reaper cannot read (not served, or not allowed): it would undo any reclaim.
+        stub = {
+            "apiVersion": dangling.get("apiVersion"),
+            "kind": dangling.get("kind"),
+            "metadata": {"name": dangling.get("name"), "namespace": meta(pod).get("namespace")},
+        }
+        owner = Owner(
+            str(stub["kind"]), str(stub["apiVersion"]), str(dangling.get("name")), "", stub, stub=True
+        )
+        return Subject(pod, owner, Method.NONE, klass, notes, settings, pod_gpus(pod), None, tuple(problems))
     if notebook is not None:
         owner, method = _owner(notebook), Method.STOP_NOTEBOOK
     else:
