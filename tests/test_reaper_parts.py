@@ -9,7 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.main import get_command
 
+from gpuplane.cli.app import build_app
 from gpuplane.insight import idle
 from gpuplane.reaper.notify import IdleNotice, SlackNotifier, slack_body
 from gpuplane.reaper.prometheus import device_of, pod_of
@@ -115,3 +118,31 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], want: str) -> None:
     assert len(lines) == 1, run.stderr
     assert want in lines[0]
     assert "Traceback" not in run.stderr
+
+
+# --- deploy/reaper ----------------------------------------------------------------------------------
+
+
+def test_reaper_deployment_runs_a_command_gpuplane_accepts_as_a_dry_run() -> None:
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "reaper" / "reaper.yaml").read_text()))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gpuplane-reaper"
+    (container,) = pod["containers"]
+    argv = [*container["command"], *container["args"]]
+    assert argv[:2] == ["gpuplane", "reaper"]
+    command = getattr(get_command(build_app()), "commands", {})["reaper"]
+    with command.make_context("reaper", argv[2:]) as ctx:
+        params = ctx.params
+    assert params["enforce"] is False
+    assert idle.parse_duration(params["window"]) == 7200
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GPUPLANE_NOTIFY_URL"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpuplane-reaper", "namespace": "gpuplane-system"}
+    ]
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
