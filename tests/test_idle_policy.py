@@ -337,6 +337,7 @@ class StallCase:
     usage: PodUsage
     want: bool
     want_low_share: float | None = None
+    want_pattern: str = ""
 
 
 STALLS = [
@@ -351,8 +352,14 @@ STALLS = [
         usage(device(sm=series(1, lambda _a: 0.08), util=series(1, lambda _a: 95.0))),
         want=True,
         want_low_share=1.0,
+        want_pattern="LowSMActivity",
     ),
-    StallCase("bursts-with-long-gaps", usage(device(engine=series(1, bursts), sm=series(1, bursts))), True),
+    StallCase(
+        "bursts-with-long-gaps",
+        usage(device(engine=series(1, bursts), sm=series(1, bursts))),
+        True,
+        want_pattern="IdleBetweenBursts",
+    ),
     StallCase("wholly-idle-is-not-a-stall", usage(device(engine=series(1, zero), sm=series(1, zero))), False),
     StallCase("no-metrics-suggest-nothing", usage(gpus=1), False),
     StallCase(
@@ -367,6 +374,7 @@ STALLS = [
 def test_data_stall(case: StallCase) -> None:
     got = idle.data_stall(case.usage, StallSettings(), NOW)
     assert got.suspected is case.want, got.message
+    assert got.pattern == case.want_pattern
     if case.want_low_share is not None:
         assert got.low_sm_share == pytest.approx(case.want_low_share)
     assert got.message

@@ -22,7 +22,7 @@ from dcgm_fixture import DcgmExporter
 from gpuplane.insight import idle
 from gpuplane.k8s.api import load_api_client
 from gpuplane.reaper.cluster import ClusterApi
-from gpuplane.reaper.loop import Reaper, ReaperConfig
+from gpuplane.reaper.loop import IDLE_REASON, Reaper, ReaperConfig
 from gpuplane.reaper.notify import SlackNotifier
 from gpuplane.reaper.prometheus import PrometheusClient
 from prometheus import Prometheus, PrometheusFactory
@@ -221,9 +221,14 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
         desk = scene.get("statefulset", "desk")
         assert desk["spec"]["replicas"] == 0
         assert desk["metadata"]["annotations"]["gpuplane.dev/replicas-before-reclaim"] == "1"
-        reclaimed = {(e.involved_object.kind, e.involved_object.name) for e in scene.events("IdleReclaimed")}
+        reclaimed = {(e.involved_object.kind, e.involved_object.name) for e in scene.events(IDLE_REASON)}
         assert {("Notebook", "idle-nb"), ("StatefulSet", "desk"), ("Pod", pods["idle"])} <= reclaimed
         assert scene.get("job", "train")["spec"].get("suspend") in (None, False)
+        # The notebook's pod is still there (no Kubeflow controller here): the next pass sees the
+        # stop already asked for and repeats nothing.
+        counts = (len(scene.events("IdleGPU")), len(scene.events(IDLE_REASON)))
+        reaper_cli(scene, prom, now + GRACE + 60, "--enforce", kubeconfig=reaper_kubeconfig)
+        assert (len(scene.events("IdleGPU")), len(scene.events(IDLE_REASON))) == counts
         # JupyterHub's server pod has no controller: deleted (its grace is 0, so it is gone).
         assert not scene.pods("component=singleuser-server")
 
@@ -306,14 +311,15 @@ def test_data_stall_hint_fires_on_the_stall_and_not_on_the_busy_job(
         },
     }
     scene.apply(workload)
-    now = float(int(time.time()))
+    end = float(int(time.time()))
+    now = end - HOUR  # the stall lasts until an hour ago; the last hour is steady
     series = {
-        (idle.SM_ACTIVE, stalled): lambda _t: 0.06,
+        (idle.SM_ACTIVE, stalled): lambda t: 0.06 if t <= now else 0.8,
         (idle.GPU_UTIL, stalled): lambda _t: 97.0,
         (idle.SM_ACTIVE, steady): lambda _t: 0.82,
         (idle.GPU_UTIL, steady): lambda _t: 100.0,
     }
-    backfill = history(series, namespace=scene.namespace, node=scene.node, start=now - HOUR, end=now)
+    backfill = history(series, namespace=scene.namespace, node=scene.node, start=end - 2 * HOUR, end=end)
     prom = prometheus_factory(backfill=backfill)
     api = ClusterApi(load_api_client(str(reaper_kubeconfig)))
     reaper = Reaper(
@@ -325,16 +331,23 @@ def test_data_stall_hint_fires_on_the_stall_and_not_on_the_busy_job(
     assert "dataStall" not in reports[steady]
     flagged = {(e.involved_object.kind, e.involved_object.name) for e in scene.events("DataStallSuspected")}
     assert flagged == {("Pod", stalled), ("Workload", "job-stalled")}
-    cond = next(
-        c
-        for c in scene.get("workload", "job-stalled")["status"]["conditions"]
-        if c["type"] == idle.DATA_STALL_CONDITION
-    )
-    assert cond["status"] == "True"
+
+    def stall_condition() -> dict[str, Any]:
+        conditions = scene.get("workload", "job-stalled")["status"]["conditions"]
+        return next(c for c in conditions if c["type"] == idle.DATA_STALL_CONDITION)
+
+    cond = stall_condition()
+    assert (cond["status"], cond["reason"]) == ("True", "LowSMActivity")
     assert "lowSmShare=1.00" in cond["message"]
     assert "window=30m" in cond["message"]
     # Once per episode: a second pass writes nothing new.
     reaper.run_once(now)
+    assert len(scene.events("DataStallSuspected")) == 2
+    # An hour later the input keeps up: the episode ends, and the condition says so.
+    later = {r.subject.name: r.as_json() for r in reaper.run_once(end)}
+    assert "dataStall" not in later[stalled]
+    cond = stall_condition()
+    assert (cond["status"], cond["reason"]) == ("False", "NoDataStall")
     assert len(scene.events("DataStallSuspected")) == 2
     # The hint never acts: both jobs keep running.
     for name in ("stalled", "steady"):

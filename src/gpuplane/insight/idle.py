@@ -377,6 +377,7 @@ class StallEvidence:
     zero_share: float | None = None  # of samples with no activity at all
     mean_sm_active: float | None = None
     window: float = 0.0
+    pattern: str = ""  # LowSMActivity or IdleBetweenBursts when suspected
 
     def as_fields(self) -> dict[str, str]:
         """The evidence as strings, for a condition message or an Event."""
@@ -439,11 +440,11 @@ def data_stall(usage: PodUsage, settings: StallSettings, now: float) -> StallEvi
             f"SM activity below {settings.sm_threshold:g} in {low_share:.0%} of samples with work "
             f"resident over {format_duration(window)}: the GPU is likely waiting on input"
         )
-        return replace(evidence, suspected=True, message=text)
+        return replace(evidence, suspected=True, message=text, pattern="LowSMActivity")
     if gaps:
         text = (
             f"no GPU activity in {zero_share:.0%} of samples between bursts over "
             f"{format_duration(window)}: the GPU is likely waiting on input"
         )
-        return replace(evidence, suspected=True, message=text)
+        return replace(evidence, suspected=True, message=text, pattern="IdleBetweenBursts")
     return replace(evidence, message="GPU activity looks steady; no data stall suspected")

@@ -146,8 +146,10 @@ class Reaper:
 
     def _act(self, report: Report, now: float) -> None:
         subject, decision = report.subject, report.decision
-        if report.stall is not None and report.stall.suspected:
+        if report.stall is not None:
             self._flag_stall(subject, report.stall, now)
+        if subject.reclaiming:
+            return  # asked already; the owner's controller is stopping it
         if decision.action is idle.Action.KEEP:
             if idle.RECLAIM_AT_ANNOTATION in annotations_of(subject.holder) and decision.reason in (
                 idle.Reason.BUSY,
@@ -212,8 +214,6 @@ class Reaper:
             self.api.merge_patch(owner, {"metadata": {"annotations": stopped}})
         elif method is Method.SCALE_TO_ZERO:
             replicas = owner.get("spec", {}).get("replicas", 1)
-            if replicas == 0:
-                return
             notes = {REPLICAS_ANNOTATION: str(replicas), **clear}
             self.api.merge_patch(owner, {"metadata": {"annotations": notes}, "spec": {"replicas": 0}})
         elif method is Method.EVICT_WORKLOAD:
@@ -253,21 +253,32 @@ class Reaper:
         return True
 
     def _flag_stall(self, subject: Subject, stall: idle.StallEvidence, now: float) -> None:
-        """Warning Event and Workload condition, once per episode (while the condition is True)."""
+        """The data-stall hint as a Warning Event and a Workload condition (an annotation on a pod
+        without a Workload), once per episode: written when a stall starts, set False when the
+        evidence says it has ended. Missing metrics change nothing."""
+        if not stall.suspected and stall.low_sm_share is None and stall.zero_share is None:
+            return
         workload = subject.workload
-        if workload is None and subject.owner.kind == "Job":
+        if workload is None and subject.owner.kind == "Job" and not subject.owner.stub:
             workload = self.api.workload_of(subject.owner.obj)
         fields = ", ".join(f"{k}={v}" for k, v in stall.as_fields().items())
         message = f"{stall.message} ({fields})"
         if workload is None:
-            if annotations_of(subject.pod).get(idle.DATA_STALL_CONDITION) != "True":
-                self.api.event(subject.pod, "Warning", "DataStallSuspected", message, now)
+            flagged = annotations_of(subject.pod).get(idle.DATA_STALL_CONDITION) == "True"
+            if stall.suspected != flagged:
+                value = "True" if stall.suspected else None
                 self.api.merge_patch(
-                    subject.pod, {"metadata": {"annotations": {idle.DATA_STALL_CONDITION: "True"}}}
+                    subject.pod, {"metadata": {"annotations": {idle.DATA_STALL_CONDITION: value}}}
                 )
+                if stall.suspected:
+                    self.api.event(subject.pod, "Warning", "DataStallSuspected", message, now)
             return
         conditions = list((workload.get("status") or {}).get("conditions") or [])
-        if any(c.get("type") == idle.DATA_STALL_CONDITION and c.get("status") == "True" for c in conditions):
+        current = next((c for c in conditions if c.get("type") == idle.DATA_STALL_CONDITION), None)
+        flagged = current is not None and current.get("status") == "True"
+        if stall.suspected == flagged:
+            return
+        if current is None and not stall.suspected:
             return
         body = json.loads(json.dumps(workload))
         body.setdefault("status", {})["conditions"] = [
@@ -275,12 +286,13 @@ class Reaper:
         ] + [
             {
                 "type": idle.DATA_STALL_CONDITION,
-                "status": "True",
-                "reason": "LowSMActivity",
+                "status": "True" if stall.suspected else "False",
+                "reason": stall.pattern if stall.suspected else "NoDataStall",
                 "message": message,
                 "lastTransitionTime": idle.format_time(now),
             }
         ]
         self.api.replace_status(body)
-        self.api.event(subject.pod, "Warning", "DataStallSuspected", message, now)
-        self.api.event(workload, "Warning", "DataStallSuspected", message, now)
+        if stall.suspected:
+            self.api.event(subject.pod, "Warning", "DataStallSuspected", message, now)
+            self.api.event(workload, "Warning", "DataStallSuspected", message, now)

@@ -30,6 +30,7 @@ from gpuplane.insight import idle
 from gpuplane.reaper.cluster import (
     JUPYTERHUB_COMPONENT,
     NOTEBOOK_API,
+    NOTEBOOK_STOPPED,
     QUEUE_LABEL,
     ClusterApi,
     Owner,
@@ -64,7 +65,20 @@ class Subject:
     def holder(self) -> Mapping[str, Any]:
         """The object that carries the warning's annotation and Events: the owner, or the pod itself
         when the owner could not be read."""
-        return self.pod if self.owner.stub else self.owner.obj
+        return self.pod if self.owner.stub or self.method is Method.NONE else self.owner.obj
+
+    @property
+    def reclaiming(self) -> bool:
+        """Whether a reclaim was already asked for and the owner's controller has not finished it."""
+        owner = self.owner.obj
+        if self.method is Method.STOP_NOTEBOOK:
+            return NOTEBOOK_STOPPED in annotations_of(owner)
+        if self.method is Method.SCALE_TO_ZERO:
+            return bool(owner.get("spec", {}).get("replicas") == 0)
+        if self.method is Method.EVICT_WORKLOAD and self.workload is not None:
+            conditions = (self.workload.get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "Evicted" and c.get("status") == "True" for c in conditions)
+        return False
 
     @property
     def namespace(self) -> str:
