@@ -166,6 +166,15 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
         assert dry[pods["hub"]]["owner"] == {"kind": "Pod", "name": "jupyter-alice"}
         assert "missing metrics are never idle" in dry[pods["nometrics"]]["message"]
 
+        # The busy notebook was warned earlier, and its user came back since.
+        scene.kube.kubectl(
+            "-n",
+            scene.namespace,
+            "annotate",
+            "notebook",
+            "busy-nb",
+            f"{idle.RECLAIM_AT_ANNOTATION}={idle.format_time(now)}",
+        )
         with slack() as receiver:
             # --- warn -----------------------------------------------------------------------------
             enforced = by_pod(
@@ -182,6 +191,8 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
             assert {("Pod", pods["idle"]), ("Notebook", "idle-nb"), ("StatefulSet", "desk")} <= warned
             assert ("Pod", "jupyter-alice") in warned
             assert not {name for _, name in warned} & {pods[k] for k in ("busy", "optout", "nometrics")}
+            busy_notes = scene.get("notebook", "busy-nb")["metadata"].get("annotations") or {}
+            assert idle.RECLAIM_AT_ANNOTATION not in busy_notes
             wait_until(lambda: len(receiver.bodies) >= 3, message="three webhook messages")
             body = next(b for b in receiver.bodies if pods["idle"] in b["text"])
             fields = " ".join(f["text"] for f in body["blocks"][1]["fields"])
