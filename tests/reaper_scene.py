@@ -163,7 +163,12 @@ class GpuScene:
         return self.statefulset(name, owner={**owner, "uid": self.uid("notebook", name)})
 
     def statefulset(
-        self, name: str, *, owner: dict[str, str] | None = None, labels: dict[str, str] | None = None
+        self,
+        name: str,
+        *,
+        owner: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        replicas: int = 1,
     ) -> str:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": labels or {}}
         if owner is not None:
@@ -174,14 +179,15 @@ class GpuScene:
                 "kind": "StatefulSet",
                 "metadata": meta,
                 "spec": {
-                    "replicas": 1,
+                    "replicas": replicas,
+                    "podManagementPolicy": "Parallel",
                     "serviceName": name,
                     "selector": {"matchLabels": {"app": name}},
                     "template": gpu_template({"app": name}),
                 },
             }
         )
-        return self.bind_one(f"app={name}")
+        return ",".join(self.bind_all(f"app={name}", replicas))
 
     def bare_pod(self, name: str, labels: dict[str, str]) -> str:
         """A pod no controller owns, bound to the Node at creation (as JupyterHub's spawner makes one)."""
@@ -220,16 +226,27 @@ class GpuScene:
 
     def bind_one(self, selector: str) -> str:
         """Wait for the controller to create the one pod matching ``selector``, bind it to the Node."""
-        pod = wait_until(lambda: self.pods(selector), message=f"a pod {selector}")[0]
-        name = str(pod.metadata.name)
-        if not pod.spec.node_name:
+        return self.bind_all(selector, 1)[0]
+
+    def bind_all(self, selector: str, count: int) -> list[str]:
+        """Wait for the controller to create ``count`` pods matching ``selector``; bind them to the Node."""
+        pods = wait_until(
+            lambda: (found := self.pods(selector)) and len(found) >= count and found,
+            message=f"pods {selector}",
+        )
+        names = []
+        for pod in sorted(pods, key=lambda p: str(p.metadata.name)):
+            name = str(pod.metadata.name)
+            names.append(name)
+            if pod.spec.node_name:
+                continue
             body = client.V1Binding(
                 metadata=client.V1ObjectMeta(name=name),
                 target=client.V1ObjectReference(api_version="v1", kind="Node", name=self.node),
             )
             with contextlib.suppress(ValueError):  # the client mis-parses the bind's empty answer
                 client.CoreV1Api(self.api).create_namespaced_pod_binding(name, self.namespace, body)
-        return name
+        return names
 
     def events(self, reason: str) -> list[client.CoreV1Event]:
         core = client.CoreV1Api(self.api)

@@ -289,6 +289,20 @@ def test_idle_exactly_the_window_is_idle_despite_rounding() -> None:
     assert got.action is Action.RECLAIM
 
 
+def test_an_owner_is_decided_by_its_least_idle_pod() -> None:
+    session = Workload(WorkloadClass.SESSION)
+    idle_pod = idle.decide(IDLE_3H, session, IdleSettings(grace=0), NOW)
+    busy_pod = idle.decide(usage(device(engine=series(3, lambda _a: 0.5))), session, IdleSettings(), NOW)
+    blind_pod = idle.decide(usage(gpus=1), session, IdleSettings(), NOW)
+    warned_pod = idle.decide(IDLE_3H, session, IdleSettings(), NOW)
+    assert idle.combine([idle_pod, busy_pod]) is busy_pod
+    assert idle.combine([busy_pod, blind_pod]) is blind_pod  # missing metrics speak first
+    assert idle.combine([idle_pod, warned_pod]) is warned_pod
+    assert idle.combine([idle_pod]) is idle_pod
+    with pytest.raises(ValueError, match="at least one pod"):
+        idle.combine([])
+
+
 def test_reclaim_delay_is_window_plus_grace() -> None:
     assert idle.reclaim_delay(IdleSettings(window=100, grace=20)) == 120
 

@@ -363,3 +363,48 @@ def test_data_stall_hint_fires_on_the_stall_and_not_on_the_busy_job(
     # The hint never acts: both jobs keep running.
     for name in ("stalled", "steady"):
         assert not scene.get("job", name)["spec"].get("suspend")
+
+
+def test_an_owner_with_two_pods_is_warned_once_and_only_when_both_are_idle(
+    scene: GpuScene, prometheus_factory: PrometheusFactory
+) -> None:
+    both = scene.statefulset("pair-idle", labels={idle.SESSION_LABEL: "true"}, replicas=2).split(",")
+    half = scene.statefulset("pair-half", labels={idle.SESSION_LABEL: "true"}, replicas=2).split(",")
+    now = float(int(time.time()))
+    shape = {both[0]: zero, both[1]: zero, half[0]: zero, half[1]: busy}
+    backfill = history(
+        {(idle.GR_ENGINE_ACTIVE, pod): f for pod, f in shape.items()},
+        namespace=scene.namespace,
+        node=scene.node,
+        start=now - 3 * HOUR,
+        end=now,
+    )
+    prom = prometheus_factory(backfill=backfill)
+    api = ClusterApi(load_api_client(str(scene.kube.kubeconfig)))
+    config = ReaperConfig(
+        defaults=idle.IdleSettings(grace=GRACE), enforce=True, namespaces=(scene.namespace,)
+    )
+    with slack() as receiver:
+        notifier = SlackNotifier(receiver.url, timeout=2.0, backoff=0.1)
+        reaper = Reaper(api, PrometheusClient(prom.url), config, notify=notifier.send)
+        try:
+            reports = {r.subject.name: r for r in reaper.run_once(now)}
+            wait_until(lambda: receiver.bodies, message="the warning delivered")
+        finally:
+            notifier.close(drain=10)
+    assert [reports[p].decision.action for p in both] == [idle.Action.WARN] * 2
+    assert [reports[p].decision.action for p in half] == [idle.Action.KEEP] * 2  # one pod is busy
+    assert {reports[p].decision.reason for p in half} == {idle.Reason.BUSY}
+    owners = [
+        e.involved_object.name for e in scene.events("IdleGPU") if e.involved_object.kind == "StatefulSet"
+    ]
+    assert owners == ["pair-idle"]
+    assert len(receiver.bodies) == 1
+    assert "*GPUs*\\n2" in json.dumps(receiver.bodies[0])
+
+    reaper = Reaper(api, PrometheusClient(prom.url), config)
+    reaper.run_once(now + GRACE)
+    assert scene.get("statefulset", "pair-idle")["spec"]["replicas"] == 0
+    assert scene.get("statefulset", "pair-half")["spec"]["replicas"] == 2
+    labels = {"namespace": scene.namespace, "owner_kind": "StatefulSet"}
+    assert reaper.metrics.registry.get_sample_value("gpuplane_reaper_reclaimed_total", labels) == 1

@@ -340,6 +340,25 @@ def decide(usage: PodUsage, workload: Workload, settings: IdleSettings, now: flo
     )
 
 
+_RANK = {Action.KEEP: 0, Action.WARN: 1, Action.RECLAIM: 2}
+
+
+def combine(decisions: Sequence[Decision]) -> Decision:
+    """One owner's decision from those of its pods (a two-replica StatefulSet, a Job's pods): the
+    least drastic wins, so an owner is warned only when every pod is idle and reclaimed only when
+    every pod may be; among equals, the one idle for the shortest time speaks for all."""
+    if not decisions:
+        raise ValueError("an owner has at least one pod")
+    return min(
+        decisions,
+        key=lambda d: (
+            _RANK[d.action],
+            d.idle_seconds is not None,  # a pod without metrics speaks first
+            d.idle_seconds or 0.0,
+        ),
+    )
+
+
 def reclaim_delay(settings: IdleSettings) -> float:
     """Idle seconds after which an unwarned, unprotected session is reclaimed: window + grace."""
     return settings.window + settings.grace

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 IDLE_REASON = "IdleReclaimed"  # Workload eviction reason and Event reason of a reclaim
 
+PodDecision = tuple[Subject, idle.Decision, idle.StallEvidence | None]
+
 
 @dataclass
 class ReaperConfig:
@@ -55,8 +57,9 @@ class Report:
     """One pod's decision, as ``gpuplane reaper --output json`` prints it."""
 
     subject: Subject
-    decision: idle.Decision
+    decision: idle.Decision  # the owner's, combined over its pods
     stall: idle.StallEvidence | None = None
+    owner_gpus: int = 0  # GPUs of all the owner's pods: what a reclaim frees
 
     def as_json(self) -> dict[str, Any]:
         d = self.decision
@@ -104,7 +107,7 @@ class Reaper:
                 log.warning("%s/%s: ignoring reaper setting %s", subject.namespace, subject.name, problem)
         lookback = max([s.settings.window + s.settings.stale for s in subjects] + [self.config.stall.window])
         samples: Samples = self.prometheus.samples(now, lookback) if subjects else {}
-        reports = []
+        decided: dict[tuple[str, str, str], list[PodDecision]] = {}
         for subject in subjects:
             pod_usage = usage(samples, subject.namespace, subject.name, subject.gpus)
             decision = idle.decide(
@@ -113,18 +116,30 @@ class Reaper:
             stall = None
             if subject.klass is idle.WorkloadClass.BATCH:
                 stall = idle.data_stall(pod_usage, self.config.stall, now)
-            reports.append(Report(subject, decision, stall))
+            decided.setdefault(subject.owner_key, []).append((subject, decision, stall))
+        reports = []
+        for group in decided.values():
+            # Every pod of an owner reports the owner's decision: it is warned or reclaimed as one.
+            joint = idle.combine([decision for _, decision, _ in group])
+            gpus = sum(subject.gpus for subject, _, _ in group)
+            reports += [Report(subject, joint, stall, gpus) for subject, _, stall in group]
         return sorted(reports, key=lambda r: (r.subject.namespace, r.subject.name))
 
     def run_once(self, now: float) -> list[Report]:
         """Decide, then act on the decisions when enforcing; returns the reports."""
         reports = self.decide(now)
-        if self.config.enforce:
-            for report in reports:
-                try:
+        if not self.config.enforce:
+            return reports
+        acted: set[tuple[str, str, str]] = set()
+        for report in reports:
+            try:
+                if report.stall is not None:
+                    self._flag_stall(report.subject, report.stall, now)
+                if report.subject.owner_key not in acted:  # one owner, one warning or reclaim
+                    acted.add(report.subject.owner_key)
                     self._act(report, now)
-                except Exception:  # one pod's failed write must not stop the others
-                    log.exception("acting on %s/%s failed", report.subject.namespace, report.subject.name)
+            except Exception:  # one pod's failed write must not stop the others
+                log.exception("acting on %s/%s failed", report.subject.namespace, report.subject.name)
         return reports
 
     def run(
@@ -146,8 +161,6 @@ class Reaper:
 
     def _act(self, report: Report, now: float) -> None:
         subject, decision = report.subject, report.decision
-        if report.stall is not None:
-            self._flag_stall(subject, report.stall, now)
         if subject.reclaiming:
             return  # asked already; the owner's controller is stopping it
         if decision.action is idle.Action.KEEP:
@@ -160,11 +173,11 @@ class Reaper:
                 )
             return
         if decision.action is idle.Action.WARN:
-            self._warn(subject, decision, now)
+            self._warn(subject, decision, report.owner_gpus, now)
         else:
-            self._reclaim(subject, decision, now)
+            self._reclaim(subject, decision, report.owner_gpus, now)
 
-    def _notice(self, subject: Subject, decision: idle.Decision, reclaimed: bool) -> None:
+    def _notice(self, subject: Subject, decision: idle.Decision, reclaimed: bool, gpus: int) -> None:
         if self.notify is None:
             return
         self.notify(
@@ -173,7 +186,7 @@ class Reaper:
                 subject.name,
                 subject.owner.kind,
                 subject.owner.name,
-                subject.gpus,
+                gpus,
                 decision.idle_seconds or 0.0,
                 decision.reclaim_at or 0.0,
                 reclaimed,
@@ -185,7 +198,7 @@ class Reaper:
         if subject.holder is not subject.pod:
             self.api.event(subject.owner.obj, etype, reason, message, now)
 
-    def _warn(self, subject: Subject, decision: idle.Decision, now: float) -> None:
+    def _warn(self, subject: Subject, decision: idle.Decision, gpus: int, now: float) -> None:
         assert decision.reclaim_at is not None
         stamp = idle.format_time(decision.reclaim_at)
         if annotations_of(subject.holder).get(idle.RECLAIM_AT_ANNOTATION) == stamp:
@@ -195,9 +208,9 @@ class Reaper:
         )
         self._events(subject, "Warning", "IdleGPU", decision.message, now)
         self.metrics.warned.labels(subject.namespace, subject.owner.kind).inc()
-        self._notice(subject, decision, reclaimed=False)
+        self._notice(subject, decision, reclaimed=False, gpus=gpus)
 
-    def _reclaim(self, subject: Subject, decision: idle.Decision, now: float) -> None:
+    def _reclaim(self, subject: Subject, decision: idle.Decision, gpus: int, now: float) -> None:
         owner = subject.owner.obj
         clear: dict[str, str | None] = {idle.RECLAIM_AT_ANNOTATION: None}
         method = subject.method
@@ -225,10 +238,8 @@ class Reaper:
             grace = subject.pod.get("spec", {}).get("terminationGracePeriodSeconds")
             self.api.delete(subject.pod, grace)
         self._events(subject, "Normal", IDLE_REASON, decision.message, now)
-        self.metrics.record_reclaim(
-            subject.namespace, subject.owner.kind, subject.gpus, decision.idle_seconds or 0.0
-        )
-        self._notice(subject, decision, reclaimed=True)
+        self.metrics.record_reclaim(subject.namespace, subject.owner.kind, gpus, decision.idle_seconds or 0.0)
+        self._notice(subject, decision, reclaimed=True, gpus=gpus)
 
     def _evict_workload(self, workload: Mapping[str, Any], message: str, now: float) -> bool:
         """Kueue's way to stop an admitted workload from outside: condition Evicted=True. The queue

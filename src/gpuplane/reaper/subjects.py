@@ -81,6 +81,13 @@ class Subject:
         return False
 
     @property
+    def owner_key(self) -> tuple[str, str, str]:
+        """Pods with the same key are decided together (their owner is one thing to warn or reclaim)."""
+        if self.holder is self.pod:
+            return ("Pod", self.namespace, self.name)
+        return (self.owner.kind, self.namespace, self.owner.name)
+
+    @property
     def namespace(self) -> str:
         return str(meta(self.pod).get("namespace", ""))
 
