@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from gpuplane.insight import idle
 from gpuplane.insight.eta import Ahead, latest_start, predict_start
 from gpuplane.sim.metrics import GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
@@ -249,6 +250,9 @@ class Engine:
         self.workloads = workloads
         self.ledger = Ledger(workloads.horizon, gpus, bin_width)
         self.reaper_idle = reaper_idle
+        # The cluster reaper's policy with the scenario's threshold as its window; a simulated session
+        # is reclaimed as soon as it qualifies (no grace: no one reads the warning).
+        self.idle_settings = idle.IdleSettings(window=reaper_idle, grace=0.0)
         self.progress = progress
         self.runs: dict[int, JobRun] = {}
         self.running: dict[int, JobRun] = {}
@@ -394,6 +398,10 @@ class Engine:
 
     def reap(self, run: JobRun, now: float) -> None:
         job = run.job
+        usage = self._session_usage(run, now)
+        decision = idle.decide(usage, idle.Workload(idle.WorkloadClass.SESSION), self.idle_settings, now)
+        if decision.action is not idle.Action.RECLAIM:
+            return
         gap = job.idle_gap_after(run.progress, self.reaper_idle)
         self.close_run(run, now)
         run.done = True
@@ -407,6 +415,26 @@ class Engine:
             # Reaped in the idle tail: the session's work was done.
             run.stats.completed += 1
             run.stats.completion_times.append(now - self._origin(job).submit)
+
+    def _session_usage(self, run: JobRun, now: float) -> idle.PodUsage:
+        """What a DCGM exporter would have shown for the running session over the policy's window:
+        one device, fully active during the work model's active stretches, idle otherwise (the
+        startup included)."""
+        job, since = run.job, run.running_since
+        assert since is not None
+        compute_start = since + job.startup
+        window_start = max(since, now - self.idle_settings.window)
+        p_now = min(job.work, run.progress + max(0.0, now - compute_start))
+        p_from = max(run.progress, run.progress + (window_start - compute_start))
+        samples = [idle.Sample(window_start, 0.0)]
+        for a, b in job.active_spans(p_from, p_now):
+            samples += [
+                idle.Sample(compute_start + (a - run.progress), 1.0),
+                idle.Sample(compute_start + (b - run.progress), 1.0),
+            ]
+        samples.append(idle.Sample(now, 0.0))
+        device = idle.DeviceSamples("0", {idle.GR_ENGINE_ACTIVE: samples})
+        return idle.PodUsage("", job.name, 1, (device,))
 
     def resubmit(self, job: Job, at: float, progress: float) -> None:
         """The user comes back to a reaped session: a new submission that resumes it."""
@@ -491,7 +519,7 @@ class Engine:
         if job.deadline is None:
             self.push(now + job.startup + remaining, COMPLETE, job.id, run.gen)
         if self.model.reaper and job.is_session:
-            gap = job.idle_gap_after(run.progress, self.reaper_idle)
+            gap = job.idle_gap_after(run.progress, idle.reclaim_delay(self.idle_settings))
             if gap is not None:
                 self.push(now + job.startup + (gap[0] - run.progress), REAP, job.id, run.gen)
 
