@@ -9,10 +9,10 @@ from __future__ import annotations
 import typer
 
 from gpuplane import __version__
-from gpuplane.cli import controller, doctor, schedule, simulate
+from gpuplane.cli import controller, doctor, schedule, simulate, web
 
 # Modules whose ``register(app)`` adds their commands, in the order they appear in --help.
-_COMMAND_MODULES = (schedule, simulate, controller, doctor)
+_COMMAND_MODULES = (schedule, simulate, controller, doctor, web)
 
 
 def build_app() -> typer.Typer:

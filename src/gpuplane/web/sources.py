@@ -1,0 +1,235 @@
+"""Where the console's snapshot comes from, and how a change reaches every open page.
+
+Two sources publish into one :class:`SnapshotHub`:
+
+* :class:`FileSource` loads state files (the same loader as ``gpuplane schedule``) and
+  reloads them when a file changes on disk;
+* :class:`KubeSource` keeps informers (list, then watch) on every kind the scheduler reads,
+  plus Events, in the controller's cache, and rebuilds the snapshot after each burst of
+  changes.
+
+Pages read the hub's current snapshot; the server-sent-event stream tells open pages when
+its version moves. No browser request ever reaches the API server: one set of watches
+serves every viewer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuplane.core.config import config_from_kueue
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s.api import KubeApi
+from gpuplane.k8s.controller import STATE_RESOURCES
+from gpuplane.k8s.informer import Cache, Informer
+from gpuplane.model.errors import InputError
+from gpuplane.model.fields import lenient_timestamp
+from gpuplane.model.loader import load_files, state_from_objects
+from gpuplane.model.objects import ClusterState
+from gpuplane.web.snapshot import ConsoleSnapshot, EventRecord, build_snapshot, latest_time
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotHub:
+    """The latest snapshot, replaced whole; readers never see a half-built one."""
+
+    def __init__(self) -> None:
+        self._snapshot: ConsoleSnapshot | None = None
+        self._changed = threading.Condition()
+
+    def publish(self, snapshot: ConsoleSnapshot) -> None:
+        with self._changed:
+            self._snapshot = snapshot
+            self._changed.notify_all()
+
+    def current(self) -> ConsoleSnapshot | None:
+        return self._snapshot
+
+    @property
+    def version(self) -> int:
+        snap = self._snapshot
+        return 0 if snap is None else snap.version
+
+    def wait_newer(self, version: int, timeout: float) -> int:
+        """Block until the version differs from ``version`` or ``timeout`` passes; return it."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.version != version, timeout=timeout)
+            return self.version
+
+
+def snapshot_of_state(
+    state: ClusterState, now: float, version: int, source: str, events: Sequence[EventRecord] = ()
+) -> ConsoleSnapshot:
+    return build_snapshot(
+        state, config_from_kueue(state.configuration), now, version=version, events=events, source=source
+    )
+
+
+class FileSource:
+    """State files, reloaded when their modification time changes.
+
+    ``now`` is the latest time in the files unless ``now`` is given, as for ``gpuplane
+    schedule``, so what the console shows equals that command's output for the same files.
+    """
+
+    def __init__(self, paths: Sequence[Path], hub: SnapshotHub, *, now: float | None = None) -> None:
+        self.paths = list(paths)
+        self.hub = hub
+        self.now = now
+        self._stamps: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _mtimes(self) -> list[float]:
+        return [p.stat().st_mtime if p.exists() else -1.0 for p in self.paths]
+
+    def load(self) -> ConsoleSnapshot:
+        """Load and publish; raises :class:`InputError` on bad input."""
+        stamps = self._mtimes()
+        state = load_files([str(p) for p in self.paths]) if self.paths else ClusterState()
+        now = latest_time(state) if self.now is None else self.now
+        snap = snapshot_of_state(state, now, self.hub.version + 1, ", ".join(p.name for p in self.paths))
+        self._stamps = stamps
+        self.hub.publish(snap)
+        return snap
+
+    def reload_if_changed(self) -> bool:
+        """Reload when a file changed; keeps the last good snapshot when the new input is bad."""
+        if self._mtimes() == self._stamps:
+            return False
+        try:
+            self.load()
+        except (InputError, OSError) as err:
+            log.warning("keeping the last good state: %s", err)
+            self._stamps = self._mtimes()
+            return False
+        return True
+
+    def start(self, interval: float = 1.0) -> None:
+        def run() -> None:
+            while not self._stop.wait(interval):
+                self.reload_if_changed()
+
+        self._thread = threading.Thread(target=run, name="console-files", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def event_record(obj: dict[str, Any]) -> EventRecord | None:
+    """An Event object as the console keeps it, or ``None`` for one about another kind."""
+    involved = obj.get("involvedObject") or obj.get("regarding") or {}
+    kind = str(involved.get("kind", ""))
+    if kind not in ("Workload", "Pod", "Job"):
+        return None
+    meta = obj.get("metadata", {})
+    when = (
+        lenient_timestamp(obj.get("lastTimestamp"))
+        or lenient_timestamp(obj.get("eventTime"))
+        or lenient_timestamp(obj.get("firstTimestamp"))
+        or lenient_timestamp(meta.get("creationTimestamp"))
+        or 0.0
+    )
+    return EventRecord(
+        namespace=str(involved.get("namespace") or meta.get("namespace") or ""),
+        involved_kind=kind,
+        involved_name=str(involved.get("name", "")),
+        type=str(obj.get("type", "")),
+        reason=str(obj.get("reason", "")),
+        message=str(obj.get("message") or obj.get("note") or ""),
+        time=when,
+        count=int(obj.get("count") or 1),
+    )
+
+
+def cluster_objects(cache: Cache) -> list[dict[str, Any]]:
+    """The objects the scheduler reads, from the informer cache, with kind and apiVersion set."""
+    objects: list[dict[str, Any]] = []
+    for res in STATE_RESOURCES:
+        for obj in cache.items(res.kind):
+            if res.kind == "Pod" and not (
+                obj.get("spec", {}).get("nodeName")
+                and obj.get("status", {}).get("phase") in (None, "Pending", "Running")
+            ):
+                continue
+            objects.append({**obj, "kind": res.kind, "apiVersion": obj.get("apiVersion") or res.api_version})
+    return objects
+
+
+class KubeSource:
+    """Informers on the cluster; a rebuild after every burst of changes (``settle`` seconds)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        hub: SnapshotHub,
+        *,
+        settle: float = 0.2,
+        clock: Callable[[], float] = time.time,
+        watch_timeout: int = 30,
+    ) -> None:
+        self.api = api
+        self.hub = hub
+        self.settle = settle
+        self.clock = clock
+        self.cache = Cache()
+        self.informers = [
+            Informer(api, res, self.cache, watch_timeout=watch_timeout)
+            for res in (*STATE_RESOURCES, k8s.EVENTS)
+        ]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def namespaces(self) -> list[str]:
+        return [str(ns["metadata"]["name"]) for ns in self.cache.items("Namespace")]
+
+    def rebuild(self) -> ConsoleSnapshot | None:
+        skipped: list[InputError] = []
+        try:
+            state = state_from_objects(cluster_objects(self.cache), skipped=skipped)
+        except InputError as err:
+            log.warning("cluster state rejected: %s", err)
+            return None
+        for problem in skipped:
+            log.warning("ignoring invalid object: %s", problem)
+        events = [e for e in map(event_record, self.cache.items("Event")) if e is not None]
+        snap = snapshot_of_state(state, self.clock(), self.hub.version + 1, "cluster", events)
+        self.hub.publish(snap)
+        return snap
+
+    def start(self, wait: float = 30.0) -> None:
+        """Start the informers, wait until each has listed once, publish, then follow changes."""
+        for informer in self.informers:
+            informer.start()
+        deadline = time.monotonic() + wait
+        for informer in self.informers:
+            informer.synced.wait(max(0.0, deadline - time.monotonic()))
+        self.cache.changed.clear()
+        self.rebuild()
+
+        def run() -> None:
+            while not self._stop.is_set():
+                if not self.cache.changed.wait(1.0):
+                    continue
+                # Let a burst of watch events land before one rebuild.
+                self._stop.wait(self.settle)
+                self.cache.changed.clear()
+                try:
+                    self.rebuild()
+                except Exception:  # a bug in one rebuild must not end live updates
+                    log.exception("console snapshot rebuild failed")
+
+        self._thread = threading.Thread(target=run, name="console-rebuild", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for informer in self.informers:
+            informer.stop()
