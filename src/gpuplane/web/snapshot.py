@@ -91,6 +91,7 @@ class DeviceCell:
     free: str  # "" when nothing is free
     free_milli: int
     stranded: bool  # free capacity that no pending pod fits
+    slices: tuple[tuple[str, int, str | None], ...] = ()  # MIG: (instance, slots of 8, holder)
 
     @property
     def state(self) -> str:
@@ -345,6 +346,7 @@ def _node_cell(
     cells = []
     for d in node.devices:
         holders: list[Holder] = []
+        slices: tuple[tuple[str, int, str | None], ...] = ()
         if d.sharing == "exclusive":
             if d.whole_by is not None:
                 holders.append(Holder(d.whole_by, "whole", planned=_planned(d.whole_by, admitted)))
@@ -360,6 +362,10 @@ def _node_cell(
                     free_slots.append(s)
             free_milli = MILLI * sum(s.instance.profile.compute for s in free_slots) // 7
             free = ", ".join(str(s.instance) for s in free_slots)
+            slices = tuple(
+                (str(s.instance), s.instance.profile.size, s.used_by)
+                for s in sorted(d.mig, key=lambda s: s.instance.start)
+            )
         else:
             holders += fractions.get(d.index, [])
             left = d.replicas - d.slots_used
@@ -378,6 +384,7 @@ def _node_cell(
                 free=free,
                 free_milli=free_milli,
                 stranded=bool(free_milli) and not any_fits,
+                slices=slices,
             )
         )
     return NodeCell(
