@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from manifests import workload
-from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
-from web_scenario import _at, scenario_yaml
 
 from gpuplane.web.app import create_app
 from gpuplane.web.auth import TokenFileAuthenticator
 from gpuplane.web.sources import FileSource, SnapshotHub
+from manifests import workload
+from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
+from web_scenario import _at, scenario_yaml
 
 TOKEN = "alice-token-0123456789"
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def browser(console: dict[str, Any]) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     require_browser()
     with chromium() as driver:
         yield driver
@@ -112,9 +112,7 @@ def test_sign_in_and_every_page_renders(console: dict[str, Any], browser: Any, s
         screenshot(browser, shots, f"file-{name}")
 
 
-def test_numbers_on_the_pages_equal_the_schedule_command(
-    console: dict[str, Any], browser: Any
-) -> None:
+def test_numbers_on_the_pages_equal_the_schedule_command(console: dict[str, Any], browser: Any) -> None:
     from selenium.webdriver.common.by import By  # noqa: PLC0415
 
     plan = cli_plan(console["state"])

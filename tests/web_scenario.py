@@ -55,8 +55,9 @@ def scenario() -> list[Manifest]:
         .flavor("h100", cpu="200", gpu=12)
         .set("spec.resourceGroups[0].flavors[0].resources[1].lendingLimit", 8),
         cluster_queue("team-b").cohort("research").flavor("h100", cpu="200", gpu=4),
-        cluster_queue("inference")
-        .flavor("a100-mig", **{"cpu": "64", "nvidia.com/mig-1g.10gb": 7, "nvidia.com/mig-3g.40gb": 2}),
+        cluster_queue("inference").flavor(
+            "a100-mig", **{"cpu": "64", "nvidia.com/mig-1g.10gb": 7, "nvidia.com/mig-3g.40gb": 2}
+        ),
         local_queue("train", "team-a", "team-a"),
         local_queue("train", "team-b", "team-b"),
         local_queue("dev", "team-b", "team-b"),
@@ -72,14 +73,20 @@ def scenario() -> list[Manifest]:
         .label(BLOCK, "b1")
         .label("nvidia.com/gpu.product", "A100-SXM4-80GB")
         .label("nvidia.com/gpu.memory", "81920")
-        .annotate(MIG_LAYOUT, "0=1g.10gb@0,1g.10gb@1,1g.10gb@2,1g.10gb@3,1g.10gb@4,1g.10gb@5,1g.10gb@6;1=3g.40gb@0,3g.40gb@4")
+        .annotate(MIG_LAYOUT, "0=" + ",".join(f"1g.10gb@{i}" for i in range(7)) + ";1=3g.40gb@0,3g.40gb@4")
     )
     objs += [
         # team-a: a 2 x 4-GPU gang within one rack, and a fractional notebook trio.
-        workload("pretrain", "team-a").queue("train").created(_at(0))
-        .podset("workers", 2, cpu="8", gpu=4).topology(required=RACK),
-        workload("notebooks", "team-a").queue("train").created(_at(2))
-        .podset("main", 3, cpu="1").pod_annotation("gpuplane.dev/gpu-fraction", "0.5"),
+        workload("pretrain", "team-a")
+        .queue("train")
+        .created(_at(0))
+        .podset("workers", 2, cpu="8", gpu=4)
+        .topology(required=RACK),
+        workload("notebooks", "team-a")
+        .queue("train")
+        .created(_at(2))
+        .podset("main", 3, cpu="1")
+        .pod_annotation("gpuplane.dev/gpu-fraction", "0.5"),
         # team-b borrows: 6 GPUs on a 4-GPU quota.
         workload("finetune", "team-b").queue("train").created(_at(3)).podset("main", 1, cpu="4", gpu=6),
         # Then more than anyone can get: these wait, with different reasons.
@@ -89,9 +96,13 @@ def scenario() -> list[Manifest]:
         workload("huge", "team-a").queue("train").created(_at(5)).podset("main", 4, cpu="8", gpu=8),
         workload("secret-job", "secret").queue("hidden").created(_at(20)).podset("main", 1, cpu="1", gpu=2),
         # inference: MIG slices.
-        workload("llm-small", "serving").queue("online").created(_at(1))
+        workload("llm-small", "serving")
+        .queue("online")
+        .created(_at(1))
         .podset("main", 3, **{"cpu": "2", "nvidia.com/mig-1g.10gb": 1}),
-        workload("llm-big", "serving").queue("online").created(_at(4))
+        workload("llm-big", "serving")
+        .queue("online")
+        .created(_at(4))
         .podset("main", 3, **{"cpu": "4", "nvidia.com/mig-3g.40gb": 1}),
     ]
     return objs
