@@ -13,19 +13,31 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 step() { printf '\n==> %s\n' "$*"; }
 
 # --- System packages ------------------------------------------------------------------------------
-# Later work adds the real components the tests start here (apt-get install of kubectl, prometheus,
-# chromium, chromium-driver). Keep this the only place that installs system packages.
+# The real components the tests start: kubectl; etcd for the real control plane (scripts/kube-up.sh,
+# with the Kubernetes binaries from ../shared/k8s, unpacked by xz); openssl for its certificates;
+# Prometheus (and promtool) for the metrics tests; Chromium and its driver for the web console tests.
+# Keep this the only place that installs system packages.
 if ! command -v python3 >/dev/null || ! python3 -m pip --version >/dev/null 2>&1; then
     step "apt-get install python3 python3-pip"
     apt-get update -qq
     apt-get install -y -qq python3 python3-pip
 fi
 
-# kubectl: the API-server double's tests run the real binary against it.
-if ! command -v kubectl >/dev/null; then
-    step "apt-get install kubectl"
-    apt-get update -qq && apt-get install -y -qq kubectl
+declare -A wanted=(
+    [kubectl]=kubectl [etcd]=etcd-server [openssl]=openssl [xz]=xz-utils
+    [prometheus]=prometheus [promtool]=prometheus [chromium]=chromium [chromedriver]=chromium-driver
+)
+missing=()
+for binary in "${!wanted[@]}"; do
+    command -v "${binary}" >/dev/null || missing+=("${wanted[${binary}]}")
+done
+if (( ${#missing[@]} )); then
+    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+    step "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+# Debian's packages start no services here; the tests start their own on loopback.
 
 # --- Python packages ------------------------------------------------------------------------------
 step "pip install -e .[dev]"
