@@ -108,13 +108,16 @@ def overview(snap: ConsoleSnapshot, viewer: Viewer, history: GpuHistory | None) 
     waits = [r.waiting_seconds for r in rows]
     teams: dict[str, dict[str, float]] = {}
     gpu_names = ("nvidia.com/gpu", "amd.com/gpu")
+    # A viewer limited to some namespaces sees the teams their LocalQueues feed, not every team.
+    feeds = {lq.cluster_queue for lq in snap.state.local_queues.values() if viewer.sees(lq.namespace)}
     for name, cq in snap.state.cluster_queues.items():
-        teams[name] = {
-            "nominal": _nominal_gpus(cq, gpu_names),
-            "allocated": 0.0,
-            "pending": 0.0,
-            "waiting": 0,
-        }
+        if viewer.namespaces is None or name in feeds:
+            teams[name] = {
+                "nominal": _nominal_gpus(cq, gpu_names),
+                "allocated": 0.0,
+                "pending": 0.0,
+                "waiting": 0,
+            }
     holders: list[tuple[str, str, float]] = []
     for wl in snap.state.workloads:
         if not viewer.sees(wl.namespace):

@@ -22,37 +22,46 @@
     var badge = document.getElementById("live");
     if (!main || !badge || !window.EventSource) { return; }
     var shown = document.body.getAttribute("data-version");
+    var latest = shown;
     var busy = false;
-    var source = new EventSource("/events");
-    source.addEventListener("open", function () { badge.classList.add("on"); });
-    source.addEventListener("error", function () { badge.classList.remove("on"); });
-    source.addEventListener("snapshot", function (event) {
-      badge.classList.add("on");
-      if (event.data === shown || busy) { return; }
+
+    function refresh() {
+      if (busy || latest === shown) { return; }
       busy = true;
       fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
         .then(function (response) { return response.ok ? response.text() : null; })
         .then(function (html) {
-          if (html === null) { return; }
+          if (html === null) { shown = latest; return; }  // refused: wait for the next version
           var page = new DOMParser().parseFromString(html, "text/html");
           var fresh = page.getElementById("main");
-          if (!fresh) { return; }
+          if (!fresh) { shown = latest; return; }
           var closed = [];
           main.querySelectorAll("details:not([open])").forEach(function (d) {
             closed.push(d.getAttribute("data-name"));
           });
           main.replaceChildren.apply(main, Array.prototype.slice.call(fresh.childNodes));
-          closed.forEach(function (name) {
-            main.querySelectorAll("details").forEach(function (d) {
-              if (d.getAttribute("data-name") === name) { d.removeAttribute("open"); }
-            });
+          main.querySelectorAll("details").forEach(function (d) {
+            if (closed.indexOf(d.getAttribute("data-name")) >= 0) { d.removeAttribute("open"); }
           });
           shown = page.body.getAttribute("data-version");
           document.body.setAttribute("data-version", shown);
           var version = document.getElementById("version");
           if (version) { version.textContent = shown; }
         })
-        .finally(function () { busy = false; });
+        .catch(function () { shown = latest; })
+        .finally(function () {
+          busy = false;
+          refresh();  // a version that arrived meanwhile
+        });
+    }
+
+    var source = new EventSource("/events");
+    source.addEventListener("open", function () { badge.classList.add("on"); });
+    source.addEventListener("error", function () { badge.classList.remove("on"); });
+    source.addEventListener("snapshot", function (event) {
+      badge.classList.add("on");
+      latest = event.data;
+      refresh();
     });
   }
 
