@@ -433,7 +433,12 @@ def test_overview_draws_gpu_history_and_idle_holders_from_prometheus(
         with serve(create_app(cluster["hub"], auth, history=history)) as url:
             sign_in(browser, url, cluster["kube"].token("alice"))
             browser.get(url + "/")
-            assert browser.find_elements(By.CSS_SELECTOR, "svg.tchart polyline")
+            charts = browser.find_elements(By.CSS_SELECTOR, "svg.tchart")
+            assert len(charts) == 2  # cluster-wide, and per namespace
+            assert len(charts[0].find_elements(By.TAG_NAME, "polyline")) == 3  # installed, allocated, busy
+            legend = charts[1].text
+            assert f"{a} allocated" in legend
+            assert b not in legend  # only alice's namespaces
             idle = [
                 [c.text for c in r.find_elements(By.TAG_NAME, "td")]
                 for r in browser.find_elements(By.CSS_SELECTOR, "[data-test=idle] tbody tr")

@@ -97,9 +97,10 @@ def time_chart(series: Sequence[Series], y_label: str) -> Markup:
     def y(v: float) -> float:
         return (height - bottom) - (height - bottom - 8) * v / top
 
+    legend = 16 * (-(-len(series) // 3)) + 6
     parts = [
-        f'<svg class="tchart" viewBox="0 0 {_num(width)} {_num(height + 22)}" width="{_num(width)}" '
-        f'height="{_num(height + 22)}" role="img">',
+        f'<svg class="tchart" viewBox="0 0 {_num(width)} {_num(height + legend)}" width="{_num(width)}" '
+        f'height="{_num(height + legend)}" role="img">',
         f'<line class="axis" x1="{_num(left)}" y1="{_num(height - bottom)}" x2="{_num(width - 8)}" '
         f'y2="{_num(height - bottom)}"/>',
         f'<line class="axis" x1="{_num(left)}" y1="8" x2="{_num(left)}" y2="{_num(height - bottom)}"/>',
@@ -109,13 +110,15 @@ def time_chart(series: Sequence[Series], y_label: str) -> Markup:
         f'<text x="{_num(width - 8)}" y="{_num(height - 6)}" text-anchor="end">now</text>',
         f'<text x="{_num(left + 6)}" y="20" class="muted">{escape(y_label)}</text>',
     ]
+    per_row = 3
     for i, s in enumerate(series):
         coords = " ".join(f"{_num(x(t))},{_num(y(v))}" for t, v in s.points)
         parts.append(f'<polyline class="line series-{i % 6}" points="{coords}"/>')
-        lx = left + 150 * i
+        lx = left + 200 * (i % per_row)
+        ly = height + 6 + 16 * (i // per_row)
         parts.append(
-            f'<rect class="series-{i % 6}" x="{_num(lx)}" y="{_num(height + 6)}" width="10" height="10"/>'
-            f'<text x="{_num(lx + 14)}" y="{_num(height + 15)}">{escape(s.name)}</text>'
+            f'<rect class="series-{i % 6}" x="{_num(lx)}" y="{_num(ly)}" width="10" height="10"/>'
+            f'<text x="{_num(lx + 14)}" y="{_num(ly + 9)}">{escape(s.name)}</text>'
         )
     parts.append("</svg>")
     return Markup("".join(parts))

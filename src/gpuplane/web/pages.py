@@ -147,12 +147,19 @@ def overview(snap: ConsoleSnapshot, viewer: Viewer, history: GpuHistory | None) 
         "top_holders": holders[:10],
         "history": None,
         "history_chart": None,
+        "team_history_chart": None,
         "idle_holders": [],
         "namespaces_busy": [],
     }
     if history is not None:
         context["history"] = history
         context["history_chart"] = charts.time_chart(history.series, "GPUs")
+        shown = [(ns, alloc, busy) for ns, alloc, busy in history.by_namespace if viewer.sees(ns)]
+        context["team_history_chart"] = (
+            charts.time_chart([s for _, alloc, busy in shown for s in (alloc, busy)], "GPUs per namespace")
+            if shown
+            else None
+        )
         context["idle_holders"] = [h for h in history.idle_holders if viewer.sees(h.namespace)][:10]
         context["namespaces_busy"] = sorted(
             (ns, history.allocated_by_namespace.get(ns, 0.0), history.busy_by_namespace.get(ns, 0.0))

@@ -63,6 +63,8 @@ class GpuHistory:
     """What the overview draws from Prometheus, at one moment."""
 
     series: tuple[Series, ...]
+    # Per namespace over time: (namespace, allocated series, busy series).
+    by_namespace: tuple[tuple[str, Series, Series], ...] = ()
     allocated_by_namespace: dict[str, float] = field(default_factory=dict)
     busy_by_namespace: dict[str, float] = field(default_factory=dict)
     idle_holders: tuple[IdleHolder, ...] = ()
@@ -101,10 +103,6 @@ class PrometheusClient:
         return result
 
 
-def _scalar(result: list[dict[str, Any]]) -> float:
-    return float(result[0]["value"][1]) if result else 0.0
-
-
 def _by(result: list[dict[str, Any]], label: str) -> dict[str, float]:
     return {str(r["metric"].get(label, "")): float(r["value"][1]) for r in result}
 
@@ -118,6 +116,15 @@ def gpu_history(client: PrometheusClient, now: float, window_seconds: float = 6 
         result = client.query_range(expr, start, now, step)
         points = tuple((float(t), float(v)) for t, v in (result[0]["values"] if result else []))
         series.append(Series(name, points))
+    per_namespace: dict[str, dict[str, tuple[tuple[float, float], ...]]] = {}
+    for name, expr in (("allocated", ALLOCATED_BY_NAMESPACE), ("busy", BUSY_BY_NAMESPACE)):
+        for r in client.query_range(expr, start, now, step):
+            points = tuple((float(t), float(v)) for t, v in r["values"])
+            per_namespace.setdefault(str(r["metric"].get("namespace", "")), {})[name] = points
+    by_namespace = tuple(
+        (ns, Series(f"{ns} allocated", got.get("allocated", ())), Series(f"{ns} busy", got.get("busy", ())))
+        for ns, got in sorted(per_namespace.items())
+    )
     window = f"{round(window_seconds / 60)}m"
     idle = client.query(idle_holders_query(window), now)
     allocated_pods = {
@@ -140,6 +147,7 @@ def gpu_history(client: PrometheusClient, now: float, window_seconds: float = 6 
     )
     return GpuHistory(
         series=tuple(series),
+        by_namespace=by_namespace,
         allocated_by_namespace=_by(client.query(ALLOCATED_BY_NAMESPACE, now), "namespace"),
         busy_by_namespace=_by(client.query(BUSY_BY_NAMESPACE, now), "namespace"),
         idle_holders=tuple(h for h in holders if h.gpus > 0),
