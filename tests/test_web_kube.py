@@ -43,21 +43,22 @@ CRDS = Path(__file__).resolve().parent.parent / "deploy" / "crds"
 KUEUE_KINDS = ("clusterqueues", "localqueues", "resourceflavors", "cohorts", "workloads")
 
 
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "web.md"
+
+
+def docs_rbac() -> list[dict[str, Any]]:
+    """The read-only role and binding that docs/web.md shows (so the docs' example is tested)."""
+    text = DOCS.read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return list(yaml.safe_load_all(block))
+
+
 def rbac(prefix: str, ns: dict[str, str]) -> str:
-    reader = f"{prefix}workload-reader"
+    role, binding = docs_rbac()
+    assert (role["kind"], binding["kind"]) == ("ClusterRole", "RoleBinding")
+    role["metadata"]["name"] = reader = f"{prefix}{role['metadata']['name']}"
     docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": reader},
-            "rules": [
-                {
-                    "apiGroups": ["kueue.x-k8s.io"],
-                    "resources": ["workloads", "localqueues"],
-                    "verbs": ["get", "list", "watch"],
-                }
-            ],
-        },
+        role,
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
@@ -77,15 +78,11 @@ def rbac(prefix: str, ns: dict[str, str]) -> str:
         },
     ]
     for group, namespace in (("team-a", ns["team-a"]), ("team-a", ns["serving"]), ("team-b", ns["team-b"])):
-        docs.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": f"{group}-reads-workloads", "namespace": namespace},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
-                "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
-            }
-        )
+        copy = json.loads(json.dumps(binding))
+        copy["metadata"] = {"name": f"{group}-reads-workloads", "namespace": namespace}
+        copy["roleRef"]["name"] = reader
+        copy["subjects"][0]["name"] = group
+        docs.append(copy)
     return yaml.safe_dump_all(docs)
 
 

@@ -164,7 +164,8 @@ def cluster_objects(cache: Cache) -> list[dict[str, Any]]:
 
 
 class KubeSource:
-    """Informers on the cluster; a rebuild after every burst of changes (``settle`` seconds)."""
+    """Informers on the cluster; a rebuild after every burst of changes (``settle`` seconds of quiet),
+    at most one per ``min_interval`` seconds, since a rebuild of a large cluster takes a while."""
 
     def __init__(
         self,
@@ -172,12 +173,14 @@ class KubeSource:
         hub: SnapshotHub,
         *,
         settle: float = 0.2,
+        min_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
         watch_timeout: int = 30,
     ) -> None:
         self.api = api
         self.hub = hub
         self.settle = settle
+        self.min_interval = min_interval
         self.clock = clock
         self.cache = Cache()
         self.informers = [
@@ -215,12 +218,14 @@ class KubeSource:
         self.rebuild()
 
         def run() -> None:
+            last = time.monotonic()
             while not self._stop.is_set():
                 if not self.cache.changed.wait(1.0):
                     continue
                 # Let a burst of watch events land before one rebuild.
-                self._stop.wait(self.settle)
+                self._stop.wait(max(self.settle, self.min_interval - (time.monotonic() - last)))
                 self.cache.changed.clear()
+                last = time.monotonic()
                 try:
                     self.rebuild()
                 except Exception:  # a bug in one rebuild must not end live updates
