@@ -37,12 +37,19 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     state.write_text(scenario_yaml())
     tokens = folder / "tokens.csv"
     tokens.write_text(f'{TOKEN},alice,1,"team-a"\n')
+    report = folder / "report"
+    subprocess.run(
+        [sys.executable, "-m", "gpuplane", "simulate", "--days", "0.25", "--report", str(report)],
+        capture_output=True,
+        check=True,
+        timeout=110,
+    )
     hub = SnapshotHub()
     source = FileSource([state], hub)
     source.load()
-    app = create_app(hub, TokenFileAuthenticator(tokens), heartbeat=1.0)
+    app = create_app(hub, TokenFileAuthenticator(tokens), reports=[report], heartbeat=1.0)
     with serve(app) as url:
-        yield {"url": url, "state": state, "source": source}
+        yield {"url": url, "state": state, "source": source, "report": report}
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +173,30 @@ def test_numbers_on_the_pages_equal_the_schedule_command(console: dict[str, Any]
     ]
     want = [(w["node"], ", ".join(w["devices"])) for w in admitted[key]["podSets"][0]["placement"]]
     assert placed == want
+
+
+def test_a_simulation_report_is_browsable(console: dict[str, Any], browser: Any, shots: Path) -> None:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    summary = json.loads((console["report"] / "summary.json").read_text())
+    browser.get(console["url"] + "/reports")
+    images = browser.find_elements(By.CSS_SELECTOR, "[data-test=report] img")
+    assert len(images) == 4
+    assert all(browser.execute_script("return arguments[0].naturalWidth", img) > 0 for img in images)
+    for name, config in summary["configurations"].items():
+        table = browser.find_element(By.CSS_SELECTOR, f'[data-test="teams-{name}"]')
+        shown = {
+            r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td")[1].text
+            for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        }
+        want = {team: str(t["allocatedGpuHours"]) for team, t in config["teams"].items()}
+        assert shown == want, name
+        bill = [
+            float(r.find_elements(By.TAG_NAME, "td")[7].text.rstrip(" %"))
+            for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        ]
+        assert abs(sum(bill) - 100) < 0.5, name  # the shares of the bill add up
+    screenshot(browser, shots, "file-reports")
 
 
 def test_a_changed_state_file_reaches_the_open_page_without_a_reload(

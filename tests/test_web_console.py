@@ -106,6 +106,9 @@ def test_no_token_or_a_wrong_one_is_401(client: TestClient, path: str) -> None:
     browser = get(client, path, None, accept="text/html")
     assert browser.status_code == 401
     assert 'id="login"' in browser.text  # a browser gets the sign-in form
+    assert 'data-test="refused"' not in browser.text
+    wrong = get(client, path, "not-a-token", accept="text/html")
+    assert 'data-test="refused"' in wrong.text  # and is told when its token was refused
 
 
 def test_the_cookie_carries_the_token_too(client: TestClient) -> None:

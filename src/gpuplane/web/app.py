@@ -112,6 +112,7 @@ def create_app(
     history: HistoryCache | None = None,
     reports: Sequence[Path] = (),
     heartbeat: float = 15.0,
+    poll: float = 0.5,
 ) -> Starlette:
     """The console as an ASGI app over ``hub``'s snapshots."""
     env = _environment()
@@ -190,21 +191,23 @@ def create_app(
         await run_in_threadpool(viewer_of, request)
 
         async def stream() -> AsyncIterator[str]:
+            # Each open page costs one coroutine that reads an integer twice a second: no thread,
+            # no API call, however many pages are open.
             seen = hub.version
             yield f"retry: 2000\nevent: snapshot\ndata: {seen}\n\n"
             idle = 0.0
             while not await request.is_disconnected():
-                version = await run_in_threadpool(hub.wait_newer, seen, 0.5)
+                await asyncio.sleep(poll)
+                version = hub.version
                 if version != seen:
                     seen = version
                     idle = 0.0
                     yield f"event: snapshot\ndata: {version}\n\n"
                     continue
-                idle += 0.5
+                idle += poll
                 if idle >= heartbeat:
                     idle = 0.0
                     yield ": keep-alive\n\n"
-                await asyncio.sleep(0)
 
         return StreamingResponse(
             stream(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}
@@ -221,7 +224,10 @@ def create_app(
         if exc.status_code == 401:
             wants_html = "text/html" in request.headers.get("accept", "")
             if wants_html:
-                response: Response = render("login.html", request, status=401, snap=None, viewer=None)
+                presented = bearer_token(request.headers.get("authorization"), request.cookies.get(COOKIE))
+                response: Response = render(
+                    "login.html", request, status=401, snap=None, viewer=None, refused=presented is not None
+                )
             else:
                 response = PlainTextResponse(f"{exc.detail}\n", status_code=401)
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpuplane"'

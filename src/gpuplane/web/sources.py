@@ -37,16 +37,17 @@ log = logging.getLogger(__name__)
 
 
 class SnapshotHub:
-    """The latest snapshot, replaced whole; readers never see a half-built one."""
+    """The latest snapshot, replaced whole; readers never see a half-built one.
+
+    Publishing is one reference assignment, so readers need no lock; the event stream notices a
+    new ``version`` on its next look.
+    """
 
     def __init__(self) -> None:
         self._snapshot: ConsoleSnapshot | None = None
-        self._changed = threading.Condition()
 
     def publish(self, snapshot: ConsoleSnapshot) -> None:
-        with self._changed:
-            self._snapshot = snapshot
-            self._changed.notify_all()
+        self._snapshot = snapshot
 
     def current(self) -> ConsoleSnapshot | None:
         return self._snapshot
@@ -55,12 +56,6 @@ class SnapshotHub:
     def version(self) -> int:
         snap = self._snapshot
         return 0 if snap is None else snap.version
-
-    def wait_newer(self, version: int, timeout: float) -> int:
-        """Block until the version differs from ``version`` or ``timeout`` passes; return it."""
-        with self._changed:
-            self._changed.wait_for(lambda: self.version != version, timeout=timeout)
-            return self.version
 
 
 def snapshot_of_state(
