@@ -17,12 +17,13 @@ their compute slices out of 7 (the core's ``PodNeeds.gpu_milli``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.inventory import MILLI, NodeState, PodNeeds, pod_needs
 from gpuplane.core.plan import AdmissionDecision, Plan
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model.objects import ClusterState, Workload
 
 # Label keys that group nodes on the node map when no Topology object names its levels.
@@ -127,7 +128,7 @@ class ConsoleSnapshot:
     state: ClusterState
     plan: Plan
     now: float
-    version: int
+    version: int  # set by the hub when published: 1, 2, 3, ...
     workload_gpus: Mapping[str, float]
     held_gpus: Mapping[str, float]  # admitted workloads (before or by this plan): GPUs held
     queue_usage: Mapping[str, Mapping[tuple[str, str], int]]  # ClusterQueue -> (flavor, resource) -> used
@@ -138,6 +139,10 @@ class ConsoleSnapshot:
     topology_levels: tuple[str, ...]
     events: Mapping[str, tuple[EventRecord, ...]] = field(default_factory=dict)  # by "ns/name"
     source: str = ""
+    # `gpuplane why` for every pending workload (blockers, fix, ETA); None until computed, which
+    # takes longer than the plan on a large cluster and so may arrive in a later version.
+    explanations: Mapping[str, Explanation] | None = None
+    config: SchedulerConfig | None = None
 
     @property
     def installed_gpus(self) -> int:
@@ -210,7 +215,7 @@ def build_snapshot(
     config: SchedulerConfig,
     now: float,
     *,
-    version: int = 1,
+    version: int = 0,
     events: Sequence[EventRecord] = (),
     source: str = "",
 ) -> ConsoleSnapshot:
@@ -275,7 +280,14 @@ def build_snapshot(
         topology_levels=levels,
         events={k: tuple(v) for k, v in by_object.items()},
         source=source,
+        config=config,
     )
+
+
+def explained(snap: ConsoleSnapshot) -> ConsoleSnapshot:
+    """The snapshot with every pending workload explained, as ``gpuplane why`` explains it."""
+    found = explain_all(snap.state, snap.plan, snap.now, snap.config)
+    return replace(snap, explanations={e.workload: e for e in found})
 
 
 def _topology_levels(state: ClusterState) -> tuple[str, ...]:

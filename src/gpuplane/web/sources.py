@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from gpuplane.model.errors import InputError
 from gpuplane.model.fields import lenient_timestamp
 from gpuplane.model.loader import load_files, state_from_objects
 from gpuplane.model.objects import ClusterState
-from gpuplane.web.snapshot import ConsoleSnapshot, EventRecord, build_snapshot, latest_time
+from gpuplane.web.snapshot import ConsoleSnapshot, EventRecord, build_snapshot, explained, latest_time
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +40,30 @@ log = logging.getLogger(__name__)
 class SnapshotHub:
     """The latest snapshot, replaced whole; readers never see a half-built one.
 
-    Publishing is one reference assignment, so readers need no lock; the event stream notices a
-    new ``version`` on its next look.
+    Every publish numbers the snapshot with the next version, so the event stream notices any
+    change by comparing one integer. Reading needs no lock (one reference); publishing takes one,
+    so a late explanation never replaces a newer plan (:meth:`publish_if_current`).
     """
 
     def __init__(self) -> None:
         self._snapshot: ConsoleSnapshot | None = None
+        self._lock = threading.Lock()
+        self._versions = 0
 
-    def publish(self, snapshot: ConsoleSnapshot) -> None:
-        self._snapshot = snapshot
+    def publish(self, snapshot: ConsoleSnapshot) -> ConsoleSnapshot:
+        with self._lock:
+            self._versions += 1
+            self._snapshot = replace(snapshot, version=self._versions)
+            return self._snapshot
+
+    def publish_if_current(self, base: ConsoleSnapshot, snapshot: ConsoleSnapshot) -> bool:
+        """Publish ``snapshot`` only while ``base`` is still the current one."""
+        with self._lock:
+            if self._snapshot is not base:
+                return False
+            self._versions += 1
+            self._snapshot = replace(snapshot, version=self._versions)
+            return True
 
     def current(self) -> ConsoleSnapshot | None:
         return self._snapshot
@@ -58,12 +74,45 @@ class SnapshotHub:
         return 0 if snap is None else snap.version
 
 
+class Explainer:
+    """Explains the newest published plan in the background, and publishes it explained.
+
+    Explaining every pending workload (``gpuplane why``) costs several times the plan on a large
+    cluster, so the plan is published first and its explanations follow in a later version; a
+    plan replaced meanwhile is not explained at all.
+    """
+
+    def __init__(self, hub: SnapshotHub) -> None:
+        self.hub = hub
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="console-explain", daemon=True)
+        self._thread.start()
+
+    def submit(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._wake.wait(1.0):
+                continue
+            self._wake.clear()
+            base = self.hub.current()
+            if base is None or base.explanations is not None:
+                continue
+            try:
+                self.hub.publish_if_current(base, explained(base))
+            except Exception:  # a bug in one explanation must not end live updates
+                log.exception("explaining the plan failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 def snapshot_of_state(
-    state: ClusterState, now: float, version: int, source: str, events: Sequence[EventRecord] = ()
+    state: ClusterState, now: float, source: str, events: Sequence[EventRecord] = ()
 ) -> ConsoleSnapshot:
-    return build_snapshot(
-        state, config_from_kueue(state.configuration), now, version=version, events=events, source=source
-    )
+    return build_snapshot(state, config_from_kueue(state.configuration), now, events=events, source=source)
 
 
 class FileSource:
@@ -71,6 +120,7 @@ class FileSource:
 
     ``now`` is the latest time in the files unless ``now`` is given, as for ``gpuplane
     schedule``, so what the console shows equals that command's output for the same files.
+    Each load publishes the plan already explained (a file is read once, not a stream).
     """
 
     def __init__(self, paths: Sequence[Path], hub: SnapshotHub, *, now: float | None = None) -> None:
@@ -89,10 +139,9 @@ class FileSource:
         stamps = self._mtimes()
         state = load_files([str(p) for p in self.paths]) if self.paths else ClusterState()
         now = latest_time(state) if self.now is None else self.now
-        snap = snapshot_of_state(state, now, self.hub.version + 1, ", ".join(p.name for p in self.paths))
+        snap = explained(snapshot_of_state(state, now, ", ".join(p.name for p in self.paths)))
         self._stamps = stamps
-        self.hub.publish(snap)
-        return snap
+        return self.hub.publish(snap)
 
     def reload_if_changed(self) -> bool:
         """Reload when a file changed; keeps the last good snapshot when the new input is bad."""
@@ -184,6 +233,7 @@ class KubeSource:
         ]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.explainer = Explainer(hub)
 
     def namespaces(self) -> list[str]:
         return [str(ns["metadata"]["name"]) for ns in self.cache.items("Namespace")]
@@ -198,8 +248,8 @@ class KubeSource:
         for problem in skipped:
             log.warning("ignoring invalid object: %s", problem)
         events = [e for e in map(event_record, self.cache.items("Event")) if e is not None]
-        snap = snapshot_of_state(state, self.clock(), self.hub.version + 1, "cluster", events)
-        self.hub.publish(snap)
+        snap = self.hub.publish(snapshot_of_state(state, self.clock(), "cluster", events))
+        self.explainer.submit()
         return snap
 
     def start(self, wait: float = 30.0) -> None:
@@ -231,5 +281,6 @@ class KubeSource:
 
     def stop(self) -> None:
         self._stop.set()
+        self.explainer.stop()
         for informer in self.informers:
             informer.stop()
