@@ -70,6 +70,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="fgd_placement.py",
         description="FGD (ATC'23) openb placement protocol: one run per policy (--sweep: fidelity, 17 lists)",
     ),
+    "web-console": Benchmark(
+        script="web_console.py",
+        description="web console pages with 5,000 pending workloads and 1,000 nodes in headless Chromium",
+    ),
 }
 
 

@@ -1,4 +1,4 @@
-"""The HTML report of a simulation: ``index.html`` and its PNG plots, in one folder.
+"""The HTML report of a simulation: ``index.html``, its PNG plots and ``summary.json``, in one folder.
 
 Plots: GPU allocation and busy share over time per configuration; queue-wait distributions;
 allocated against busy GPU-hours per team; busy share per workload class. The page also lists
@@ -10,6 +10,7 @@ global state), so writing a report never touches a display.
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from gpuplane.sim.experiment import ExperimentResult
 from gpuplane.sim.metrics import HOUR, Ledger, total
 
 PLOTS = ("utilization.png", "waits.png", "teams.png", "classes.png")
+SUMMARY = "summary.json"
 
 
 def _utilization(ledgers: dict[str, Ledger], path: Path) -> None:
@@ -182,4 +184,6 @@ Every configuration ran on the same arrivals and node failures.</p>
     )
     index = folder / "index.html"
     index.write_text(page, encoding="utf-8")
+    # The same numbers for programs (the web console's report pages read this file).
+    (folder / SUMMARY).write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     return index
