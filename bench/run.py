@@ -56,6 +56,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="sim_scale.py",
         description="simulator: 30 virtual days, 1,000 GPUs, ~100,000 workloads (no-op, stock, core)",
     ),
+    "eta-accuracy": Benchmark(
+        script="eta_accuracy.py",
+        description="ETA of gpuplane why against real starts on the core (32 GPUs, 95 % load): p50/p90 error",
+    ),
     "fgd-placement": Benchmark(
         script="fgd_placement.py",
         description="FGD (ATC'23) openb placement protocol: one run per policy (--sweep: fidelity, 17 lists)",

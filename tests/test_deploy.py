@@ -32,8 +32,8 @@ import gpuplane
 from gpuplane.cli.app import build_app
 from gpuplane.k8s import api as k8s_api
 from gpuplane.k8s import controller as k8s_controller
+from gpuplane.k8s import eta_writer, integrations, leader, visibility
 from gpuplane.k8s import informer as k8s_informer
-from gpuplane.k8s import integrations, leader
 from gpuplane.k8s.api import Resource
 from gpuplane.k8s.webhook import pod_patch
 
@@ -276,6 +276,8 @@ CONTROLLER_WRITES: set[Perm] = {
     ("", "pods/binding", "create"),  # bind the gang to its planned nodes
     ("", "pods/eviction", "create"),  # preemption (when not a dry run)
     ("", "events", "create"),  # QuotaReserved, Pending, Preempted, WouldPreempt
+    (k8s_api.KUEUE, "workloads", "patch"),  # ETA annotations on pending Workloads
+    ("authorization.k8s.io", "subjectaccessreviews", "create"),  # the visibility API's authorization
 } | {
     # stamp templates + unsuspend on admission; suspend on preemption
     (i.resource.group, i.resource.plural, "update")
@@ -358,7 +360,8 @@ def _api_calls(module: Any) -> Iterator[Perm]:
 
 
 def _code_perms() -> set[Perm]:
-    return {p for module in (k8s_controller, leader, k8s_informer) for p in _api_calls(module)}
+    modules = (k8s_controller, leader, k8s_informer, eta_writer, visibility)
+    return {p for module in modules for p in _api_calls(module)}
 
 
 def _rule_perms(rules: list[Doc]) -> set[Perm]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import typer
 
 from gpuplane import __version__
-from gpuplane.cli import controller, doctor, schedule, simulate, web
+from gpuplane.cli import controller, doctor, report, schedule, simulate, visibility, web, why
 
 # Modules whose ``register(app)`` adds their commands, in the order they appear in --help.
-_COMMAND_MODULES = (schedule, simulate, controller, doctor, web)
+_COMMAND_MODULES = (schedule, simulate, controller, doctor, why, report, visibility, web)
 
 
 def build_app() -> typer.Typer:

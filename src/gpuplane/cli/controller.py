@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -37,6 +38,18 @@ def register(app: typer.Typer) -> None:
         ] = 0.0,
         interval: Annotated[float, typer.Option(help="Seconds between reconcile passes when idle.")] = 2.0,
         once: Annotated[bool, typer.Option(help="Run one reconcile pass and exit.")] = False,
+        metrics_port: Annotated[
+            int | None, typer.Option(help="Serve Prometheus metrics on this port (/metrics).")
+        ] = None,
+        visibility_port: Annotated[
+            int | None, typer.Option(help="Serve the visibility API (HTTPS) on this port.")
+        ] = None,
+        visibility_client_ca: Annotated[
+            Path | None, typer.Option(help="The API server's front-proxy CA, for the visibility API.")
+        ] = None,
+        write_eta: Annotated[
+            bool, typer.Option(help="Annotate pending Workloads with their ETA (gpuplane.dev/eta).")
+        ] = True,
     ) -> None:
         """Admit, place, bind and preempt in a cluster, as the core decides."""
         from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
@@ -58,6 +71,16 @@ def register(app: typer.Typer) -> None:
                 min_runtime_seconds=min_runtime,
             ),
         )
+        from gpuplane.cli.insight import InsightOptions, attach  # noqa: PLC0415
+
+        try:
+            insight = attach(
+                controller,
+                InsightOptions(metrics_port, visibility_port, visibility_client_ca, write_eta=write_eta),
+            )
+        except (ValueError, OSError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -69,6 +92,7 @@ def register(app: typer.Typer) -> None:
                 controller.run(stop.is_set, interval)
         finally:
             controller.stop()
+            insight.close()
 
 
 def register_webhook(app: typer.Typer) -> None:

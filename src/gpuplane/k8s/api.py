@@ -50,6 +50,9 @@ PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
 JOBS = Resource("batch", "v1", "jobs", "Job")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
+)
 CLUSTER_QUEUES = Resource(KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 LOCAL_QUEUES = Resource(KUEUE, "v1beta2", "localqueues", "LocalQueue")
 RESOURCE_FLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)

@@ -96,6 +96,9 @@ class Controller:
         self.clock = clock
         self.cache = Cache()
         self.counters = Counters()
+        # Called after each pass with (state, plan, now, pass seconds): metrics, visibility, ETA.
+        self.observers: list[Callable[[ClusterState, Plan, float, float], None]] = []
+        self._last_state: ClusterState | None = None
         resources = list(STATE_RESOURCES)
         resources += [jobs.INTEGRATIONS[k].resource for k in self.config.integrations]
         self.informers = [Informer(api, r, self.cache) for r in resources]
@@ -146,6 +149,7 @@ class Controller:
             # A cache that has not listed yet (or is relisting after 410 Gone) hides admitted
             # workloads and bound pods: deciding on it would over-admit.
             return None
+        started = time.monotonic()
         self._ensure_workloads()
         plan = self._schedule()
         if plan is None:
@@ -155,7 +159,18 @@ class Controller:
         self._apply_preemptions(plan)
         self._release_and_bind()
         self._record_pending(plan)
+        self._notify(plan, time.monotonic() - started)
         return plan
+
+    def _notify(self, plan: Plan, seconds: float) -> None:
+        state = self._last_state
+        if state is None:
+            return
+        for observe in self.observers:
+            try:
+                observe(state, plan, self.clock(), seconds)
+            except Exception:  # an observer (metrics, visibility) never stops scheduling
+                log.exception("pass observer failed")
 
     def _priorities(self) -> dict[str, int]:
         out = {}
@@ -253,6 +268,7 @@ class Controller:
             min_runtime_seconds=self.config.min_runtime_seconds,
             checkpoint_aware=self.config.checkpoint_aware,
         )
+        self._last_state = state
         return _drain_until_preemption(state, config, self.clock())
 
     # --- admissions -------------------------------------------------------------
@@ -461,7 +477,9 @@ class Controller:
                 for flavor in set(psa.get("flavors", {}).values()):
                     node_labels.update(flavors.get(flavor, {}).get("spec", {}).get("nodeLabels", {}) or {})
                 labels[psa["name"]] = node_labels
-            released = jobs.released_job(kind, job, wl["metadata"]["name"], labels)
+            released = jobs.released_job(
+                kind, job, wl["metadata"]["name"], labels, _queue_labels(wl, admission)
+            )
             if released == job:
                 self._released.add(key)
                 return
@@ -483,6 +501,7 @@ class Controller:
             updated["metadata"].setdefault("labels", {})[jobs.WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.CORE_WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
+            updated["metadata"]["labels"].update(_queue_labels(wl, admission))
             try:
                 written = self.api.replace(k8s.PODS, updated)
             except ApiError:
@@ -657,6 +676,15 @@ class Controller:
 
 _POD_TIES = (("workload", jobs.WORKLOAD_LABEL), ("group", jobs.POD_GROUP_LABEL))
 _FRACTION = re.compile(r"(\d+)m(?:/(\d+)Mi)?")
+
+
+def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, str]:
+    """Kueue's queue labels for the pods of an admitted workload, so DCGM series join to queues."""
+    out = {jobs.CLUSTER_QUEUE_LABEL: str(admission.get("clusterQueue", ""))}
+    queue = wl.get("spec", {}).get("queueName")
+    if queue:
+        out[jobs.LOCAL_QUEUE_LABEL] = str(queue)
+    return out
 
 
 def _recorded_grants(state: NodeState, text: str) -> list[DeviceGrant] | None:

@@ -29,6 +29,8 @@ PODSET_LABEL = "gpuplane.dev/podset"
 # workload twice (its pods and its admission) and cannot free a victim's pods in a preemption search.
 CORE_WORKLOAD_LABEL = core_scheduler.WORKLOAD_LABEL
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
+LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
 GATE = "gpuplane.dev/admission"
 SCHEDULER_NAME = "gpuplane"
 
@@ -232,11 +234,16 @@ def pod_group_workload(pods: list[dict[str, Any]], priorities: dict[str, int]) -
 
 
 def released_job(
-    kind: str, obj: dict[str, Any], workload: str, flavor_labels: dict[str, dict[str, str]]
+    kind: str,
+    obj: dict[str, Any],
+    workload: str,
+    flavor_labels: dict[str, dict[str, str]],
+    queue_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The job with templates stamped for its admitted workload and unsuspended.
 
-    ``flavor_labels`` maps pod set name to the node labels of its assigned flavor.
+    ``flavor_labels`` maps pod set name to the node labels of its assigned flavor;
+    ``queue_labels`` (Kueue's cluster- and local-queue name labels) go on every pod.
     """
     out = copy.deepcopy(obj)
     integration = INTEGRATIONS[kind]
@@ -246,7 +253,12 @@ def released_job(
         template = _get(out, ps.template)
         meta = template.setdefault("metadata", {})
         meta.setdefault("labels", {}).update(
-            {WORKLOAD_LABEL: workload, CORE_WORKLOAD_LABEL: workload, PODSET_LABEL: ps.name}
+            {
+                WORKLOAD_LABEL: workload,
+                CORE_WORKLOAD_LABEL: workload,
+                PODSET_LABEL: ps.name,
+                **(queue_labels or {}),
+            }
         )
         pod_spec = template.setdefault("spec", {})
         # The scheduler name is immutable in a Job's template; the webhook sets it on each

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpuplane.insight.chargeback import Chargeback, build, to_html
 from gpuplane.sim.experiment import ExperimentResult
 from gpuplane.sim.metrics import HOUR, Ledger, total
 
@@ -132,6 +133,20 @@ def _sources_html(sources: tuple[tuple[str, str, str], ...]) -> str:
     return f"<table><tr><th>parameter</th><th>value</th><th>source</th></tr>{rows}</table>"
 
 
+def chargeback(ledgers: dict[str, Ledger]) -> dict[str, Chargeback]:
+    """Per configuration, GPU-hours allocated, busy and idle per team (``gpuplane report chargeback``)."""
+    out = {}
+    for name, ledger in ledgers.items():
+        allocated: dict[str, float] = {}
+        busy: dict[str, float] = {}
+        for (team, _), stats in ledger.groups.items():
+            allocated[team] = allocated.get(team, 0.0) + stats.allocated / HOUR
+            busy[team] = busy.get(team, 0.0) + stats.busy / HOUR
+        cluster = total(ledger.groups.values()).allocated / HOUR
+        out[name] = build(allocated, busy, cluster_allocated=cluster, group_by="team", window="simulation")
+    return out
+
+
 def write_report(result: ExperimentResult, folder: Path) -> Path:
     """Write ``index.html`` and the PNG plots into ``folder`` (created if needed)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -161,6 +176,12 @@ Every configuration ran on the same arrivals and node failures.</p>
 {_sources_html(result.sim.sources)}
 </body></html>
 """
+    page = page.replace(
+        "<h2>Plots</h2>", '<p><a href="chargeback.html">Chargeback per team</a></p>\n<h2>Plots</h2>'
+    )
+    (folder / "chargeback.html").write_text(
+        to_html(chargeback(ledgers), "Chargeback per team"), encoding="utf-8"
+    )
     index = folder / "index.html"
     index.write_text(page, encoding="utf-8")
     # The same numbers for programs (the web console's report pages read this file).

@@ -1,0 +1,155 @@
+"""`gpuplane why NAME`: why a pod, job or workload is pending, what blocks it, the fix, the ETA.
+
+Thin edge: read the state (files, or the API server with ``--kubeconfig``), run the core to
+a fixed point as ``gpuplane schedule`` does, and print :func:`gpuplane.insight.why.explain`.
+Bad input (a file, an unknown name) is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuplane.cli.schedule import OutputFormat, default_now
+from gpuplane.core.config import config_from_kueue
+from gpuplane.core.scheduler import schedule
+from gpuplane.insight.why import Explanation, NotFoundError, explain, resolve
+from gpuplane.model.errors import InputError
+from gpuplane.model.fields import timestamp
+from gpuplane.model.loader import load_files
+from gpuplane.model.objects import ClusterState
+
+
+def _read(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    return Path(path).read_bytes()
+
+
+def _cluster_state(kubeconfig: str, context: str | None) -> ClusterState:
+    from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - the client loads only when asked
+    from gpuplane.k8s.state import read_state  # noqa: PLC0415
+
+    return read_state(KubeApi(load_api_client(kubeconfig, context)))
+
+
+def print_explanation(found: Explanation, console: Console) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    eta = found.eta
+    if eta.seconds is None:
+        when = "never by itself"
+    else:
+        when = f"in {eta.seconds:.0f}s (between {eta.low:.0f}s and {eta.high:.0f}s)"
+    rows = [
+        ("workload", found.workload),
+        ("cluster queue", found.cluster_queue or "-"),
+        ("local queue", found.local_queue or "-"),
+        (
+            "position",
+            "-"
+            if found.position_in_cluster_queue is None
+            else f"{found.position_in_cluster_queue} in ClusterQueue, "
+            f"{found.position_in_local_queue} in LocalQueue (0 is next)",
+        ),
+        ("reason", found.reason),
+        ("message", found.message),
+        ("starts", when),
+        ("eta basis", eta.basis),
+        ("fix", found.fix),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    if found.blockers:
+        blockers = Table(title="Blocked by", title_justify="left")
+        for col in ("kind", "name", "detail"):
+            blockers.add_column(col, overflow="fold")
+        for b in found.blockers:
+            blockers.add_row(b.kind, b.name, b.detail)
+        console.print(blockers)
+
+
+def run_why(
+    name: str,
+    namespace: str,
+    files: list[str],
+    kubeconfig: str | None,
+    context: str | None,
+    output: OutputFormat,
+    now: str | None,
+) -> int:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if bool(files) == bool(kubeconfig):
+        err.print("error: give either -f STATE or --kubeconfig K", markup=False)
+        return 2
+    try:
+        if kubeconfig:
+            try:
+                state = _cluster_state(kubeconfig, context)
+            except Exception as problem:  # any transport or configuration failure is one line
+                err.print(f"error: cannot read the cluster: {problem}".splitlines()[0], markup=False)
+                return 2
+            at = time.time() if now is None else timestamp(now, "--now")
+        else:
+            state = load_files(files, read=_read)
+            at = default_now(state) if now is None else timestamp(now, "--now")
+        wl = resolve(state, name, namespace)
+        config = config_from_kueue(state.configuration)
+        plan = schedule(state, config, at, cycles=None)
+        found = explain(state, plan, at, wl.key, config)
+    except (InputError, NotFoundError, OSError) as problem:
+        err.print(f"error: {problem}", markup=False)
+        return 2
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(found.to_json(), indent=1) + "\n")
+    else:
+        print_explanation(found, Console(highlight=False))
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``why`` command to ``app``."""
+
+    @app.command("why")
+    def why_command(
+        name: Annotated[
+            str,
+            typer.Argument(
+                help="[KIND/]NAME as kubectl spells it: job/train, pod/train-0, workload/w; bare: a Workload."
+            ),
+        ],
+        namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace of NAME.")] = "default",
+        file: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--file", "-f", help="Cluster state file(s), as for gpuplane schedule; - for stdin."
+            ),
+        ] = None,
+        kubeconfig: Annotated[
+            str | None, typer.Option(help="Read the state from this cluster instead of files.")
+        ] = None,
+        context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
+        output: Annotated[
+            OutputFormat, typer.Option("--output", "-o", help="json or table.")
+        ] = OutputFormat.table,
+        now: Annotated[
+            str | None,
+            typer.Option(help="The current time (RFC 3339); default: the latest time in the files, or now."),
+        ] = None,
+    ) -> None:
+        """Why a workload is pending: reason, blocking objects, the fix, queue position and ETA."""
+        try:
+            code = run_why(name, namespace, file or [], kubeconfig, context, output, now)
+        except Exception as bug:  # the one place a bug becomes a single line, never a traceback
+            typer.echo(f"internal error: {type(bug).__name__}: {bug}", err=True)
+            raise typer.Exit(1) from None
+        raise typer.Exit(code)

@@ -1,0 +1,471 @@
+"""ETA for the pending workloads of a real cluster state (after a plan), as ranges with their basis.
+
+:mod:`gpuplane.insight.eta` plays a queue forward for the simulator; this module plays the
+ClusterQueues of a cluster state, from what the control plane knows at a moment in time:
+
+* **capacity**: what the ClusterQueue could ever use of a workload's main resource (its nominal
+  quota plus what it may borrow from its cohort), and, for a one-pod workload waiting on
+  placement, the first single node with room (:func:`with_one_node`);
+* **held and releases**: admitted workloads of the queue (and the part of the cohort's
+  workloads that borrows) release what they hold when they end;
+* **runtimes**: learned per ClusterQueue from finished workloads (admission to ``Finished``) and
+  running ones (lower bounds) with the Kaplan-Meier estimator, conditioned on the runtime a running
+  workload already has (one that ran 3 h ends with the runs longer than 3 h); a workload may declare
+  its own with the ``gpuplane.dev/expected-runtime`` annotation (seconds, or a number with
+  ``s``/``m``/``h``); with no history at all a lognormal around one hour is assumed and the basis
+  says so;
+* **reclaim**: a queue below its nominal quota whose ClusterQueue may reclaim within the cohort
+  gets the borrowed part back now, not when the borrowers end;
+* **queue order**: BestEffortFIFO lets a workload that fits start past one that does not;
+  StrictFIFO does not.
+
+The queue is played in :data:`SCENARIOS` scenarios of the runtimes (:func:`estimate_queue`); the
+range is the 25th/50th/75th percentile of the starts. The estimate ignores arrivals of
+higher-priority work and is a lower bound when placement is fragmented beyond one node.
+``bench/eta_accuracy.py`` measures it against the core's real starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.plan import PendingDecision
+from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
+from gpuplane.core.scheduler import Scheduler
+from gpuplane.insight.eta import EPSILON, predict_start
+from gpuplane.model.objects import ClusterState, Workload
+
+EXPECTED_RUNTIME_ANNOTATION = "gpuplane.dev/expected-runtime"
+DEFAULT_RUNTIME_SECONDS = 3600.0
+QUANTILES = (0.25, 0.5, 0.75)
+SCENARIOS = 32  # plays of the queue per estimate
+PLAYED = 300  # workloads of a queue played one by one; later ones are estimated from their work
+DEFAULT_SIGMA = 1.0  # spread (log) of the assumed runtime without history
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A predicted start as seconds from now; ``None`` everywhere when it never starts by itself."""
+
+    seconds: float | None
+    low: float | None
+    high: float | None
+    basis: str
+
+
+def declared_runtime(wl: Workload) -> float | None:
+    """The workload's own expected runtime annotation, in seconds, if valid."""
+    text = wl.annotations.get(EXPECTED_RUNTIME_ANNOTATION)
+    if text is None:
+        return None
+    match = _DURATION.match(text)
+    if match is None:
+        return None
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def _started(wl: Workload) -> float | None:
+    for ctype in ("Admitted", "QuotaReserved"):
+        cond = wl.condition(ctype)
+        if cond is not None and cond.status:
+            return cond.last_transition
+    return None
+
+
+def learn_runtimes(state: ClusterState, now: float | None = None) -> dict[str, tuple[float, ...]]:
+    """Runtime distributions per ClusterQueue (``""``: every queue), as sorted pseudo-samples.
+
+    Finished workloads give runtimes; with ``now``, running ones give lower bounds (they have run
+    this long and are not done). The two are combined with the Kaplan-Meier estimator, so a history
+    where only the short runs have finished yet is not read as "runs are short". See
+    :func:`kaplan_meier`.
+    """
+    observed: dict[str, list[tuple[float, bool]]] = {}
+    for wl in state.workloads:
+        if wl.admission is None:
+            continue
+        start = _started(wl)
+        if start is None:
+            continue
+        finished = wl.condition("Finished")
+        if finished is not None and finished.status:
+            if finished.last_transition < start:
+                continue
+            item = (finished.last_transition - start, True)
+        elif now is not None and not wl.evicted:
+            item = (max(0.0, now - start), False)
+        else:
+            continue
+        observed.setdefault(wl.admission.cluster_queue, []).append(item)
+        observed.setdefault("", []).append(item)
+    out = {}
+    for queue, items in observed.items():
+        samples = kaplan_meier(items)
+        if samples:
+            out[queue] = samples
+    return out
+
+
+PSEUDO_SAMPLES = 101
+TAIL = 1.5  # the mass past the last finished runtime sits at the longest time seen, times this
+
+
+def kaplan_meier(observations: Sequence[tuple[float, bool]]) -> tuple[float, ...]:
+    """The runtime distribution of ``(time, finished)`` observations as :data:`PSEUDO_SAMPLES` quantiles.
+
+    Kaplan-Meier: at each finished runtime ``t``, survival drops by the share of the workloads still
+    running at ``t`` that finished then; a running workload counts only while its runtime so far
+    covers ``t``. The probability left after the last finished runtime (workloads running longer than
+    any that finished) sits at the longest time observed times :data:`TAIL` (a lognormal tail fitted to
+    the known part measured worse in ``bench/eta_accuracy.py``). Empty without a single finished
+    workload.
+    """
+    events = sorted({t for t, done in observations if done})
+    if not events:
+        return ()
+    survival = 1.0
+    steps: list[tuple[float, float]] = []  # (time, cumulative probability of finishing by then)
+    for t in events:
+        at_risk = sum(1 for time_, _ in observations if time_ >= t)
+        finished = sum(1 for time_, done in observations if done and time_ == t)
+        survival *= 1.0 - finished / at_risk
+        steps.append((t, 1.0 - survival))
+    tail = max(max(t for t, _ in observations) * TAIL, steps[-1][0])
+    out = []
+    for i in range(PSEUDO_SAMPLES):
+        u = (i + 0.5) / PSEUDO_SAMPLES
+        out.append(next((t for t, cdf in steps if cdf >= u - 1e-12), tail))
+    return tuple(out)
+
+
+def quantile(samples: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of sorted ``samples`` (not empty)."""
+    if len(samples) == 1:
+        return samples[0]
+    pos = q * (len(samples) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(samples) - 1)
+    return samples[lo] + (samples[hi] - samples[lo]) * (pos - lo)
+
+
+def runtime_model(state: ClusterState, now: float | None = None) -> RuntimeModel:
+    """The runtimes :func:`learn_runtimes` learns from ``state``, with how many finished behind them."""
+    counts: dict[str, int] = {}
+    for wl in state.workloads:
+        if wl.admission is not None and wl.finished:
+            counts[wl.admission.cluster_queue] = counts.get(wl.admission.cluster_queue, 0) + 1
+            counts[""] = counts.get("", 0) + 1
+    return RuntimeModel(learn_runtimes(state, now), counts)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeModel:
+    """Expected runtimes per ClusterQueue, learned from finished workloads."""
+
+    samples: Mapping[str, tuple[float, ...]]
+    counts: Mapping[str, int] = field(default_factory=dict)  # finished workloads behind each
+
+    def sample_for(self, queue: str) -> tuple[tuple[float, ...], str]:
+        own = self.samples.get(queue)
+        if own:
+            return own, f"{self.counts.get(queue, 0)} finished in {queue}"
+        every = self.samples.get("")
+        if every:
+            return every, f"{self.counts.get('', 0)} finished cluster-wide"
+        return (), "no finished workloads"
+
+    def total_at(self, wl: Workload | None, queue: str, u: float) -> float:
+        """Runtime at quantile ``u`` of the distribution (declared runtimes are exact)."""
+        declared = declared_runtime(wl) if wl is not None else None
+        if declared is not None:
+            return declared
+        samples, _ = self.sample_for(queue)
+        if samples:
+            return quantile(samples, u)
+        z = NormalDist().inv_cdf(min(max(u, 0.001), 0.999))
+        return DEFAULT_RUNTIME_SECONDS * math.exp(DEFAULT_SIGMA * z)
+
+    def remaining_at(self, wl: Workload | None, queue: str, elapsed: float, u: float) -> float:
+        """Remaining runtime at quantile ``u`` of a workload that ran ``elapsed`` seconds."""
+        declared = declared_runtime(wl) if wl is not None else None
+        samples, _ = self.sample_for(queue)
+        if declared is not None or not samples:
+            return max(0.0, self.total_at(wl, queue, u) - elapsed)
+        longer = [s - elapsed for s in samples if s > elapsed]
+        return quantile(longer, u) if longer else 0.0
+
+
+def main_resource(wl: Workload, config: SchedulerConfig) -> str:
+    """The resource a workload's wait is measured in: its accelerator, else its largest request."""
+    totals: dict[str, int] = {}
+    for ps in wl.pod_sets:
+        for res, q in ps.template.requests.items():
+            totals[res] = totals.get(res, 0) + q * ps.count
+    devices = sorted(r for r in totals if config.devices.is_device_resource(r) and totals[r])
+    if devices:
+        return devices[0]
+    return max(sorted(totals), key=lambda r: totals[r], default="")
+
+
+def _need(wl: Workload, resource: str) -> float:
+    return float(sum(ps.template.requests.get(resource, 0) * ps.count for ps in wl.pod_sets))
+
+
+def _cohort_queues(cq: ClusterQueueNode) -> list[ClusterQueueNode]:
+    root = cq.root()
+    return list(root.subtree_queues()) if isinstance(root, CohortNode) else [cq]
+
+
+def _held(aw: AdmittedWorkload, frs: Iterable[tuple[str, str]]) -> float:
+    return float(sum(aw.usage.get(fr, 0) for fr in frs))
+
+
+def _salt(key: str) -> float:
+    """A stable offset in [0, 1) per workload, so scenarios differ per workload but never per run."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 2**32
+
+
+def _u(k: int, salt: float) -> float:
+    """The quantile scenario ``k`` of :data:`SCENARIOS` uses for one workload (stratified, rotated)."""
+    return ((k + 0.5) / SCENARIOS + salt) % 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    key: str
+    amount: float
+    workload: Workload | None
+
+
+def play(
+    now: float,
+    capacity: float,
+    free: float,
+    releases: Iterable[tuple[float, float]],
+    queue: Sequence[tuple[str, float, float]],
+    *,
+    strict: bool,
+) -> dict[str, float]:
+    """Start times of queued ``(key, amount, duration)`` items; an item missing never starts.
+
+    At ``now`` and at every release, items start in queue order while they fit; under BestEffortFIFO
+    an item that does not fit lets the ones behind it try (Kueue sets it aside), under StrictFIFO it
+    blocks them.
+    """
+    heap = list(releases)
+    heapq.heapify(heap)
+    t = now
+    starts: dict[str, float] = {}
+    waiting = [item for item in queue if item[1] <= capacity + EPSILON]
+    while waiting:
+        still = []
+        blocked = False
+        for key, amount, duration in waiting:
+            if not blocked and amount <= free + EPSILON:
+                free -= amount
+                starts[key] = t
+                heapq.heappush(heap, (t + duration, amount))
+            else:
+                still.append((key, amount, duration))
+                blocked = blocked or strict
+        waiting = still
+        if not waiting or not heap:
+            break
+        end, amount = heapq.heappop(heap)
+        t = max(t, end)
+        free += amount
+        while heap and heap[0][0] <= t:
+            free += heapq.heappop(heap)[1]
+    return starts
+
+
+def estimate_queue(
+    world: Scheduler,
+    pending: Sequence[PendingDecision],
+    *,
+    runtimes: RuntimeModel,
+    config: SchedulerConfig,
+    now: float,
+) -> dict[str, Estimate]:
+    """ETAs of a ClusterQueue's pending workloads (in queue order, all of one queue).
+
+    The queue is played :data:`SCENARIOS` times; in each, every running workload ends at a quantile
+    of its runtime distribution (conditioned on what it has run) and every queued one runs for a
+    quantile of its own; quantiles are stratified and rotated per workload, so the scenarios cover
+    each distribution evenly and are the same on every call. ``low``/``seconds``/``high`` are the
+    25th/50th/75th percentiles of the scenario starts. Only the first :data:`PLAYED` workloads are
+    played one by one; the later ones start when the played ones have, plus their work over the
+    capacity.
+    """
+    if not pending:
+        return {}
+    cq = world.tree.queues.get(pending[0].cluster_queue or "")
+    if cq is None:
+        return {p.workload: Estimate(None, None, None, "not queued in a ClusterQueue") for p in pending}
+    workloads = world.workloads
+    by_resource: dict[str, list[_Item]] = {}
+    for p in pending:
+        wl = workloads.get(p.workload)
+        resource = main_resource(wl, config) if wl is not None else ""
+        by_resource.setdefault(resource, []).append(_Item(p.workload, _need(wl, resource) if wl else 0.0, wl))
+    out: dict[str, Estimate] = {}
+    for resource, items in by_resource.items():
+        out.update(_estimate_pool(world, cq, resource, items, runtimes=runtimes, now=now))
+    return out
+
+
+def _estimate_pool(
+    world: Scheduler,
+    cq: ClusterQueueNode,
+    resource: str,
+    items: Sequence[_Item],
+    *,
+    runtimes: RuntimeModel,
+    now: float,
+) -> dict[str, Estimate]:
+    group = cq.group_for(resource)
+    frs = [(f.name, resource) for f in group.flavors] if group is not None else []
+    capacity = float(sum(cq.potential_available(fr) for fr in frs))
+    free = float(sum(cq.available(fr) for fr in frs))
+    nominal = sum(cq.quota_for(fr).nominal for fr in frs)
+    reclaim = (
+        sum(cq.usage.get(fr, 0) for fr in frs) < nominal
+        and cq.spec.preemption.reclaim_within_cohort != "Never"
+    )
+    strict = cq.spec.queueing_strategy == "StrictFIFO"
+    holders: list[tuple[AdmittedWorkload, str, float, bool]] = []  # (workload, queue, amount, reclaimed now)
+    for queue in _cohort_queues(cq):
+        borrowed = float(sum(max(0, queue.usage.get(fr, 0) - queue.quota_for(fr).nominal) for fr in frs))
+        for aw in sorted(queue.workloads.values(), key=lambda a: a.key):
+            amount = _held(aw, frs)
+            if queue is not cq:
+                amount = min(amount, borrowed)  # only what another queue borrows comes back to this one
+            if amount:
+                holders.append((aw, queue.name, amount, queue is not cq and reclaim))
+    played = items[:PLAYED]
+    salts = {i.key: _salt(i.key) for i in played} | {h[0].key: _salt(h[0].key) for h in holders}
+    scenario_starts: dict[str, list[float]] = {i.key: [] for i in played}
+    for k in range(SCENARIOS):
+        releases = [
+            (
+                now
+                if now_reclaimed
+                else now
+                + runtimes.remaining_at(
+                    world.workloads.get(aw.key), queue, max(0.0, now - aw.reserved_at), _u(k, salts[aw.key])
+                ),
+                amount,
+            )
+            for aw, queue, amount, now_reclaimed in holders
+        ]
+        queue_items = [
+            (i.key, i.amount, runtimes.total_at(i.workload, cq.name, _u(k, salts[i.key]))) for i in played
+        ]
+        for key, start in play(now, capacity, free, releases, queue_items, strict=strict).items():
+            scenario_starts[key].append(start)
+    samples, sample_basis = runtimes.sample_for(cq.name)
+    basis_tail = [f"{capacity - free:g}/{capacity:g} {resource} in use"]
+    if samples:
+        basis_tail.append(f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)")
+    else:
+        basis_tail.append(f"no finished workloads: runtimes assumed around {DEFAULT_RUNTIME_SECONDS:.0f}s")
+    if reclaim:
+        basis_tail.append("borrowed quota reclaimed now")
+    basis_tail.append(f"{SCENARIOS} scenarios")
+    out: dict[str, Estimate] = {}
+    last_mid: float | None = None
+    for position, item in enumerate(items):
+        head = f"{position} ahead in ClusterQueue {cq.name}"
+        if item.amount > capacity + EPSILON:
+            out[item.key] = Estimate(
+                None, None, None, f"never: needs {item.amount:g} {resource}; the queue can use {capacity:g}"
+            )
+            continue
+        seen = sorted(scenario_starts.get(item.key, []))
+        if position < PLAYED:
+            if len(seen) * 2 < SCENARIOS:  # in most scenarios it never starts
+                out[item.key] = Estimate(None, None, None, f"never: {head}; " + "; ".join(basis_tail))
+                continue
+            low, mid, high = (round(max(0.0, quantile(seen, q) - now), 1) for q in QUANTILES)
+            last_mid = mid
+        else:  # beyond the played ones: their work over the capacity, after the last played start
+            backlog = sum(
+                i.amount * runtimes.total_at(i.workload, cq.name, 0.5) for i in items[PLAYED : position + 1]
+            )
+            mid = round((last_mid or 0.0) + backlog / max(capacity, EPSILON), 1)
+            low, high = round(mid * 0.5, 1), round(mid * 2.0, 1)
+        out[item.key] = Estimate(mid, low, high, "; ".join([head, *basis_tail]))
+    return out
+
+
+def with_one_node(
+    world: Scheduler,
+    wl: Workload,
+    quota: Estimate,
+    *,
+    runtimes: RuntimeModel,
+    config: SchedulerConfig,
+    now: float,
+) -> Estimate:
+    """``quota``, pushed later by the first node with room, for a one-pod whole-GPU workload.
+
+    For a workload waiting on placement (fragmentation, no free GPU): a pod cannot span nodes, so it
+    starts no earlier than the first single node has its GPUs free as that node's holders end.
+    """
+    pods = [ps for ps in wl.pod_sets if ps.count]
+    resource = main_resource(wl, config)
+    if (
+        world.cluster is None
+        or quota.seconds is None
+        or len(pods) != 1
+        or pods[0].count != 1
+        or resource not in config.devices.whole_resources
+    ):
+        return quota
+    need = float(pods[0].template.requests.get(resource, 0))
+    values = []
+    for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True):
+        node = _one_node(world, need, runtimes, now, q)
+        values.append(None if node is None else round(max(mine or 0.0, node - now), 1))
+    if values[1] is None:
+        return Estimate(None, None, None, quota.basis + "; no single node ever has room")
+    return Estimate(values[1], values[0], values[2], quota.basis + "; the pod needs one node with room")
+
+
+def _one_node(world: Scheduler, need: float, runtimes: RuntimeModel, now: float, q: float) -> float | None:
+    """When the first node has ``need`` free whole GPUs, as its holders end (a pod fits on one node)."""
+    cluster = world.cluster
+    assert cluster is not None
+    best: float | None = None
+    for state in cluster.nodes.values():
+        devices = [d for d in state.devices if d.sharing == "exclusive"]
+        if len(devices) < need or state.node.unschedulable:
+            continue
+        releases: list[tuple[float, float]] = []
+        for owner, items in cluster.owners.items():
+            amount = sum(n.whole for name, n, _ in items if name == state.name)
+            if not amount:
+                continue
+            held = world.tree.admitted.get(owner)
+            wl = world.workloads.get(owner)
+            if held is not None:
+                elapsed = max(0.0, now - held.reserved_at)
+                end = now + runtimes.remaining_at(wl, held.cluster_queue, elapsed, q)
+            else:  # a pod outside any queue: no history of its own
+                end = now + runtimes.total_at(None, "", q)
+            releases.append((end, float(amount)))
+        capacity = float(len(devices))
+        free = float(sum(1 for d in devices if d.free_whole))
+        start = predict_start(now, need, capacity=capacity, held=capacity - free, releases=sorted(releases))
+        if start is not None and (best is None or start < best):
+            best = start
+    return best
