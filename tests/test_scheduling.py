@@ -129,7 +129,7 @@ CASES = [
             workload("w").queue("a").podset(cpu="1"),
         ],
         want_admitted=set(),
-        want_pending={"default/w": "Inactive"},
+        want_pending={"default/w": "Suspended"},
     ),
     Case(
         name="missing-local-queue",
@@ -138,7 +138,7 @@ CASES = [
             workload("w").queue("nope").podset(cpu="1"),
         ],
         want_admitted=set(),
-        want_pending={"default/w": "LocalQueueNotFound"},
+        want_pending={"default/w": "Misconfigured"},
     ),
     Case(
         name="partial-admission-reduces-count",

@@ -17,7 +17,7 @@ from gpuplane.core.preemption import PreemptionContext, Preemptor, lowest_subtre
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource
 from gpuplane.core.workloads import PendingWorkload, pod_set_requests
 from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor, ResourceQuota
-from gpuplane.model.quantity import format_quantity
+from gpuplane.model.quantity import MAX_BASE_UNITS, format_quantity
 
 # Flavor assignment modes, worst to best.
 NO_FIT, PREEMPT, FIT = 0, 1, 2
@@ -130,7 +130,8 @@ class Assignment:
         for res, choice in ps.flavors.items():
             self.borrowing = max(self.borrowing, choice.borrow)
             fr = (choice.flavor, res)
-            self.usage[fr] = self.usage.get(fr, 0) + ps.requests.get(res, 0)
+            # Saturating, as Kueue's Requests.Add: a huge request stays at the int64 bound.
+            self.usage[fr] = min(self.usage.get(fr, 0) + ps.requests.get(res, 0), MAX_BASE_UNITS)
 
     def flavors_needing_preemption(self) -> frozenset[FlavorResource]:
         return frozenset(

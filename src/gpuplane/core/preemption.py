@@ -244,7 +244,9 @@ class Preemptor:
     def _from_cq(
         self, ctx: PreemptionContext, cq: ClusterQueueNode, lca: CohortNode | None, advantage: bool
     ) -> list[_Candidate]:
-        out = []
+        out: list[_Candidate] = []
+        if not cq.active:
+            return out
         for wl in cq.workloads.values():
             variant = self._classify(ctx, wl, advantage)
             if variant != NEVER:
@@ -359,7 +361,7 @@ class Preemptor:
             root = cq.root()
             assert isinstance(root, CohortNode)
             for other in root.subtree_queues():
-                if other is cq or not cq_is_borrowing(other, ctx.frs):
+                if other is cq or not other.active or not cq_is_borrowing(other, ctx.frs):
                     continue
                 out.extend(
                     wl

@@ -236,11 +236,15 @@ class AdmittedWorkload:
 
 
 class ClusterQueueNode(QuotaNode):
-    __slots__ = ("flavor_resources", "open_group", "resource_group_of", "spec", "workloads")
+    __slots__ = ("active", "flavor_resources", "open_group", "resource_group_of", "spec", "workloads")
 
     def __init__(self, spec: ClusterQueue) -> None:
         super().__init__(spec.name, quotas_of(spec.resource_groups), spec.fair_weight)
         self.spec = spec
+        # An inactive queue (stopped, or naming a missing flavor) still counts in its cohort's
+        # quota and usage, as in Kueue's cache, but is left out of the scheduling snapshot:
+        # it admits nothing and its workloads are never preemption candidates.
+        self.active = True
         self.workloads: dict[str, AdmittedWorkload] = {}
         self.resource_group_of: dict[str, ResourceGroup] = {}
         # A group that covers no resource (refused by a real API server, but used by

@@ -38,15 +38,14 @@ from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortN
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
 from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
 
-# Pending reasons.
+# Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
 QUEUED = "Queued"
 WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
+# A reference that does not resolve: no LocalQueue, no ClusterQueue (getQueueBlocker).
 MISCONFIGURED = "Misconfigured"
-INACTIVE = "Inactive"
+# A queue that exists but is inactive: stopped, or naming a missing flavor.
+SUSPENDED = "Suspended"
 NAMESPACE_MISMATCH = "NamespaceMismatch"
-NO_LOCAL_QUEUE = "LocalQueueNotFound"
-NO_CLUSTER_QUEUE = "ClusterQueueNotFound"
-STOPPED = "Stopped"
 WORKLOAD_LABEL = "kueue.x-k8s.io/workload-name"
 DEACTIVATED = "Deactivated"
 WAITING_FOR_QUOTA = "WaitingForQuota"
@@ -99,7 +98,7 @@ class Scheduler:
         # Per queue, the workload that issued preemptions in the last cycle (drives the next one).
         self.preemptor_of: dict[str, str] = {}
         self.status: dict[str, Status] = {}
-        self.unqueued: dict[str, tuple[Workload, str | None, str | None, Status]] = {}
+        self.unqueued: dict[str, tuple[Workload | None, str | None, str | None, Status]] = {}
         self.admitted: dict[str, AdmissionDecision] = {}
         self.preempted: list[PreemptionDecision] = []
         self.workloads: dict[str, Workload] = {}
@@ -114,10 +113,20 @@ class Scheduler:
             }
             named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
             self.flavors = {name: ResourceFlavor(name=name) for name in named}
+        for node in self.tree.queues.values():
+            node.active = self._inactive_reason(node) is None
         self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
         self.notes: list[str] = []
         if self.cluster is not None:
             self._hold_running_pods()
+        for bad in state.invalid_workloads:
+            lq = state.local_queues.get(f"{bad.namespace}/{bad.queue_name}") if bad.queue_name else None
+            self.unqueued[bad.key] = (
+                None,
+                lq.cluster_queue if lq is not None else None,
+                f"{bad.namespace}/{bad.queue_name}" if bad.queue_name else None,
+                Status(MISCONFIGURED, bad.problem),
+            )
         for wl in state.workloads:
             self.workloads[wl.key] = wl
             if wl.finished:
@@ -271,26 +280,23 @@ class Scheduler:
         if not wl.active:
             self.unqueued[wl.key] = (wl, None, lq_key, Status(DEACTIVATED, "The workload is deactivated"))
             return
+        # Kueue's getQueueBlocker: each broken reference is the workload's own problem only.
         if lq_key is None:
-            self.unqueued[wl.key] = (
-                wl,
-                None,
-                None,
-                Status(NO_LOCAL_QUEUE, "The workload names no LocalQueue"),
-            )
+            status = Status(MISCONFIGURED, "The workload names no LocalQueue")
+            self.unqueued[wl.key] = (wl, None, None, status)
             return
         lq = self.state.local_queues.get(lq_key)
         if lq is None:
-            msg = f"LocalQueue {wl.queue_name} doesn't exist in namespace {wl.namespace}"
-            self.unqueued[wl.key] = (wl, None, lq_key, Status(NO_LOCAL_QUEUE, msg))
+            msg = f"LocalQueue {wl.queue_name} doesn't exist"
+            self.unqueued[wl.key] = (wl, None, lq_key, Status(MISCONFIGURED, msg))
             return
         if lq.stop_policy != "None":
-            msg = f"LocalQueue {lq_key} is stopped ({lq.stop_policy})"
-            self.unqueued[wl.key] = (wl, lq.cluster_queue, lq_key, Status(STOPPED, msg))
+            msg = f"LocalQueue {wl.queue_name} is inactive (stopPolicy {lq.stop_policy})"
+            self.unqueued[wl.key] = (wl, lq.cluster_queue, lq_key, Status(SUSPENDED, msg))
             return
         if lq.cluster_queue not in self.queues:
-            msg = f"ClusterQueue {lq.cluster_queue} not found"
-            self.unqueued[wl.key] = (wl, lq.cluster_queue, lq_key, Status(NO_CLUSTER_QUEUE, msg))
+            msg = f"ClusterQueue {lq.cluster_queue} doesn't exist"
+            self.unqueued[wl.key] = (wl, lq.cluster_queue, lq_key, Status(MISCONFIGURED, msg))
             return
         self._sequence += 1
         pending = PendingWorkload(wl, lq.cluster_queue, lq_key, wl.priority, timestamp, self._sequence)
@@ -341,18 +347,19 @@ class Scheduler:
     # --- nomination ---------------------------------------------------------
 
     def _inactive_reason(self, cq: ClusterQueueNode) -> str | None:
+        """Why Kueue's cache keeps the queue inactive (``Stopped``, ``FlavorNotFound``), if it does."""
         if cq.spec.stop_policy != "None":
-            return f"ClusterQueue {cq.name} is inactive: stopped ({cq.spec.stop_policy})"
+            return f"ClusterQueue {cq.name} is inactive: Stopped ({cq.spec.stop_policy})"
         missing = sorted({f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors))
         if missing:
-            return f"ClusterQueue {cq.name} is inactive: flavor(s) {', '.join(missing)} not found"
+            return f"ClusterQueue {cq.name} is inactive: FlavorNotFound ({', '.join(missing)})"
         return None
 
     def nominate(self, pending: PendingWorkload) -> Entry | Status:
         cq = self.tree.queues[pending.cluster_queue]
         inactive = self._inactive_reason(cq)
         if inactive is not None:
-            return Status(INACTIVE, inactive)
+            return Status(SUSPENDED, inactive)
         ns = self.state.namespaces.get(pending.workload.namespace)
         labels = ns.labels if ns is not None else {}
         selector = cq.spec.namespace_selector

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpuplane.core.quota import AdmittedWorkload, FlavorResource
 from gpuplane.model.fields import lenient_timestamp
 from gpuplane.model.objects import Workload
+from gpuplane.model.quantity import MAX_BASE_UNITS
 
 
 @dataclass(slots=True)
@@ -39,11 +40,15 @@ class PendingWorkload:
 
 
 def pod_set_requests(wl: Workload, counts: list[int] | None = None) -> list[dict[str, int]]:
-    """Total requests of each pod set: per-pod requests times the (reduced) count."""
+    """Total requests of each pod set: per-pod requests times the (reduced) count.
+
+    Totals saturate at the int64 bound, as Kueue's ``SaturatingMul`` does, so a huge request
+    stays one huge number (that exceeds every quota) rather than growing without bound.
+    """
     out = []
     for i, ps in enumerate(wl.pod_sets):
         count = ps.count if counts is None else counts[i]
-        out.append({res: q * count for res, q in ps.template.requests.items()})
+        out.append({res: min(q * count, MAX_BASE_UNITS) for res, q in ps.template.requests.items()})
     return out
 
 

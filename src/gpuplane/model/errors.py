@@ -15,6 +15,11 @@ class InputError(Exception):
     the YAML/JSON document inside it (``None`` when the problem is with the file as a
     whole), ``obj`` a ``Kind/namespace/name`` label (``None`` if unknown) and ``field``
     a dotted field path such as ``spec.resourceGroups[0].flavors[1].name``.
+
+    ``invalid_value`` marks a well-formed object with a value Kueue cannot use (a negative
+    request, ``minCount`` above ``count``, an unknown priority class), as opposed to input that
+    is not Kubernetes at all (broken YAML, an unknown kind, a wrong type). Such a Workload is
+    kept and reported as ``Misconfigured``; it does not stop the rest of the input.
     """
 
     def __init__(
@@ -25,6 +30,7 @@ class InputError(Exception):
         document: int | None = None,
         obj: str | None = None,
         field: str | None = None,
+        invalid_value: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -32,6 +38,7 @@ class InputError(Exception):
         self.document = document
         self.obj = obj
         self.field = field
+        self.invalid_value = invalid_value
 
     def located(
         self,
@@ -47,6 +54,7 @@ class InputError(Exception):
             document=self.document if self.document is not None else document,
             obj=self.obj if self.obj is not None else obj,
             field=self.field,
+            invalid_value=self.invalid_value,
         )
 
     def __str__(self) -> str:

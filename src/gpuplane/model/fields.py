@@ -153,7 +153,7 @@ def quantity(resource: str, value: object, path: str) -> int:
     try:
         return parse_resource_quantity(resource, value)
     except QuantityError as err:
-        raise InputError(str(err), field=path) from None
+        raise InputError(str(err), field=path, invalid_value=err.negative) from None
 
 
 def resource_list(obj: Mapping[str, Any], key: str, path: str) -> dict[str, int]:

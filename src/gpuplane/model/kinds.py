@@ -534,11 +534,13 @@ def _pod_sets(spec: Doc, path: str) -> tuple[PodSet, ...]:
         count = f.get_int(ps, "count", here)
         count = 1 if count is None else count
         if count < 0:
-            raise InputError("must not be negative", field=f.join(here, "count"))
+            raise InputError("must not be negative", field=f.join(here, "count"), invalid_value=True)
         min_count = f.get_int(ps, "minCount", here)
         if min_count is not None and not 0 <= min_count <= count:
             raise InputError(
-                f"minCount must be between 0 and count ({count})", field=f.join(here, "minCount")
+                f"minCount must be between 0 and count ({count})",
+                field=f.join(here, "minCount"),
+                invalid_value=True,
             )
         template = _template(f.get_map(ps, "template", here, required=True), f.join(here, "template"))
         topo = f.get_map(ps, "topologyRequest", here)
@@ -659,6 +661,35 @@ def parse_pod(doc: Doc, version: str) -> Pod:
     )
 
 
+def job_workload_name(namespace: str, job_name: str) -> str:
+    """The name of the Workload that stands for a queued Job."""
+    digest = hashlib.sha256(f"batch/v1/Job/{namespace}/{job_name}".encode()).hexdigest()[:5]
+    return f"job-{job_name}-{digest}"
+
+
+def workload_identity(doc: Doc, kind: str) -> tuple[str, str, str | None] | None:
+    """Namespace, name and queue of a Workload or queued Job, read leniently.
+
+    ``None`` when the object is too malformed to name (so it cannot be reported on its own).
+    """
+    try:
+        namespace = metadata_namespace(doc)
+        name = metadata_name(doc)
+        meta = f.get_map(doc, "metadata", "")
+        if kind == "Job":
+            labels = f.string_map(meta, "labels", "metadata")
+            annotations = f.string_map(meta, "annotations", "metadata")
+            return (
+                namespace,
+                job_workload_name(namespace, name),
+                labels.get(QUEUE_NAME_LABEL) or (annotations.get(QUEUE_NAME_LABEL)),
+            )
+        spec = f.get_map(doc, "spec", "")
+        return namespace, name, f.get_str(spec, "queueName", "spec")
+    except InputError:
+        return None
+
+
 def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | None:
     """Derive the Workload Kueue creates for a batch/v1 Job with a queue-name label.
 
@@ -676,7 +707,7 @@ def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | Non
     parallelism = 1 if parallelism is None else parallelism
     completions = f.get_int(spec, "completions", "spec")
     if parallelism < 0:
-        raise InputError("must not be negative", field="spec.parallelism")
+        raise InputError("must not be negative", field="spec.parallelism", invalid_value=True)
     count = parallelism if completions is None else min(parallelism, completions)
     template = _template(f.get_map(spec, "template", "spec", required=True), "spec.template")
     min_count = None
@@ -691,14 +722,17 @@ def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | Non
             raise InputError(
                 f"must be between 1 and the job's pod count ({count})",
                 field=f"metadata.annotations[{MIN_PARALLELISM}]",
+                invalid_value=True,
             )
     pc_name = labels.get(PRIORITY_CLASS_LABEL)
     if pc_name is not None and pc_name not in priorities:
         raise InputError(
-            f"WorkloadPriorityClass {pc_name!r} not found", field=f"metadata.labels[{PRIORITY_CLASS_LABEL}]"
+            f"WorkloadPriorityClass {pc_name!r} not found",
+            field=f"metadata.labels[{PRIORITY_CLASS_LABEL}]",
+            invalid_value=True,
         )
     namespace = metadata_namespace(doc)
-    digest = hashlib.sha256(f"batch/v1/Job/{namespace}/{name}".encode()).hexdigest()[:5]
+    wl_name = job_workload_name(namespace, name)
     created = meta.get("creationTimestamp")
     pod_set = PodSet(
         name="main",
@@ -710,8 +744,8 @@ def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | Non
     )
     return Workload(
         namespace=namespace,
-        name=f"job-{name}-{digest}",
-        uid=f.get_str(meta, "uid", "metadata") or f"job-{name}-{digest}",
+        name=wl_name,
+        uid=f.get_str(meta, "uid", "metadata") or wl_name,
         creation=0.0 if created is None else f.timestamp(created, "metadata.creationTimestamp"),
         priority=priorities.get(pc_name, 0) if pc_name else 0,
         pod_sets=(pod_set,),

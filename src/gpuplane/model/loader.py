@@ -9,13 +9,13 @@ deeply nested documents and non-UTF-8 bytes all end as an ``InputError``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
@@ -26,6 +26,7 @@ from gpuplane.model.objects import (
     ClusterQueue,
     ClusterState,
     Cohort,
+    InvalidWorkload,
     KueueConfiguration,
     LocalQueue,
     Namespace,
@@ -125,31 +126,97 @@ def _check_expansion(root: yaml.Node) -> None:
         stack.extend((c, False) for c in children if id(c) not in sizes)
 
 
-_FastLoader: Any = None
+_STR_TAG = "tag:yaml.org,2002:str"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_INT_TAG = "tag:yaml.org,2002:int"
+
+# libyaml's composer recurses in C: input nested tens of thousands deep would kill the
+# interpreter, not raise. Its fast path is taken only when the nesting is provably shallow: each
+# block level costs a column (or a "- " prefix) on some line, each flow level one unmatched
+# bracket, so no line this long and this few non-empty brackets bound the depth.
+_C_COMPOSER_MAX_LINE = 1000
+_C_COMPOSER_MAX_BRACKETS = 1000
+# A plain decimal int; YAML 1.1 reads a leading 0 as octal, so those take the general path.
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_LONG_LINE = re.compile(rf"[^\n]{{{_C_COMPOSER_MAX_LINE}}}")
+
+
+def _shallow(text: str) -> bool:
+    brackets = text.count("[") - text.count("[]") + text.count("{") - text.count("{}")
+    return brackets < _C_COMPOSER_MAX_BRACKETS and _LONG_LINE.search(text) is None
+
+
+_CLoader: Any = None
+_resolve: Callable[..., Any] = Resolver.resolve  # untyped in the stubs
 if yaml.__with_libyaml__:
     from yaml._yaml import CParser
 
-    class _CParsedLoader(Composer, CParser, SafeConstructor, Resolver):
-        """libyaml's parser under PyYAML's composer.
+    class _CComposedLoader(CParser, SafeConstructor, Resolver):
+        """libyaml's parser and composer (C), PyYAML's safe constructor with a plain-data fast path.
 
-        libyaml's own composer recurses in C and kills the interpreter on input nested tens of
-        thousands deep; PyYAML's composer raises RecursionError, which ends as an InputError.
+        Used only for text without anchors and aliases, and with shallow nesting (see
+        :func:`_shallow`). Plain strings, ints, mappings and sequences are built directly; any
+        other tag goes through :class:`SafeConstructor`, so errors and values are exactly those
+        of ``yaml.safe_load`` (timestamps stay strings, as in :class:`_GuardedLoader`).
         """
 
         yaml_implicit_resolvers = _RESOLVERS_WITHOUT_TIMESTAMPS
 
         def __init__(self, stream: str) -> None:
             CParser.__init__(self, stream)
-            Composer.__init__(self)
             SafeConstructor.__init__(self)
             Resolver.__init__(self)
+            self._scalar_tags: dict[str, str] = {}
 
-    _FastLoader = _CParsedLoader
+        # The composer asks for the tag of every node; the same plain scalars (field names,
+        # names, small numbers) come back again and again, and no path resolvers are set.
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+            if kind is yaml.ScalarNode and implicit[0]:
+                tag = self._scalar_tags.get(value)
+                if tag is None:
+                    tag = self._scalar_tags[value] = _resolve(self, kind, value, implicit)
+                return tag
+            return _resolve(self, kind, value, implicit)
+
+        def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+            pass
+
+        def ascend_resolver(self) -> None:
+            pass
+
+        def construct_document(self, node: yaml.Node) -> Any:
+            try:
+                return self._plain(node)
+            finally:
+                self.constructed_objects = {}
+                self.recursive_objects = {}
+
+        def _plain(self, node: yaml.Node) -> Any:
+            tag = node.tag
+            if tag == _STR_TAG:
+                return node.value
+            if tag == _MAP_TAG:
+                out: dict[Any, Any] = {}
+                for key_node, value_node in node.value:
+                    if key_node.tag != _STR_TAG:  # merge keys, non-string and unhashable keys
+                        return self.construct_object(node, deep=True)
+                    out[key_node.value] = self._plain(value_node)
+                return out
+            if tag == _SEQ_TAG:
+                return [self._plain(item) for item in node.value]
+            if tag == _INT_TAG and _DECIMAL.fullmatch(node.value):
+                return int(node.value)
+            return self.construct_object(node, deep=True)
+
+    _CLoader = _CComposedLoader
 
 
 def _yaml_documents(text: str) -> list[Any]:
-    # Aliases need anchors; without '&' the faster libyaml-based loader is safe to use.
-    loader: Any = _GuardedLoader if "&" in text or _FastLoader is None else _FastLoader
+    # Text with anchors or aliases ('&', '*': possible bombs, and PyYAML names an undefined alias)
+    # or deep nesting takes the guarded pure-Python path; everything else libyaml's C composer.
+    fast = _CLoader is not None and "&" not in text and "*" not in text and _shallow(text)
+    loader: Any = _CLoader if fast else _GuardedLoader
     docs: list[Any] = []
     try:
         docs.extend(yaml.load_all(text, Loader=loader))
@@ -306,8 +373,16 @@ def load_state(
     ``warnings`` as located one-line messages.
     """
     docs: list[Document] = []
+    names: list[str] = []
     for source, text in sources:
+        names.append(source)
         docs.extend(decode(source, text))
+    if not docs:
+        # Nothing to decide on is a mistake (a wrong file, an empty pipe), not an empty plan.
+        raise InputError(
+            "no Kubernetes objects in the input",
+            source=", ".join(names) if names else None,
+        )
     return build_state(docs, strict=strict, warnings=warnings)
 
 
@@ -368,6 +443,7 @@ def build_state(
     workloads: list[Workload] = []
     nodes: list[Node] = []
     pods: list[Pod] = []
+    invalid: list[InvalidWorkload] = []
     config_seen = False
 
     # Priority classes first: workloads and jobs resolve their priority through them.
@@ -416,7 +492,18 @@ def build_state(
                     collector.claim(kind, obj.key, doc)
                     pods.append(obj)
         except InputError as err:
-            refuse(doc.locate(err))
+            located = doc.locate(err)
+            who = kinds.workload_identity(doc.body, kind) if err.invalid_value else None
+            if who is None or kind not in {"Workload", "Job"}:
+                refuse(located)
+                continue
+            # One workload with a value Kueue cannot use stays pending as Misconfigured;
+            # it never stops the rest of the input.
+            namespace, name, queue = who
+            collector.claim("Workload", f"{namespace}/{name}", doc)
+            invalid.append(InvalidWorkload(namespace, name, queue, str(located)))
+            if warnings is not None:
+                warnings.append(str(located))
 
     state = ClusterState(
         configuration=config,
@@ -430,6 +517,7 @@ def build_state(
         workloads=tuple(workloads),
         nodes=tuple(nodes),
         pods=tuple(pods),
+        invalid_workloads=tuple(invalid),
         origins=frozen_map(
             {f"{kind}/{key}": (d.source, d.index) for (kind, key), d in collector.seen.items()}
         ),

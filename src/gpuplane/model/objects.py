@@ -399,6 +399,24 @@ class Pod:
 
 
 @dataclass(frozen=True, slots=True)
+class InvalidWorkload:
+    """A Workload (or queued Job) that exists but cannot be scheduled as written.
+
+    Kueue keeps such a workload pending with reason ``Misconfigured``; every other object is
+    scheduled as usual. ``problem`` is the located one-line description of what is wrong.
+    """
+
+    namespace: str
+    name: str
+    queue_name: str | None
+    problem: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterState:
     """Everything read from the input files, validated and cross-checked."""
 
@@ -415,6 +433,7 @@ class ClusterState:
     workloads: tuple[Workload, ...] = ()
     nodes: tuple[Node, ...] = ()
     pods: tuple[Pod, ...] = ()
+    invalid_workloads: tuple[InvalidWorkload, ...] = ()
     # "Kind/key" -> (file, document index), to point errors found later at their source.
     origins: Mapping[str, tuple[str, int]] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False

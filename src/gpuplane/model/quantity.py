@@ -22,17 +22,21 @@ Notes on where this follows apimachinery's parser rather than the prose:
 
 Values are ``fractions.Fraction`` from end to end, never floats, so ``0.1 + 0.2`` cores is exactly
 300 millicores. Kubernetes caps values at 2**63-1 and rounds to nano precision; here parsing is
-exact and :func:`parse_resource_quantity` refuses values beyond 2**63-1 base units instead of
-silently capping them.
+exact, and :func:`parse_resource_quantity` saturates a value beyond 2**63-1 base units at
+:data:`MAX_BASE_UNITS`, as Kueue does (``ResourceValue`` for requests, ``AmountFromQuantity`` for
+quotas, where the saturated value means "unlimited"): one huge request makes one workload exceed
+every quota, it does not make the whole input unreadable.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
 
 __all__ = [
+    "MAX_BASE_UNITS",
     "QuantityError",
     "format_quantity",
     "parse_quantity",
@@ -82,8 +86,8 @@ _QUANTITY_PATTERN = re.compile(
 _MAX_TEXT_LENGTH = 100
 _MAX_EXPONENT = 1000
 
-# Kubernetes stores quantities in an int64; base-unit values above this cannot exist in a cluster.
-_MAX_BASE_UNITS = 2**63 - 1
+# Kubernetes stores quantities in an int64; base-unit values saturate here (Kueue's int64 clamp).
+MAX_BASE_UNITS = 2**63 - 1
 
 # Resources whose base unit is the millicore rather than one whole unit.
 _MILLI_RESOURCES = frozenset({"cpu"})
@@ -101,9 +105,10 @@ class QuantityError(ValueError):
     that knows the file and field path can prefix its own location to ``str(error)``.
     """
 
-    def __init__(self, text: object, reason: str) -> None:
+    def __init__(self, text: object, reason: str, *, negative: bool = False) -> None:
         self.text = text
         self.reason = reason
+        self.negative = negative  # well-formed, but below zero
         super().__init__(f"invalid quantity {text!r}: {reason}")
 
 
@@ -167,20 +172,18 @@ def to_base_units(resource: str, q: Fraction) -> int:
     return math.ceil(q * scale)
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
 def parse_resource_quantity(resource: str, text: str | int | float) -> int:
     """Parse ``text`` as a quantity of ``resource`` and return it in base units (see :func:`to_base_units`).
 
-    Raises :class:`QuantityError` for malformed text, for negative values (requests, capacities and
-    quotas are never negative), and for values beyond 2**63-1 base units, which Kubernetes cannot
-    represent.
+    Raises :class:`QuantityError` for malformed text and for negative values (requests, capacities
+    and quotas are never negative). A value beyond 2**63-1 base units saturates at
+    :data:`MAX_BASE_UNITS`, which Kueue's int64 arithmetic does too (``SafeMilliValue``).
     """
     value = parse_quantity(text)
     if value < 0:
-        raise QuantityError(text, f"negative quantity for {resource}")
-    base_units = to_base_units(resource, value)
-    if base_units > _MAX_BASE_UNITS:
-        raise QuantityError(text, f"{resource} quantity exceeds 2**63-1 base units")
-    return base_units
+        raise QuantityError(text, f"negative quantity for {resource}", negative=True)
+    return min(to_base_units(resource, value), MAX_BASE_UNITS)
 
 
 def format_quantity(resource: str, base_units: int) -> str:

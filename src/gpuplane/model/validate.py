@@ -52,14 +52,12 @@ def api_server_rejections(state: ClusterState) -> list[InputError]:
 
 
 def validate_state(state: ClusterState) -> None:
-    """Raise InputError for references and structures Kueue would refuse."""
-    for lq in state.local_queues.values():
-        if lq.cluster_queue not in state.cluster_queues:
-            raise InputError(
-                f"LocalQueue points at ClusterQueue {lq.cluster_queue!r}, which is not defined",
-                obj=f"LocalQueue/{lq.key}",
-                field="spec.clusterQueue",
-            )
+    """Raise InputError for structures Kueue would refuse.
+
+    A dangling reference is not one of them: a LocalQueue whose ClusterQueue does not exist
+    (yet), or a ClusterQueue that names a missing ResourceFlavor, is a normal state of a live
+    cluster. The scheduler keeps such queues inactive and schedules everything else.
+    """
     _check_cohort_cycles(state)
 
 
