@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from gpuplane.core.admission_checks import CheckGate, Verdict
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
@@ -36,6 +37,7 @@ from gpuplane.core.plan import (
 from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
 from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
+from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
@@ -113,6 +115,8 @@ class Scheduler:
             }
             named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
             self.flavors = {name: ResourceFlavor(name=name) for name in named}
+        self.gate = CheckGate(state)
+        self._checked: list[tuple[Workload, Verdict]] = []  # reserved, waiting for or past checks
         for node in self.tree.queues.values():
             node.active = self._inactive_reason(node) is None
         self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
@@ -132,10 +136,17 @@ class Scheduler:
             if wl.finished:
                 continue
             if wl.admission is not None:
+                verdict, check = self.gate.verdict(wl)
+                if check is not None and verdict in (Verdict.RETRY, Verdict.REJECTED):
+                    self._release_by_check(wl, check)
+                    continue
                 held = admitted_usage(wl, wl.priority, now)
                 if held is not None:
                     self.tree.add_workload(held)
-                    self._place_admitted(wl)
+                    if verdict == Verdict.NONE:
+                        self._place_admitted(wl)
+                    else:
+                        self._checked.append((wl, verdict))
                 continue
             self._enqueue(wl, wl.queue_order_timestamp)
         for queue in self.queues.values():
@@ -190,16 +201,21 @@ class Scheduler:
         """The accelerator resource a pod requests, whose flavor places it."""
         return next((name for name in sorted(requests) if self.config.devices.is_device_resource(name)), "")
 
+    def _admission_gang(self, wl: Workload) -> list[GangPodSet]:
+        """The gang as ``status.admission`` assigned it: counts and flavors per pod set."""
+        assert wl.admission is not None
+        by_name = {a.name: a for a in wl.admission.pod_set_assignments}
+        counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in wl.pod_sets]
+        flavors = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in wl.pod_sets]
+        return self._gang(wl, counts, flavors)
+
     def _place_admitted(self, wl: Workload) -> None:
         """Workloads admitted in the input without pods are placed as if running."""
         assert wl.admission is not None
         if self.cluster is None or wl.key in self.cluster.owners:
             return
-        by_name = {a.name: a for a in wl.admission.pod_set_assignments}
-        counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in wl.pod_sets]
-        flavors = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in wl.pod_sets]
         try:
-            result = self.cluster.place(wl.key, self._gang(wl, counts, flavors))
+            result = self.cluster.place(wl.key, self._admission_gang(wl))
         except ValueError as err:
             self.notes.append(f"admitted workload {wl.key}: {err}")
             return
@@ -353,7 +369,7 @@ class Scheduler:
         missing = sorted({f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors))
         if missing:
             return f"ClusterQueue {cq.name} is inactive: FlavorNotFound ({', '.join(missing)})"
-        return None
+        return self.gate.inactive_reason(cq.spec)
 
     def nominate(self, pending: PendingWorkload) -> Entry | Status:
         cq = self.tree.queues[pending.cluster_queue]
@@ -511,6 +527,8 @@ class Scheduler:
         """Run one scheduling cycle and apply its outcome to the working state."""
         self.cycle_number += 1
         result = CycleResult()
+        if self.cycle_number == 1:
+            self._settle_checked(result)
         self.preemptor.clear_cache()
         entries: list[Entry] = []
         for pending in self.heads():
@@ -593,9 +611,11 @@ class Scheduler:
         if self.cluster is not None:
             placed = self._placement_for(e, probe=mode == PREEMPT)
             if isinstance(placed, PlacementFailure):
-                e.reason, e.message = placed.reason, placed.message
-                return
-            if mode == FIT:
+                if not self._checks_for(e):
+                    e.reason, e.message = placed.reason, placed.message
+                    return
+                # Quota without a place: the admission checks (provisioning) bring the place.
+            elif mode == FIT:
                 e.placement = placed
         for t in e.targets:
             victims[t.workload.key] = t
@@ -654,6 +674,7 @@ class Scheduler:
                 for ps in e.assignment.pod_sets
             ),
             cycle=self.cycle_number,
+            checks=self._checks_for(e),
         )
         self.admitted[pending.key] = decision
         result.admitted.append(decision)
@@ -694,6 +715,68 @@ class Scheduler:
                     PendingWorkload(wl, lq.cluster_queue, lq.key, victim.priority, evicted_at, self._sequence)
                 )
                 self.status[wl.key] = Status(QUEUED, f"Preempted by {preemptor} ({target.reason}); requeued")
+
+    # --- admission checks ---------------------------------------------------
+
+    def _checks_for(self, e: Entry) -> tuple[str, ...]:
+        flavors = {c.flavor for ps in e.assignment.pod_sets for c in ps.flavors.values()}
+        return self.gate.required(e.cq.spec, flavors)
+
+    def _release_by_check(self, wl: Workload, check: CheckStatus) -> None:
+        """A Retry check requeues the workload, a Rejected one deactivates it; no quota held."""
+        message = self.gate.record_eviction(wl, check)
+        if check.state == CheckState.REJECTED:
+            lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
+            queue = wl.admission.cluster_queue if wl.admission is not None else None
+            self.unqueued[wl.key] = (wl, queue, lq_key, Status(DEACTIVATED, message))
+            return
+        self._enqueue(wl, self.now)
+        if wl.key in self.status:
+            self.status[wl.key] = Status(QUEUED, message)
+
+    def _settle_checked(self, result: CycleResult) -> None:
+        """Reserved workloads: admit those whose checks are all Ready and that have a place;
+        the rest keep their quota, with a note of whether a place exists now."""
+        for wl, verdict in self._checked:
+            placed: GangPlacement | PlacementFailure | None = None
+            if self.cluster is not None:
+                owner = wl.key if verdict == Verdict.READY else f"probe:{wl.key}"
+                placed = self.cluster.place(owner, self._admission_gang(wl))
+                if verdict != Verdict.READY:
+                    self.cluster.release(owner)
+            if verdict == Verdict.READY and not isinstance(placed, PlacementFailure):
+                assert wl.admission is not None
+                decision = AdmissionDecision(
+                    workload=wl.key,
+                    cluster_queue=wl.admission.cluster_queue,
+                    pod_sets=tuple(
+                        PodSetDecision(
+                            name=psa.name,
+                            count=psa.count,
+                            flavors=dict(sorted(psa.flavors.items())),
+                            placement=None
+                            if placed is None
+                            else tuple(
+                                PodPlacement(p.node, tuple(g.describe() for g in p.grants))
+                                for p in placed.pods.get(psa.name, [])
+                            ),
+                        )
+                        for psa in wl.admission.pod_set_assignments
+                    ),
+                    cycle=self.cycle_number,
+                )
+                self.admitted[wl.key] = decision
+                result.admitted.append(decision)
+                continue
+            if isinstance(placed, PlacementFailure):
+                message = f"no place on the nodes yet: {placed.message}"
+            elif placed is None:
+                message = "waiting for admission checks"
+            else:
+                message = "waiting for admission checks; the gang has a place on existing nodes"
+            self.gate.record_reserved(
+                wl, placeable=placed is not None and not isinstance(placed, PlacementFailure), message=message
+            )
 
     def _unpark_cohort(self, cq_name: str) -> None:
         node = self.tree.queues.get(cq_name)
@@ -764,4 +847,6 @@ def schedule(state: ClusterState, config: SchedulerConfig, now: float, cycles: i
         pending=tuple(scheduler.pending_decisions()),
         cycles=ran,
         notes=tuple(scheduler.notes),
+        reserved=tuple(scheduler.gate.reserved.values()),
+        check_evictions=tuple(scheduler.gate.evictions),
     )

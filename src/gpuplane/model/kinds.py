@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplane.model import fields as f
+from gpuplane.model.admission_checks import cluster_queue_checks, workload_check_states
 from gpuplane.model.errors import InputError
 from gpuplane.model.objects import (
     Admission,
@@ -396,6 +397,7 @@ def parse_cluster_queue(doc: Doc, version: str) -> ClusterQueue:
         flavor_fungibility=fungibility,
         fair_weight=_fair_weight(spec, path),
         stop_policy=f.get_enum(spec, "stopPolicy", path, ("None", "Hold", "HoldAndDrain"), "None") or "None",
+        admission_checks=cluster_queue_checks(spec, path),
     )
 
 
@@ -589,6 +591,7 @@ def parse_workload(doc: Doc, version: str, priorities: Mapping[str, int]) -> Wor
         active=f.get_bool(spec, "active", "spec", True),
         labels=frozen_map(f.string_map(meta, "labels", "metadata")),
         annotations=frozen_map(f.string_map(meta, "annotations", "metadata")),
+        check_states=workload_check_states(status),
     )
 
 

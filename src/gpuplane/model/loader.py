@@ -21,6 +21,7 @@ from yaml.resolver import Resolver
 
 from gpuplane.model import fields as f
 from gpuplane.model import kinds
+from gpuplane.model.admission_checks import AdmissionCheck, parse_admission_check
 from gpuplane.model.errors import InputError
 from gpuplane.model.objects import (
     ClusterQueue,
@@ -299,6 +300,7 @@ _KUEUE: dict[str, Parser] = {
     "LocalQueue": kinds.parse_local_queue,
     "WorkloadPriorityClass": kinds.parse_priority_class,
     "Topology": kinds.parse_topology,
+    "AdmissionCheck": parse_admission_check,
 }
 _CORE: dict[str, Parser] = {
     "Namespace": kinds.parse_namespace,
@@ -440,6 +442,7 @@ def build_state(
     local_queues: dict[str, LocalQueue] = {}
     priority_classes: dict[str, WorkloadPriorityClass] = {}
     topologies: dict[str, Topology] = {}
+    admission_checks: dict[str, AdmissionCheck] = {}
     workloads: list[Workload] = []
     nodes: list[Node] = []
     pods: list[Pod] = []
@@ -478,6 +481,7 @@ def build_state(
                         "ResourceFlavor": flavors,
                         "WorkloadPriorityClass": priority_classes,
                         "Topology": topologies,
+                        "AdmissionCheck": admission_checks,
                     }
                     by_kind[kind][obj.name] = obj
             else:
@@ -518,6 +522,7 @@ def build_state(
         nodes=tuple(nodes),
         pods=tuple(pods),
         invalid_workloads=tuple(invalid),
+        admission_checks=frozen_map(admission_checks),
         origins=frozen_map(
             {f"{kind}/{key}": (d.source, d.index) for (kind, key), d in collector.seen.items()}
         ),

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeVar
 
+from gpuplane.model.admission_checks import AdmissionCheck, CheckRef, CheckStatus
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -205,6 +207,7 @@ class Workload:
     active: bool = True
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    check_states: tuple[CheckStatus, ...] = ()  # status.admissionChecks
 
     @property
     def key(self) -> str:
@@ -297,6 +300,7 @@ class ClusterQueue:
     flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
     fair_weight: float = 1.0
     stop_policy: str = "None"  # None | Hold | HoldAndDrain
+    admission_checks: tuple[CheckRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,6 +438,7 @@ class ClusterState:
     nodes: tuple[Node, ...] = ()
     pods: tuple[Pod, ...] = ()
     invalid_workloads: tuple[InvalidWorkload, ...] = ()
+    admission_checks: Mapping[str, AdmissionCheck] = field(default_factory=lambda: MappingProxyType({}))
     # "Kind/key" -> (file, document index), to point errors found later at their source.
     origins: Mapping[str, tuple[str, int]] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
