@@ -99,7 +99,8 @@ class CheckGate:
         if admission is None:
             return Verdict.NONE, None
         cq = self.state.cluster_queues.get(admission.cluster_queue)
-        if cq is None or not cq.admission_checks:
+        if cq is None or not cq.admission_checks or wl.evicted:
+            # An evicted workload holds its quota until its job has stopped, as any victim does.
             return Verdict.NONE, None
         flavors = {name for psa in admission.pod_set_assignments for name in psa.flavors.values()}
         required = self.required(cq, flavors)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from gpuplane.core.admission_checks import CheckEviction
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.inventory import DeviceGrant, NodeState, node_state, pod_needs
 from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
@@ -47,6 +48,16 @@ from gpuplane.k8s.api import ApiError, KubeApi, Resource
 from gpuplane.k8s.clusterstate import state_objects
 from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
+from gpuplane.k8s.provisioning import (
+    Provisioner,
+    annotated_templates,
+    awaiting_checks,
+    checks_passed,
+    evicted_by_check,
+    pending_checks,
+    pod_set_updates,
+)
+from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
 from gpuplane.model.kinds import parse_node, pod_template
 from gpuplane.model.loader import state_from_objects
@@ -69,6 +80,7 @@ STATE_RESOURCES = (
     k8s.WORKLOADS,
     k8s.PRIORITY_CLASSES,
     k8s.TOPOLOGIES,
+    k8s.ADMISSION_CHECKS,
 )
 
 
@@ -142,6 +154,7 @@ class Controller:
         # node; rebuilt each pass, so a pass looks pods up instead of scanning them all per workload.
         self._pods_by: dict[tuple[str, str, str], list[str]] = {}
         self._pods_on: dict[str, list[str]] = {}
+        self.provisioner = Provisioner(api, self.cache, clock, self._event)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -202,6 +215,8 @@ class Controller:
             return None
         self._index_pods()
         self._apply_admissions(plan)
+        self._each(partial(self._write_check_eviction, e) for e in plan.check_evictions)
+        self.provisioner.reconcile(plan)
         self._apply_preemptions(plan)
         self._stop_evicted()
         self._release_and_bind()
@@ -285,7 +300,7 @@ class Controller:
         writes = []
         for decision in plan.admitted:
             wl = self.cache.get("Workload", decision.workload)
-            if wl is None or wl.get("status", {}).get("admission"):
+            if wl is None or (wl.get("status", {}).get("admission") and not checks_passed(wl, decision)):
                 continue
             updated = self._admitted_workload(wl, decision)
             self.cache.assume("Workload", updated)  # assume, then write
@@ -307,7 +322,7 @@ class Controller:
                     r: format_quantity(r, q * ps.count) for r, q in requests.items() if r in ps.flavors
                 },
             }
-            if ps.placement is not None:
+            if ps.placement is not None and not decision.checks:
                 per_node: dict[str, int] = {}
                 for place in ps.placement:
                     per_node[place.node] = per_node.get(place.node, 0) + 1
@@ -324,11 +339,19 @@ class Controller:
             for c in status.get("conditions", [])
             if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
         ]
+        # A reservation whose checks have all passed keeps its QuotaReserved time; Admitted is new.
+        reserved = (wl.get("status") or {}).get("admission") and next(
+            (c for c in wl["status"].get("conditions", []) if c.get("type") == "QuotaReserved"), None
+        )
         conditions.extend(
-            {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
-            for ctype in ("QuotaReserved", "Admitted")
+            reserved
+            if ctype == "QuotaReserved" and reserved
+            else {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
+            for ctype in (("QuotaReserved",) if decision.checks else ("QuotaReserved", "Admitted"))
         )
         status["conditions"] = conditions
+        if decision.checks:  # quota reserved; admitted once every check is Ready
+            status["admissionChecks"] = pending_checks(decision.checks, now)
         return updated
 
     def _write_admission(self, decision: AdmissionDecision, updated: dict[str, Any]) -> None:
@@ -346,6 +369,28 @@ class Controller:
         self.cache.upsert("Workload", written)
         self.counters.add("admitted")
         self._event(written, "Normal", "QuotaReserved", f"Admitted by ClusterQueue {decision.cluster_queue}")
+
+    def _write_check_eviction(self, eviction: CheckEviction) -> None:
+        """A Retry check evicts the workload (its quota goes back once its job has stopped, as for
+        a preemption victim, and it is queued again); a Rejected one also deactivates it."""
+        wl = self.cache.get("Workload", eviction.workload)
+        if wl is None or _condition(wl, "Evicted") or not wl.get("status", {}).get("admission"):
+            return
+        updated = evicted_by_check(wl, eviction, micro_time(self.clock()))
+        try:
+            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+            if eviction.state == CheckState.REJECTED and written.get("spec", {}).get("active", True):
+                written = self.api.replace(
+                    k8s.WORKLOADS, {**written, "spec": {**written["spec"], "active": False}}
+                )
+        except ApiError:
+            self.counters.add("write_failures")
+            return
+        self.cache.upsert("Workload", written)
+        self.counters.add("check_evictions")
+        self._event(
+            written, "Warning", "EvictedDueToAdmissionCheck", updated["status"]["conditions"][-1]["message"]
+        )
 
     # --- preemption ---------------------------------------------------------------
     #
@@ -530,7 +575,9 @@ class Controller:
         admitted = [
             (wl, wl["status"]["admission"])
             for wl in self.cache.items("Workload")
-            if wl.get("status", {}).get("admission") and not _condition(wl, "Evicted")
+            if wl.get("status", {}).get("admission")
+            and not _condition(wl, "Evicted")
+            and not awaiting_checks(wl)
         ]
         releases: list[Callable[[], None]] = []
         for wl, admission in admitted:
@@ -555,7 +602,9 @@ class Controller:
                 for flavor in set(psa.get("flavors", {}).values()):
                     node_labels.update(flavors.get(flavor, {}).get("spec", {}).get("nodeLabels", {}) or {})
                 labels[psa["name"]] = node_labels
-            released = jobs.released_job(kind, job, wl["metadata"]["name"], labels)
+            released = annotated_templates(
+                kind, jobs.released_job(kind, job, wl["metadata"]["name"], labels), wl
+            )
             if released == job:
                 return []
             return [partial(self._write, kind, jobs.INTEGRATIONS[kind].resource, released)]
@@ -570,6 +619,7 @@ class Controller:
             updated["metadata"].setdefault("labels", {})[jobs.WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.CORE_WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
+            updated["metadata"].setdefault("annotations", {}).update(pod_set_updates(wl).get("main", {}))
             writes.append(partial(self._write, "Pod", k8s.PODS, updated))
         return writes
 
@@ -877,6 +927,8 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
         pending=tuple(scheduler.pending_decisions()),
         cycles=cycles,
         notes=tuple(scheduler.notes),
+        reserved=tuple(scheduler.gate.reserved.values()),
+        check_evictions=tuple(scheduler.gate.evictions),
     )
 
 
