@@ -109,9 +109,9 @@ def base(*extra: Manifest, queues: tuple[Manifest, ...] | None = None) -> list[M
     return objects + list(extra)
 
 
-def decide(objects: list[Manifest]) -> dict[str, Any]:
+def decide(objects: list[Manifest], cycles: int | None = 1) -> dict[str, Any]:
     state = load_state([("state.yaml", documents(*objects))])
-    plan = schedule(state, config_from_kueue(state.configuration), default_now(state), cycles=1)
+    plan = schedule(state, config_from_kueue(state.configuration), default_now(state), cycles=cycles)
     return plan_document(plan, 0.0, 0.0)
 
 
@@ -125,6 +125,7 @@ class Case:
     want_evicted: dict[str, str] = field(default_factory=dict)  # workload -> Retry | Rejected
     want_pending: dict[str, str] = field(default_factory=dict)  # workload -> reason
     want_placed: set[str] = field(default_factory=set)  # admitted with a placement on nodes
+    cycles: int | None = 1
 
 
 CASES = [
@@ -180,6 +181,15 @@ CASES = [
         want_reserved={"default/train": {"prov": "Pending"}},
     ),
     Case(
+        name="retry-holds-quota-in-the-cycle-that-evicts",
+        objects=base(
+            reserved(gang("failed", pods=4, created=T1), {"prov": "Retry"}),
+            gang("waiting", pods=4, created=T0),
+        ),
+        want_evicted={"default/failed": "Retry"},
+        want_pending={"default/failed": "Queued", "default/waiting": "WaitingForQuota"},
+    ),
+    Case(
         name="retry-releases-quota-and-requeues",
         objects=base(
             reserved(gang("failed", pods=4, created=T1), {"prov": "Retry"}),
@@ -187,13 +197,15 @@ CASES = [
         ),
         want_evicted={"default/failed": "Retry"},
         want_reserving={"default/waiting": ["prov"]},
-        want_pending={"default/failed": "Queued"},
+        want_pending={"default/failed": "WaitingForQuota"},
+        cycles=None,
     ),
     Case(
         name="retry-alone-is-reserved-again-next",
         objects=base(reserved(gang("failed"), {"prov": "Retry"})),
         want_evicted={"default/failed": "Retry"},
         want_reserving={"default/failed": ["prov"]},
+        cycles=None,
     ),
     Case(
         name="rejected-deactivates",
@@ -206,6 +218,19 @@ CASES = [
         objects=base(reserved(gang("revoked"), {"prov": "Retry"}, admitted=True)),
         want_evicted={"default/revoked": "Retry"},
         want_reserving={"default/revoked": ["prov"]},
+        cycles=None,
+    ),
+    Case(
+        name="evicted-workload-keeps-its-quota-until-released",
+        objects=base(
+            reserved(gang("leaving", pods=4), {"prov": "Retry"}).set(
+                "status.conditions[1]",
+                {"type": "Evicted", "status": "True", "reason": "AdmissionCheck", "lastTransitionTime": T0},
+            ),
+            gang("next", pods=1, created=T1),
+        ),
+        want_pending={"default/next": "WaitingForQuota"},
+        cycles=None,
     ),
     Case(
         name="check-added-after-admission-does-not-evict",
@@ -266,7 +291,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_admission_checks(case: Case) -> None:
-    doc = decide(case.objects)
+    doc = decide(case.objects, case.cycles)
     admitted = {a["workload"]: a for a in doc["admitted"]}
     outright = {k for k, a in admitted.items() if "admissionChecks" not in a}
     reserving = {
@@ -295,7 +320,7 @@ def test_retry_message_names_the_check_and_the_release() -> None:
         base(
             reserved(gang("failed", pods=4, created=T1), {"prov": "Retry"}),
             gang("waiting", pods=4, created=T0),
-        )
+        ),
     )
     [eviction] = doc["checkEvictions"]
     assert eviction == {
@@ -370,7 +395,7 @@ def test_schedule_command_reports_reservations_and_evictions(tmp_path: Path) -> 
     admitted = {a["workload"]: a for a in doc["admitted"]}
     assert "admissionChecks" not in admitted["default/ready"]
     assert [p["node"] for p in admitted["default/ready"]["podSets"][0]["placement"]] == ["n1", "n1"]
-    assert [c["state"] for c in admitted["default/failed"]["admissionChecks"]] == ["Pending"]
+    assert "default/failed" not in admitted, "it holds its quota in the cycle that evicts it"
     assert [r["workload"] for r in doc["reserved"]] == ["default/waiting"]
     assert [e["workload"] for e in doc["checkEvictions"]] == ["default/failed"]
     table = gpuplane("schedule", "-f", str(state), "--cycles", "1")

@@ -78,10 +78,11 @@ class CycleResult:
     admitted: list[AdmissionDecision] = field(default_factory=list)
     preempted: list[PreemptionDecision] = field(default_factory=list)
     parked: int = 0
+    released: int = 0  # reservations ended by an admission check (Retry, Rejected)
 
     @property
     def changed(self) -> bool:
-        return bool(self.admitted or self.preempted or self.parked)
+        return bool(self.admitted or self.preempted or self.parked or self.released)
 
 
 class Scheduler:
@@ -117,6 +118,7 @@ class Scheduler:
             self.flavors = {name: ResourceFlavor(name=name) for name in named}
         self.gate = CheckGate(state)
         self._checked: list[tuple[Workload, Verdict]] = []  # reserved, waiting for or past checks
+        self._leaving: list[tuple[Workload, CheckStatus]] = []  # reservations a check ends
         for node in self.tree.queues.values():
             node.active = self._inactive_reason(node) is None
         self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
@@ -137,13 +139,16 @@ class Scheduler:
                 continue
             if wl.admission is not None:
                 verdict, check = self.gate.verdict(wl)
-                if check is not None and verdict in (Verdict.RETRY, Verdict.REJECTED):
-                    self._release_by_check(wl, check)
-                    continue
                 held = admitted_usage(wl, wl.priority, now)
                 if held is not None:
                     self.tree.add_workload(held)
-                    if verdict == Verdict.NONE:
+                    if check is not None and verdict in (Verdict.RETRY, Verdict.REJECTED):
+                        # Like a preemption victim: it holds its quota this cycle, gone the next
+                        # (and its nodes, if it was admitted and has pods).
+                        if wl.condition_true("Admitted"):
+                            self._place_admitted(wl)
+                        self._leaving.append((wl, check))
+                    elif verdict == Verdict.NONE:
                         self._place_admitted(wl)
                     else:
                         self._checked.append((wl, verdict))
@@ -563,6 +568,8 @@ class Scheduler:
                 self.preemptor_of[e.pending.cluster_queue] = e.pending.key
             if not e.requeue_now:
                 self._park(e.pending, result)
+        if self.cycle_number == 1:
+            self._release_leaving(result)
         return result
 
     def _park(self, pending: PendingWorkload, result: CycleResult) -> None:
@@ -722,6 +729,20 @@ class Scheduler:
         flavors = {c.flavor for ps in e.assignment.pod_sets for c in ps.flavors.values()}
         return self.gate.required(e.cq.spec, flavors)
 
+    def _release_leaving(self, result: CycleResult) -> None:
+        """After the first cycle, the reservations that a check ended give their quota back."""
+        for wl, check in self._leaving:
+            held = self.tree.admitted.get(wl.key)
+            if held is not None:
+                self.tree.remove_workload(held)
+                if self.cluster is not None:
+                    self.cluster.release(wl.key)
+                self._unpark_cohort(held.cluster_queue)
+            self._release_by_check(wl, check)
+            result.released += 1
+        self._leaving = []
+        self.preemptor.clear_cache()
+
     def _release_by_check(self, wl: Workload, check: CheckStatus) -> None:
         """A Retry check requeues the workload, a Rejected one deactivates it; no quota held."""
         message = self.gate.record_eviction(wl, check)
@@ -730,7 +751,7 @@ class Scheduler:
             queue = wl.admission.cluster_queue if wl.admission is not None else None
             self.unqueued[wl.key] = (wl, queue, lq_key, Status(DEACTIVATED, message))
             return
-        self._enqueue(wl, self.now)
+        self._enqueue(wl, self.now, keep_sorted=True)
         if wl.key in self.status:
             self.status[wl.key] = Status(QUEUED, message)
 

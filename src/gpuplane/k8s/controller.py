@@ -913,7 +913,7 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
         result = scheduler.cycle()
         cycles += 1
         admitted += result.admitted
-        if result.preempted or scheduler.preemptor_of:
+        if result.preempted or scheduler.preemptor_of or scheduler.gate.evictions:
             preempted = list(result.preempted)
             break
         if not result.changed:

@@ -126,8 +126,10 @@ def pod_set_updates(wl: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 
 
 def awaiting_checks(wl: Mapping[str, Any]) -> bool:
-    """Whether the workload holds quota but some admission check is not Ready yet."""
-    return any(s.get("state") != "Ready" for s in check_states(wl))
+    """Whether the workload holds quota but is not admitted for its admission checks: some check
+    is not Ready yet, or all are and the core has not placed it yet."""
+    states = check_states(wl)
+    return bool(states) and (any(s.get("state") != "Ready" for s in states) or not _true(wl, "Admitted"))
 
 
 def checks_passed(wl: Mapping[str, Any], decision: AdmissionDecision) -> bool:
