@@ -27,6 +27,7 @@ from controller_harness import scene as make_scene
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.controller import DEVICES_ANNOTATION
 from gpuplane.k8s.integrations import GATE, PODSET_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
+from gpuplane.model.topology import assigned_domains
 from manifests import GPU, Manifest, pod_spec
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,7 +84,7 @@ def test_jobs_are_admitted_released_and_bound_to_planned_nodes_and_devices(
         (assignment,) = status["admission"]["podSetAssignments"]
         assert (assignment["count"], assignment["flavors"][GPU]) == (count, scene.flavor)
         assert assignment["resourceUsage"][GPU] == str(count * gpus)
-        planned = Counter({d["values"][-1]: d["count"] for d in assignment["topologyAssignment"]["domains"]})
+        planned = Counter({v[-1]: c for v, c in assigned_domains(assignment["topologyAssignment"])})
 
         job = jobs[name]
         assert job["spec"]["suspend"] is False, "released"

@@ -37,6 +37,7 @@ from controller_harness import (
     wait_until,
 )
 from controller_harness import scene as make_scene
+from gpuplane.model.topology import assigned_domains
 from manifests import Manifest
 
 pytestmark = pytest.mark.timeout(120)
@@ -113,7 +114,7 @@ def assert_invariants(scene: Scene, double: ApiServerDouble) -> None:
         if not admission:
             continue
         (assignment,) = admission["podSetAssignments"]
-        planned = Counter({d["values"][-1]: d["count"] for d in assignment["topologyAssignment"]["domains"]})
+        planned = Counter({v[-1]: c for v, c in assigned_domains(assignment["topologyAssignment"])})
         placed = Counter(
             p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"].get("job-name") == name
         )

@@ -30,8 +30,14 @@ class SchedulerConfig:
     priority_sorting_within_cohort: bool = True
     prioritize_non_borrowing: bool = True
     reevaluate_fair_candidates: bool = False
-    fair_preempt_within_nominal: bool = False
+    fair_preempt_within_nominal: bool = True
     preemption_gates: bool = False
+    # RecomputeAssignmentUponPreemptionTargetsOverlap: an entry whose targets overlap an earlier
+    # entry's recomputes its assignment on the nominated flavors as if those victims were gone.
+    recompute_on_overlap: bool = True
+    # FlavorFungibilityPreserveScanProgress: a flavor scan recorded in the last cycle is resumed
+    # even when admissions or evictions in the cohort happened since.
+    preserve_scan_progress: bool = True
     max_cycles: int = 100_000
     # gpuplane's cheaper preemption (off for Kueue fidelity): a workload younger than
     # ``min_runtime_seconds`` is never a victim, and among equal priorities the victim
@@ -53,4 +59,6 @@ def config_from_kueue(conf: KueueConfiguration) -> SchedulerConfig:
         reevaluate_fair_candidates=conf.gate("FairSharingReevaluatePreemptionCandidates"),
         fair_preempt_within_nominal=conf.gate("FairSharingPreemptWithinNominal"),
         preemption_gates=conf.gate("MultiKueueOrchestratedPreemption"),
+        recompute_on_overlap=conf.gate("RecomputeAssignmentUponPreemptionTargetsOverlap"),
+        preserve_scan_progress=conf.gate("FlavorFungibilityPreserveScanProgress"),
     )

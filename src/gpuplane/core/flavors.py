@@ -79,6 +79,8 @@ class FlavorChoice:
     flavor: str
     mode: int
     borrow: int
+    # Kueue's TriedFlavorIdx: the last flavor index the scan reached, -1 after the last flavor.
+    tried: int = -1
 
 
 @dataclass(slots=True)
@@ -132,6 +134,10 @@ class Assignment:
             fr = (choice.flavor, res)
             # Saturating, as Kueue's Requests.Add: a huge request stays at the int64 bound.
             self.usage[fr] = min(self.usage.get(fr, 0) + ps.requests.get(res, 0), MAX_BASE_UNITS)
+
+    def scan_progress(self) -> dict[tuple[int, str], int]:
+        """Kueue's LastTriedFlavorIdx: per pod set and resource, where the flavor scan stopped."""
+        return {(i, res): c.tried for i, ps in enumerate(self.pod_sets) for res, c in ps.flavors.items()}
 
     def flavors_needing_preemption(self) -> frozenset[FlavorResource]:
         return frozenset(
@@ -195,12 +201,21 @@ class FlavorAssigner:
         flavors: Mapping[str, ResourceFlavor],
         preemptor: Preemptor,
         config: SchedulerConfig,
+        *,
+        nominated: list[dict[str, str]] | None = None,
+        start: Mapping[tuple[int, str], int] | None = None,
     ) -> None:
         self.pending = pending
         self.cq = cq
         self.flavors = flavors
         self.preemptor = preemptor
         self.config = config
+        # Kueue's NominationMapping: per pod set, the flavor each resource was nominated with.
+        # A recomputation within the cycle sticks to those flavors.
+        self.nominated = nominated
+        # Kueue's LastAssignment: the scan of each pod set's resource group resumes after the
+        # flavor it reached last time (NextFlavorToTryForPodSetResource).
+        self.start = start or {}
 
     def assign(self, counts: list[int] | None = None) -> Assignment:
         wl = self.pending.workload
@@ -257,8 +272,16 @@ class FlavorAssigner:
         attempt_reasons: list[str] = []
         best: dict[str, FlavorChoice] | None = None
         best_mode = WORST
-        for flavor_quotas in group.flavors:
-            name = flavor_quotas.name
+        first = self.start.get((ps_index, res), -1) + 1 if self.config.flavor_fungibility else 0
+        attempted = -1
+        for index in range(first, len(group.flavors)):
+            attempted = index
+            name = group.flavors[index].name
+            if self.nominated is not None and self.nominated[ps_index].get(res) != name:
+                reasons.append(
+                    f"skipping flavor {name} as it is not found in the nomination mapping for resource {res}"
+                )
+                continue
             flavor = self.flavors.get(name)
             if flavor is None:
                 reasons.append(f"flavor {name} not found")
@@ -300,6 +323,10 @@ class FlavorAssigner:
                 best, best_mode = choices, mode
                 if mode.mode == G_FIT:
                     break
+        if self.config.flavor_fungibility:
+            tried = -1 if attempted == len(group.flavors) - 1 else attempted
+            for choice in (best or {}).values():
+                choice.tried = tried
         if best_mode.mode == G_FIT:
             return best, [], "", None
         no_fit_reason = min(attempt_reasons, key=lambda r: _SEVERITY.get(r, 0)) if attempt_reasons else ""

@@ -163,7 +163,9 @@ class DRS:
 
     @property
     def zero_weight_borrows(self) -> bool:
-        return self.fair_weight == 0 and self.borrowing
+        # Kueue's zeroWeightBorrows: a zero weight with a non-zero share (borrowing on a resource
+        # nobody can lend has a zero share and stays comparable).
+        return self.fair_weight == 0 and not self.is_zero
 
     def weighted(self) -> float:
         if self.zero_weight_borrows:

@@ -65,6 +65,24 @@ class Entry:
     message: str = ""
     requeue_now: bool = False  # skipped or waiting for victims: stays active
     placement: GangPlacement | None = None
+    keep_scan: bool = True  # whether the flavor scan resumes where it stopped (LastAssignment)
+
+
+@dataclass(slots=True)
+class ScanProgress:
+    """Kueue's LastAssignment: where a workload's flavor scan stopped, and when.
+
+    ``tried`` maps (pod set index, resource) to the last flavor index reached, -1 once the scan
+    went past the last flavor. ``generation`` is the cohort's admission/eviction count then.
+    """
+
+    cycle: int
+    generation: int
+    tried: dict[tuple[int, str], int]
+
+    @property
+    def pending_flavors(self) -> bool:
+        return any(index != -1 for index in self.tried.values())
 
 
 @dataclass(slots=True)
@@ -78,11 +96,12 @@ class CycleResult:
     admitted: list[AdmissionDecision] = field(default_factory=list)
     preempted: list[PreemptionDecision] = field(default_factory=list)
     parked: int = 0
+    rescans: int = 0  # workloads whose next cycle resumes at a later flavor
     released: int = 0  # reservations ended by an admission check (Retry, Rejected)
 
     @property
     def changed(self) -> bool:
-        return bool(self.admitted or self.preempted or self.parked or self.released)
+        return bool(self.admitted or self.preempted or self.parked or self.rescans or self.released)
 
 
 class Scheduler:
@@ -107,6 +126,10 @@ class Scheduler:
         self.workloads: dict[str, Workload] = {}
         self.cycle_number = 0
         self._sequence = 0
+        self.scan: dict[str, ScanProgress] = {}
+        # Per root of the cohort tree, admissions and evictions so far (Kueue's
+        # AllocatableResourceGeneration): a change makes an older flavor scan outdated.
+        self.generation: dict[str, int] = {}
         self.flavors = dict(state.resource_flavors)
         if not self.flavors:
             # A state with no ResourceFlavor objects at all (a quick what-if file)
@@ -260,6 +283,7 @@ class Scheduler:
         if held is None:
             return False
         self.tree.remove_workload(held)
+        self._bump_generation(held.cluster_queue)
         if self.cluster is not None:
             self.cluster.release(key)
         self.admitted.pop(key, None)
@@ -290,6 +314,7 @@ class Scheduler:
                         self.cursor[name] -= 1
                     self.parked.discard(key)
                     self.status.pop(key, None)
+                    self.scan.pop(key, None)
                     return True
         return self.unqueued.pop(key, None) is not None
 
@@ -410,8 +435,13 @@ class Scheduler:
         )
         return self.preemptor.get_targets(ctx)
 
-    def _assignments(self, pending: PendingWorkload, cq: ClusterQueueNode) -> tuple[Assignment, list[Target]]:
-        assigner = FlavorAssigner(pending, cq, self.flavors, self.preemptor, self.config)
+    def _assignments(
+        self, pending: PendingWorkload, cq: ClusterQueueNode, nominated: list[dict[str, str]] | None = None
+    ) -> tuple[Assignment, list[Target]]:
+        start = None if nominated is not None else self._scan_start(pending.key, cq)
+        assigner = FlavorAssigner(
+            pending, cq, self.flavors, self.preemptor, self.config, nominated=nominated, start=start
+        )
         full = assigner.assign()
         mode = full.mode()
         if mode == FIT:
@@ -451,6 +481,39 @@ class Scheduler:
         if lo <= total and lo in found:
             return found[lo]
         return full, []
+
+    # --- flavor scan progress (Kueue's LastAssignment) ------------------------
+
+    def _generation(self, cq_name: str) -> int:
+        return self.generation.get(self.tree.queues[cq_name].root().name, 0)
+
+    def _bump_generation(self, cq_name: str) -> None:
+        if cq_name in self.tree.queues:
+            root = self.tree.queues[cq_name].root().name
+            self.generation[root] = self.generation.get(root, 0) + 1
+
+    def _scan_start(self, key: str, cq: ClusterQueueNode) -> dict[tuple[int, str], int] | None:
+        """Where the flavor scan resumes, or None to start over (lastAssignmentOutdated)."""
+        progress = self.scan.get(key)
+        if progress is None:
+            return None
+        recent = self.config.preserve_scan_progress and self.cycle_number - progress.cycle <= 1
+        if not recent and self._generation(cq.name) > progress.generation:
+            del self.scan[key]
+            return None
+        return progress.tried
+
+    def _remember_scan(self, e: Entry, generation: int, result: CycleResult) -> bool:
+        """Record where the entry's scan stopped; True when flavors are left to try next cycle."""
+        if not e.keep_scan:
+            self.scan.pop(e.pending.key, None)
+            return False
+        progress = ScanProgress(self.cycle_number, generation, e.assignment.scan_progress())
+        self.scan[e.pending.key] = progress
+        if progress.pending_flavors:
+            result.rescans += 1
+            return True
+        return False
 
     # --- ordering -----------------------------------------------------------
 
@@ -534,6 +597,7 @@ class Scheduler:
         result = CycleResult()
         if self.cycle_number == 1:
             self._settle_checked(result)
+        generations = {name: self._generation(name) for name in self.queues}
         self.preemptor.clear_cache()
         entries: list[Entry] = []
         for pending in self.heads():
@@ -566,7 +630,9 @@ class Scheduler:
             self.status[e.pending.key] = Status(e.reason, e.message)
             if e.reason == WAITING_FOR_PREEMPTED:
                 self.preemptor_of[e.pending.cluster_queue] = e.pending.key
-            if not e.requeue_now:
+            # A workload with flavors left to scan is requeued at once (PendingFlavors).
+            rescan = self._remember_scan(e, generations[e.pending.cluster_queue], result)
+            if not e.requeue_now and not rescan:
                 self._park(e.pending, result)
         if self.cycle_number == 1:
             self._release_leaving(result)
@@ -587,8 +653,11 @@ class Scheduler:
         victim_preemptor: dict[str, str],
         admitted: list[Entry],
     ) -> None:
-        mode = e.assignment.mode()
         cq = e.cq
+        deferred = False
+        if self.config.recompute_on_overlap and any(t.workload.key in victims for t in e.targets):
+            deferred = self._recompute_after_overlap(e, victims)
+        mode = e.assignment.mode()
         if mode == NO_FIT:
             return
         if mode == PREEMPT and not e.targets:
@@ -597,12 +666,26 @@ class Scheduler:
                 cq.add_usage_map(reserve)
                 reservations.append((cq, reserve))
             return
+        if deferred:
+            # Fits once the other entries' victims are gone: wait for them, holding the quota.
+            e.reason, e.message, e.requeue_now = (
+                WAITING_FOR_PREEMPTED,
+                "Workload has overlapping preemption targets with another workload, "
+                "but will fit after these preemptions complete",
+                True,
+            )
+            usage = dict(e.assignment.usage)
+            cq.add_usage_map(usage)
+            reservations.append((cq, usage))
+            e.keep_scan = False
+            return
         if any(t.workload.key in victims for t in e.targets):
             e.reason, e.message, e.requeue_now = (
                 WAITING_FOR_QUOTA,
                 "Workload has overlapping preemption targets with another workload",
                 True,
             )
+            e.keep_scan = self.config.preserve_scan_progress
             return
         usage = e.assignment.usage
         removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
@@ -614,6 +697,7 @@ class Scheduler:
                 "Workload no longer fits after processing another workload",
                 True,
             )
+            e.keep_scan = self.config.preserve_scan_progress
             return
         if self.cluster is not None:
             placed = self._placement_for(e, probe=mode == PREEMPT)
@@ -630,6 +714,7 @@ class Scheduler:
         cq.add_usage_map(usage)
         reservations.append((cq, dict(usage)))
         if mode == PREEMPT:
+            e.keep_scan = False  # markPreemptionOutcome: every flavor again once victims are gone
             e.reason = WAITING_FOR_PREEMPTED
             e.message = (
                 e.message + ". " if e.message else ""
@@ -637,6 +722,24 @@ class Scheduler:
             e.requeue_now = True
             return
         admitted.append(e)
+
+    def _recompute_after_overlap(self, e: Entry, victims: Mapping[str, Target]) -> bool:
+        """Kueue's updateAssignmentIfNeeded for overlapping targets.
+
+        The assignment is computed again on the flavors it was nominated with, as if the victims
+        of earlier entries were already gone. Returns True for a deferred fit: the workload fits
+        once those preemptions complete, and must not be admitted in this cycle.
+        """
+        nominated = [{r: c.flavor for r, c in ps.flavors.items()} for ps in e.assignment.pod_sets]
+        if len(nominated) != len(e.pending.workload.pod_sets):
+            return False
+        self.preemptor.clear_cache()
+        with self.tree.without([t.workload for t in victims.values()]):
+            e.assignment, e.targets = self._assignments(e.pending, e.cq, nominated)
+        self.preemptor.clear_cache()
+        e.message = e.assignment.message()
+        e.reason = e.assignment.no_fit_reason or WAITING_FOR_QUOTA
+        return e.assignment.mode() == FIT
 
     def _resources_to_reserve(self, e: Entry) -> dict[tuple[str, str], int]:
         cq = e.cq
@@ -661,6 +764,8 @@ class Scheduler:
         )
         held = usage_from_assignment(pending, e.assignment.usage, flavors, self.now)
         self.tree.add_workload(held)
+        self._bump_generation(pending.cluster_queue)
+        self.scan.pop(pending.key, None)
         queue = self.queues[pending.cluster_queue]
         index = queue.index(pending)
         del queue[index]
@@ -708,6 +813,7 @@ class Scheduler:
             result.preempted.append(decision)
             self.preempted.append(decision)
         self.tree.remove_workload(victim)
+        self._bump_generation(victim.cluster_queue)
         if self.cluster is not None:
             self.cluster.release(victim.key)
         self.admitted.pop(victim.key, None)

@@ -63,6 +63,7 @@ from gpuplane.model.kinds import parse_node, pod_template
 from gpuplane.model.loader import state_from_objects
 from gpuplane.model.objects import ClusterState
 from gpuplane.model.quantity import format_quantity
+from gpuplane.model.topology import assigned_domains, topology_assignment
 
 log = logging.getLogger(__name__)
 
@@ -326,10 +327,11 @@ class Controller:
                 per_node: dict[str, int] = {}
                 for place in ps.placement:
                     per_node[place.node] = per_node.get(place.node, 0) + 1
-                assignment["topologyAssignment"] = {
-                    "levels": [HOSTNAME],
-                    "domains": [{"values": [n], "count": c} for n, c in sorted(per_node.items())],
-                }
+                assignment["topologyAssignment"] = topology_assignment(
+                    [HOSTNAME],
+                    [((n,), c) for n, c in sorted(per_node.items())],
+                    wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2",
+                )
             assignments.append(assignment)
         updated: dict[str, Any] = json.loads(json.dumps(wl))
         status = updated.setdefault("status", {})
@@ -659,9 +661,8 @@ class Controller:
         targets: dict[str, list[str]] = {}
         for psa in admission.get("podSetAssignments", []):
             slots: list[str] = []
-            topo = psa.get("topologyAssignment") or {}
-            for domain in topo.get("domains", []):
-                slots += [domain["values"][-1]] * int(domain.get("count", 0))
+            for values, count in assigned_domains(psa.get("topologyAssignment") or {}):
+                slots += [values[-1]] * count
             targets[psa["name"]] = slots
         for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
             node = pod.get("spec", {}).get("nodeName")

@@ -369,6 +369,9 @@ DEFAULT_FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
         "FlavorFungibility": True,
         "PrioritySortingWithinCohort": True,
         "FairSharingPrioritizeNonBorrowing": True,
+        "FairSharingPreemptWithinNominal": True,
+        "RecomputeAssignmentUponPreemptionTargetsOverlap": True,
+        "FlavorFungibilityPreserveScanProgress": True,
         "MultiKueueOrchestratedPreemption": False,
     }
 )
