@@ -36,6 +36,7 @@ from gpuplane.core.plan import (
 )
 from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
 from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
+from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
 from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
@@ -421,6 +422,9 @@ class Scheduler:
                     pod_needs(ps.template, self.config.devices)
             except ValueError as err:
                 return Status(MISCONFIGURED, str(err))
+        spot_only = serving_block(pending.workload, cq.spec, self.flavors)
+        if spot_only is not None:
+            return Status(SPOT_WITHOUT_FALLBACK, spot_only)
         assignment, targets = self._assignments(pending, cq)
         entry = Entry(pending, cq, assignment, targets)
         entry.message = assignment.message()

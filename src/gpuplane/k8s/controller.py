@@ -57,6 +57,7 @@ from gpuplane.k8s.provisioning import (
     pending_checks,
     pod_set_updates,
 )
+from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
 from gpuplane.model.kinds import parse_node, pod_template
@@ -97,6 +98,7 @@ class ControllerConfig:
     min_runtime_seconds: float = 0.0
     checkpoint_aware: bool = True
     write_workers: int = 16  # independent writes in flight at once
+    checkpoint_grace_seconds: float = 120.0  # on a node interruption, before eviction
 
 
 @dataclass
@@ -156,6 +158,9 @@ class Controller:
         self._pods_by: dict[tuple[str, str, str], list[str]] = {}
         self._pods_on: dict[str, list[str]] = {}
         self.provisioner = Provisioner(api, self.cache, clock, self._event)
+        self.interruptions = InterruptionGuard(
+            api, self.cache, clock, self._event, self.config.checkpoint_grace_seconds
+        )
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -210,6 +215,7 @@ class Controller:
             # A cache that has not listed yet (or is relisting after 410 Gone) hides admitted
             # workloads and bound pods: deciding on it would over-admit.
             return None
+        self.interruptions.reconcile()
         self._ensure_workloads()
         plan = self._schedule()
         if plan is None:

@@ -20,6 +20,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
+INTERRUPTED_REASON = "NodeInterrupted"  # Evicted reason when a workload's node is taken back
 
 
 def frozen_map(items: Mapping[K, V] | None = None) -> Mapping[K, V]:
@@ -243,10 +244,11 @@ class Workload:
 
     @property
     def queue_order_timestamp(self) -> float:
-        """Kueue's queue ordering time: the eviction time for requeued workloads."""
+        """Kueue's queue ordering time: the eviction time for requeued workloads. A workload whose
+        node was taken back (spot interruption) goes back to the head of its priority band."""
         cond = self.condition("Evicted")
         if cond is not None and cond.status:
-            return cond.last_transition
+            return 0.0 if cond.reason == INTERRUPTED_REASON else cond.last_transition
         return self.creation
 
 
