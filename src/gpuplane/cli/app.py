@@ -9,10 +9,10 @@ from __future__ import annotations
 import typer
 
 from gpuplane import __version__
-from gpuplane.cli import controller, doctor, dump, schedule, simulate
+from gpuplane.cli import capacity, controller, doctor, dump, schedule, simulate
 
 # Modules whose ``register(app)`` adds their commands, in the order they appear in --help.
-_COMMAND_MODULES = (schedule, simulate, controller, doctor, dump)
+_COMMAND_MODULES = (schedule, simulate, capacity, controller, doctor, dump)
 
 
 def build_app() -> typer.Typer:
