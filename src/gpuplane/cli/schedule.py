@@ -125,7 +125,9 @@ def check_documents(plan: Plan) -> dict[str, Any]:
 def print_table(plan: Plan, console: Console) -> None:
     admitted = Table(title=f"Admitted ({len(plan.admitted)})", title_justify="left")
     placed = any(ps.placement is not None for a in plan.admitted for ps in a.pod_sets)
-    for col in ("workload", "cluster queue", "pod sets", "flavors", *(("nodes",) if placed else ())):
+    checked = any(a.checks for a in plan.admitted)
+    columns = ("workload", "cluster queue", "pod sets", "flavors", *(("nodes",) if placed else ()))
+    for col in (*columns, *(("pending checks",) if checked else ())):
         admitted.add_column(col)
     for a in plan.admitted:
         sets = ", ".join(f"{ps.name} x{ps.count}" for ps in a.pod_sets)
@@ -137,6 +139,8 @@ def print_table(plan: Plan, console: Console) -> None:
                 for where in ps.placement or ():
                     per_node[where.node] = per_node.get(where.node, 0) + 1
             row.append(", ".join(f"{n} x{c}" for n, c in sorted(per_node.items())))
+        if checked:
+            row.append(", ".join(a.checks) or "-")
         admitted.add_row(*row)
     console.print(admitted)
     preempted = Table(title=f"Preempted ({len(plan.preempted)})", title_justify="left")
