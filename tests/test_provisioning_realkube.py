@@ -201,6 +201,7 @@ def test_a_gang_scales_up_whole_through_one_provisioning_request(real_scene: Sce
     assert {p["spec"]["nodeName"] for p in pods} == nodes
     for pod in pods:
         assert pod["metadata"]["annotations"][CONSUME_ANNOTATION] == request["metadata"]["name"]
+        assert pod["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"  # a gang
     assert len(requests(scene)) == 1, "one request for the whole gang"
 
 

@@ -26,6 +26,7 @@ from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.inventory import pod_needs
+from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.plan import (
     AdmissionDecision,
     PendingDecision,
@@ -707,7 +708,7 @@ class Scheduler:
             placed = self._placement_for(e, probe=mode == PREEMPT)
             if isinstance(placed, PlacementFailure):
                 if not self._checks_for(e):
-                    e.reason, e.message = placed.reason, placed.message
+                    e.reason, e.message = placed.reason, placed.message + self._to_come(e)
                     return
                 # Quota without a place: the admission checks (provisioning) bring the place.
             elif mode == FIT:
@@ -834,6 +835,20 @@ class Scheduler:
                 self.status[wl.key] = Status(QUEUED, f"Preempted by {preemptor} ({target.reason}); requeued")
 
     # --- admission checks ---------------------------------------------------
+
+    def _to_come(self, e: Entry) -> str:
+        """With Karpenter NodePools, what they can still bring for the gang's flavor."""
+        if not self.state.node_pools:
+            return ""
+        ps = e.assignment.pod_sets[0]
+        resource = self._device_resource(e.pending.workload.pod_sets[0].template.requests)
+        choice = ps.flavors.get(resource)
+        flavor = self.flavors.get(choice.flavor) if choice is not None else None
+        pools = capacity_to_come(self.state.node_pools, flavor, self.state.nodes, resource)
+        if not pools:
+            return "; no NodePool can provide this flavor"
+        said = [f"{name} ({'no limit' if left is None else f'{left} {resource}'})" for name, left in pools]
+        return "; NodePools can still bring: " + ", ".join(said)
 
     def _checks_for(self, e: Entry) -> tuple[str, ...]:
         flavors = {c.flavor for ps in e.assignment.pod_sets for c in ps.flavors.values()}

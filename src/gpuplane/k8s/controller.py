@@ -60,6 +60,7 @@ from gpuplane.k8s.provisioning import (
 from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
+from gpuplane.model.karpenter import DO_NOT_DISRUPT
 from gpuplane.model.kinds import parse_node, pod_template
 from gpuplane.model.loader import state_from_objects
 from gpuplane.model.objects import ClusterState
@@ -682,14 +683,14 @@ class Controller:
             slots = targets.get(podset, [])
             if not slots:
                 continue  # quota-only admission (no nodes known) or more pods than planned
-            writes.append(self._assume_binding(pod, slots.pop(0)))
+            writes.append(self._assume_binding(pod, slots.pop(0), gang=expected > 1))
         return writes
 
     def _note_gang_wait(self, pod: dict[str, Any], message: str) -> None:
         self._gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
         self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
 
-    def _assume_binding(self, pod: dict[str, Any], node: str) -> Callable[[], None]:
+    def _assume_binding(self, pod: dict[str, Any], node: str, gang: bool = False) -> Callable[[], None]:
         """Choose the pod's devices on ``node``, assume the binding in the cache, and return the
         write that carries it out (it forgets the assumption if it fails)."""
         meta = dict(pod["metadata"])
@@ -700,11 +701,15 @@ class Controller:
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        if devices is not None:
-            # The API server copies a Binding's annotations onto the pod with its node: the
-            # devices and the node land together, in one request.
-            binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devices}
-            meta["annotations"] = {**(meta.get("annotations") or {}), DEVICES_ANNOTATION: devices}
+        # The API server copies a Binding's annotations onto the pod with its node: the devices
+        # (and, for a gang, Karpenter's do-not-disrupt: moving one pod stops the whole step) land
+        # together with the node, in one request.
+        annotations = {DEVICES_ANNOTATION: devices} if devices is not None else {}
+        if gang:
+            annotations[DO_NOT_DISRUPT] = "true"
+        if annotations:
+            binding["metadata"]["annotations"] = annotations
+            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
         bound = {**pod, "metadata": meta, "spec": {**pod.get("spec", {}), "nodeName": node}}
         key = object_key(bound)
         self.cache.assume("Pod", bound)

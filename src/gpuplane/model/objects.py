@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from gpuplane.model.admission_checks import AdmissionCheck, CheckRef, CheckStatus
+
+if TYPE_CHECKING:
+    from gpuplane.model.karpenter import NodePool
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -444,6 +447,7 @@ class ClusterState:
     pods: tuple[Pod, ...] = ()
     invalid_workloads: tuple[InvalidWorkload, ...] = ()
     admission_checks: Mapping[str, AdmissionCheck] = field(default_factory=lambda: MappingProxyType({}))
+    node_pools: Mapping[str, NodePool] = field(default_factory=lambda: MappingProxyType({}))  # Karpenter
     # "Kind/key" -> (file, document index), to point errors found later at their source.
     origins: Mapping[str, tuple[str, int]] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
