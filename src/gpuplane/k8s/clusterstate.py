@@ -33,12 +33,13 @@ READ = (
     k8s.PRIORITY_CLASSES,
     k8s.TOPOLOGIES,
     k8s.ADMISSION_CHECKS,
+    k8s.NODE_POOLS,
     k8s.WORKLOADS,
     k8s.JOBS,
     k8s.PODS,
 )
 _PLAIN_KINDS: tuple[str, ...] = ("Namespace", "Node", "ResourceFlavor", "Cohort", "ClusterQueue")
-_PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology", "AdmissionCheck")
+_PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology", "AdmissionCheck", "NodePool")
 _VERSIONS = {res.kind: res.api_version for res in READ}
 
 
