@@ -40,7 +40,7 @@ from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortN
 from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
 from gpuplane.model.admission_checks import CheckState, CheckStatus
-from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
+from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
 QUEUED = "Queued"
@@ -192,6 +192,8 @@ class Scheduler:
                 continue
             if pod.node_name not in self.cluster.nodes:
                 continue
+            if WARM_BUFFER_LABEL in pod.template.labels:
+                continue  # a warm-buffer placeholder: any real workload takes its place at once
             owner = pod.template.labels.get(WORKLOAD_LABEL)
             owner = f"{pod.namespace}/{owner}" if owner else f"pod:{pod.key}"
             try:

@@ -58,6 +58,7 @@ from gpuplane.k8s.provisioning import (
     pod_set_updates,
 )
 from gpuplane.k8s.spot import InterruptionGuard
+from gpuplane.k8s.warm import WarmBuffer
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
 from gpuplane.model.karpenter import DO_NOT_DISRUPT
@@ -159,6 +160,7 @@ class Controller:
         self._pods_by: dict[tuple[str, str, str], list[str]] = {}
         self._pods_on: dict[str, list[str]] = {}
         self.provisioner = Provisioner(api, self.cache, clock, self._event)
+        self.warm = WarmBuffer(api, self.cache, self.config.lease_namespace, self._event)
         self.interruptions = InterruptionGuard(
             api, self.cache, clock, self._event, self.config.checkpoint_grace_seconds
         )
@@ -217,6 +219,9 @@ class Controller:
             # workloads and bound pods: deciding on it would over-admit.
             return None
         self.interruptions.reconcile()
+        self.warm.reconcile()
+        with self.counters.lock:
+            self.counters.extra["warm_buffer_pods"] = sum(self.warm.sizes.values())
         self._ensure_workloads()
         plan = self._schedule()
         if plan is None:
@@ -677,6 +682,7 @@ class Controller:
             slots = targets.get(podset, [])
             if node and node in slots:
                 slots.remove(node)
+        self.warm.clear({n for slots in targets.values() for n in slots})  # placeholders make room
         writes: list[Callable[[], None]] = []
         for pod in sorted(waiting, key=lambda p: p["metadata"]["name"]):
             podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")

@@ -16,6 +16,8 @@ from gpuplane.model import fields as f
 from gpuplane.model.admission_checks import cluster_queue_checks, workload_check_states
 from gpuplane.model.errors import InputError
 from gpuplane.model.objects import (
+    WARM_NODE_GPUS_ANNOTATION,
+    WARM_NODES_ANNOTATION,
     Admission,
     ClusterQueue,
     Cohort,
@@ -425,7 +427,22 @@ def parse_resource_flavor(doc: Doc, version: str) -> ResourceFlavor:
         node_taints=taints(f.get_list(spec, "nodeTaints", "spec"), "spec.nodeTaints"),
         tolerations=tolerations(f.get_list(spec, "tolerations", "spec"), "spec.tolerations"),
         topology_name=f.get_str(spec, "topologyName", "spec"),
+        warm_nodes=_annotation_int(doc, WARM_NODES_ANNOTATION),
+        warm_node_gpus=_annotation_int(doc, WARM_NODE_GPUS_ANNOTATION),
     )
+
+
+def _annotation_int(doc: Doc, key: str) -> int:
+    """A non-negative integer annotation (0 when absent)."""
+    meta = f.get_map(doc, "metadata", "")
+    text = f.string_map(meta, "annotations", "metadata").get(key)
+    if text is None:
+        return 0
+    if not text.isdigit():
+        raise InputError(
+            f"expected a non-negative integer, got {text!r}", field=f"metadata.annotations.{key}"
+        )
+    return int(text)
 
 
 def parse_local_queue(doc: Doc, version: str) -> LocalQueue:

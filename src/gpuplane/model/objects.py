@@ -23,6 +23,9 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
+WARM_NODES_ANNOTATION = "gpuplane.dev/warm-nodes"
+WARM_NODE_GPUS_ANNOTATION = "gpuplane.dev/warm-node-gpus"
+WARM_BUFFER_LABEL = "gpuplane.dev/warm-buffer"  # on placeholder pods: the flavor they keep warm
 INTERRUPTED_REASON = "NodeInterrupted"  # Evicted reason when a workload's node is taken back
 
 
@@ -323,6 +326,8 @@ class ResourceFlavor:
     node_taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     topology_name: str | None = None
+    warm_nodes: int = 0  # annotation gpuplane.dev/warm-nodes: idle nodes kept ready (placeholder pods)
+    warm_node_gpus: int = 0  # annotation gpuplane.dev/warm-node-gpus: what one placeholder requests
 
 
 @dataclass(frozen=True, slots=True)
