@@ -210,3 +210,20 @@ def test_a_bad_node_pool_is_located() -> None:
     assert err.value.field == "spec.template.spec.requirements[0].operator"
     with pytest.raises(InputError, match=r"expected karpenter\.sh/v1"):
         load_state([("s.yaml", state_text(node_pool("p").set("apiVersion", "karpenter.sh/v1beta1")))])
+
+
+def test_a_pending_gang_is_told_about_the_warm_buffer() -> None:
+    warm = flavor("h100", "p5.48xlarge").annotate("gpuplane.dev/warm-nodes", "2")
+    text = documents(
+        namespace("default"),
+        warm,
+        cluster_queue("gpu").flavor("h100", gpu=64),
+        local_queue("gpu", "default", "gpu"),
+        gpu_node("n0"),
+        workload("w").queue("gpu").podset(count=3, gpu=8),
+    )
+    [pending] = decide(text)["pending"]
+    assert "warm buffer of flavor h100: 2 node(s)" in pending["message"]
+    with pytest.raises(InputError) as err:
+        load_state([("s.yaml", text.replace("'2'", "two").replace('"2"', "two"))])
+    assert err.value.field == "metadata.annotations.gpuplane.dev/warm-nodes"

@@ -839,18 +839,24 @@ class Scheduler:
     # --- admission checks ---------------------------------------------------
 
     def _to_come(self, e: Entry) -> str:
-        """With Karpenter NodePools, what they can still bring for the gang's flavor."""
-        if not self.state.node_pools:
-            return ""
+        """What may still bring a place: the flavor's warm buffer, and what Karpenter NodePools
+        can still launch for it."""
         ps = e.assignment.pod_sets[0]
         resource = self._device_resource(e.pending.workload.pod_sets[0].template.requests)
         choice = ps.flavors.get(resource)
         flavor = self.flavors.get(choice.flavor) if choice is not None else None
+        warm = (
+            f"; warm buffer of flavor {flavor.name}: {flavor.warm_nodes} node(s)"
+            if flavor and flavor.warm_nodes
+            else ""
+        )
+        if not self.state.node_pools:
+            return warm
         pools = capacity_to_come(self.state.node_pools, flavor, self.state.nodes, resource)
         if not pools:
-            return "; no NodePool can provide this flavor"
+            return warm + "; no NodePool can provide this flavor"
         said = [f"{name} ({'no limit' if left is None else f'{left} {resource}'})" for name, left in pools]
-        return "; NodePools can still bring: " + ", ".join(said)
+        return warm + "; NodePools can still bring: " + ", ".join(said)
 
     def _checks_for(self, e: Entry) -> tuple[str, ...]:
         flavors = {c.flavor for ps in e.assignment.pod_sets for c in ps.flavors.values()}
