@@ -34,6 +34,9 @@ from gpuplane.k8s import api as k8s_api
 from gpuplane.k8s import controller as k8s_controller
 from gpuplane.k8s import eta_writer, integrations, leader, visibility
 from gpuplane.k8s import informer as k8s_informer
+from gpuplane.k8s import provisioning as k8s_provisioning
+from gpuplane.k8s import spot as k8s_spot
+from gpuplane.k8s import warm as k8s_warm
 from gpuplane.k8s.api import Resource
 from gpuplane.k8s.webhook import pod_patch
 
@@ -278,6 +281,13 @@ CONTROLLER_WRITES: set[Perm] = {
     ("", "events", "create"),  # QuotaReserved, Pending, Preempted, WouldPreempt
     (k8s_api.KUEUE, "workloads", "patch"),  # ETA annotations on pending Workloads
     ("authorization.k8s.io", "subjectaccessreviews", "create"),  # the visibility API's authorization
+    (k8s_api.KUEUE, "workloads", "update"),  # checkpoint-request annotations; deactivation by a check
+    (k8s_api.KUEUE, "provisioningrequestconfigs", "get"),  # the ProvisioningRequest check's parameters
+    ("autoscaling.x-k8s.io", "provisioningrequests", "list"),
+    ("autoscaling.x-k8s.io", "provisioningrequests", "create"),  # one per gang and attempt
+    ("", "podtemplates", "create"),  # a template per pod set of a request
+    ("", "pods", "create"),  # warm-buffer placeholders
+    ("", "pods", "delete"),  # placeholders make room for a real pod
 } | {
     # stamp templates + unsuspend on admission; suspend on preemption
     (i.resource.group, i.resource.plural, "update")
@@ -321,6 +331,10 @@ def _resources_named(node: ast.expr) -> list[Resource]:
     text = ast.unparse(node)
     if text == "self.resource":  # an informer: one of the informer resources
         return _informer_resources()
+    if text == "resource":  # Controller._write: a job of an integration, or a pod
+        return [k8s_api.PODS, *(i.resource for i in integrations.INTEGRATIONS.values())]
+    if text == "res":  # Provisioner._make: a ProvisioningRequest or its PodTemplate
+        return [k8s_api.PROVISIONING_REQUESTS, k8s_api.POD_TEMPLATES]
     if isinstance(node, ast.Attribute) and node.attr == "resource":  # jobs.INTEGRATIONS[kind].resource
         return [i.resource for i in integrations.INTEGRATIONS.values()]
     name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
@@ -360,7 +374,16 @@ def _api_calls(module: Any) -> Iterator[Perm]:
 
 
 def _code_perms() -> set[Perm]:
-    modules = (k8s_controller, leader, k8s_informer, eta_writer, visibility)
+    modules = (
+        k8s_controller,
+        leader,
+        k8s_informer,
+        eta_writer,
+        visibility,
+        k8s_provisioning,
+        k8s_spot,
+        k8s_warm,
+    )
     return {p for module in modules for p in _api_calls(module)}
 
 
@@ -422,7 +445,10 @@ def test_no_wildcards_or_escalation_anywhere() -> None:
 def test_every_api_resource_is_covered() -> None:
     docs = _manifests()
     granted = _rule_perms(_one(docs, "ClusterRole")["rules"]) | _rule_perms(_one(docs, "Role")["rules"])
-    for res in (r for r in vars(k8s_api).values() if isinstance(r, Resource)):
+    # NodePools are read only by the command-line tools (doctor, schedule --kubeconfig, dump), with
+    # the user's own credentials; the controller never touches them.
+    cli_only = {k8s_api.NODE_POOLS}
+    for res in (r for r in vars(k8s_api).values() if isinstance(r, Resource) and r not in cli_only):
         assert any(g == res.group and p == res.plural for g, p, _ in granted), res
 
 

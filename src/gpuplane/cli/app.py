@@ -9,10 +9,34 @@ from __future__ import annotations
 import typer
 
 from gpuplane import __version__
-from gpuplane.cli import controller, doctor, dump, reaper, report, schedule, simulate, visibility, web, why
+from gpuplane.cli import (
+    capacity,
+    controller,
+    doctor,
+    dump,
+    reaper,
+    report,
+    schedule,
+    simulate,
+    visibility,
+    web,
+    why,
+)
 
 # Modules whose ``register(app)`` adds their commands, in the order they appear in --help.
-_COMMAND_MODULES = (schedule, simulate, controller, reaper, doctor, why, report, visibility, web, dump)
+_COMMAND_MODULES = (
+    schedule,
+    simulate,
+    capacity,
+    controller,
+    reaper,
+    doctor,
+    why,
+    report,
+    visibility,
+    web,
+    dump,
+)
 
 
 def build_app() -> typer.Typer:

@@ -18,7 +18,15 @@ def _live_state(kubeconfig: str | None, context: str | None) -> ClusterState:
 
     client = k8s.KubeApi(k8s.load_api_client(kubeconfig, context))
     objects = []
-    for res in (k8s.NAMESPACES, k8s.NODES, k8s.RESOURCE_FLAVORS, k8s.CLUSTER_QUEUES, k8s.TOPOLOGIES):
+    kinds = (
+        k8s.NAMESPACES,
+        k8s.NODES,
+        k8s.RESOURCE_FLAVORS,
+        k8s.CLUSTER_QUEUES,
+        k8s.TOPOLOGIES,
+        k8s.NODE_POOLS,
+    )
+    for res in kinds:
         try:
             items = client.list(res).get("items", [])
         except k8s.ApiError as err:

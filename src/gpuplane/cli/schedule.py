@@ -55,8 +55,11 @@ def plan_document(plan: Plan, parse_seconds: float, schedule_seconds: float) -> 
             if ps.placement is not None:
                 item["placement"] = [{"node": p.node, "devices": list(p.devices)} for p in ps.placement]
             pod_sets.append(item)
-        admitted.append({"workload": a.workload, "clusterQueue": a.cluster_queue, "podSets": pod_sets})
-    return {
+        entry: dict[str, Any] = {"workload": a.workload, "clusterQueue": a.cluster_queue, "podSets": pod_sets}
+        if a.checks:
+            entry["admissionChecks"] = [{"name": name, "state": "Pending"} for name in a.checks]
+        admitted.append(entry)
+    document: dict[str, Any] = {
         "admitted": admitted,
         "preempted": [
             {
@@ -85,12 +88,46 @@ def plan_document(plan: Plan, parse_seconds: float, schedule_seconds: float) -> 
             "scheduleSeconds": round(schedule_seconds, 4),
         },
     }
+    document.update(check_documents(plan))
+    return document
+
+
+def check_documents(plan: Plan) -> dict[str, Any]:
+    """Admission-check parts of the decision document, present only when there are any:
+    ``reserved`` (quota held while checks are pending) and ``checkEvictions`` (reservations a
+    Retry or Rejected check ended)."""
+    out: dict[str, Any] = {}
+    if plan.reserved:
+        out["reserved"] = [
+            {
+                "workload": r.workload,
+                "clusterQueue": r.cluster_queue,
+                "admissionChecks": [{"name": n, "state": str(st)} for n, st in r.checks.items()],
+                "placeable": r.placeable,
+                "message": r.message,
+            }
+            for r in plan.reserved
+        ]
+    if plan.check_evictions:
+        out["checkEvictions"] = [
+            {
+                "workload": e.workload,
+                "clusterQueue": e.cluster_queue,
+                "check": e.check,
+                "state": str(e.state),
+                "message": e.message,
+            }
+            for e in plan.check_evictions
+        ]
+    return out
 
 
 def print_table(plan: Plan, console: Console) -> None:
     admitted = Table(title=f"Admitted ({len(plan.admitted)})", title_justify="left")
     placed = any(ps.placement is not None for a in plan.admitted for ps in a.pod_sets)
-    for col in ("workload", "cluster queue", "pod sets", "flavors", *(("nodes",) if placed else ())):
+    checked = any(a.checks for a in plan.admitted)
+    columns = ("workload", "cluster queue", "pod sets", "flavors", *(("nodes",) if placed else ()))
+    for col in (*columns, *(("pending checks",) if checked else ())):
         admitted.add_column(col)
     for a in plan.admitted:
         sets = ", ".join(f"{ps.name} x{ps.count}" for ps in a.pod_sets)
@@ -102,6 +139,8 @@ def print_table(plan: Plan, console: Console) -> None:
                 for where in ps.placement or ():
                     per_node[where.node] = per_node.get(where.node, 0) + 1
             row.append(", ".join(f"{n} x{c}" for n, c in sorted(per_node.items())))
+        if checked:
+            row.append(", ".join(a.checks) or "-")
         admitted.add_row(*row)
     console.print(admitted)
     preempted = Table(title=f"Preempted ({len(plan.preempted)})", title_justify="left")
@@ -122,6 +161,14 @@ def print_table(plan: Plan, console: Console) -> None:
             p.message,
         )
     console.print(pending)
+    if plan.reserved:
+        reserved = Table(title=f"Waiting for admission checks ({len(plan.reserved)})", title_justify="left")
+        for col in ("workload", "cluster queue", "checks", "message"):
+            reserved.add_column(col, overflow="fold")
+        for r in plan.reserved:
+            checks = ", ".join(f"{n}={st}" for n, st in r.checks.items())
+            reserved.add_row(r.workload, r.cluster_queue, checks, r.message)
+        console.print(reserved)
     console.print(f"cycles: {plan.cycles}")
 
 

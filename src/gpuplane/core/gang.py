@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gpuplane.core.inventory import DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
+from gpuplane.core.karpenter import disrupted
 from gpuplane.model.objects import Node, PodTemplate, ResourceFlavor, Toleration
 
 # Why a gang cannot be placed (most specific first).
@@ -151,7 +152,7 @@ class Cluster:
         flavor_labels = ps.flavor.node_labels if ps.flavor else {}
         out = []
         for state in self.nodes.values():
-            if state.node.unschedulable:
+            if state.node.unschedulable or disrupted(state.node):  # a disrupted node is on its way out
                 continue
             labels = state.labels
             if any(labels.get(k) != v for k, v in flavor_labels.items()):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuplane.core.admission_checks import CheckEviction, ReservedDecision
+
 
 @dataclass(frozen=True, slots=True)
 class PodPlacement:
@@ -33,6 +35,9 @@ class AdmissionDecision:
     cluster_queue: str
     pod_sets: tuple[PodSetDecision, ...]
     cycle: int = 1
+    # Admission checks still to pass: the workload holds quota (QuotaReserved) but is not
+    # admitted until all are Ready. Empty: admitted.
+    checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +73,5 @@ class Plan:
     pending: tuple[PendingDecision, ...] = ()
     cycles: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    reserved: tuple[ReservedDecision, ...] = ()  # holding quota, waiting for admission checks
+    check_evictions: tuple[CheckEviction, ...] = ()  # reservations a Retry or Rejected check ended

@@ -21,10 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from gpuplane.core.admission_checks import CheckGate, Verdict
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.inventory import pod_needs
+from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.plan import (
     AdmissionDecision,
     PendingDecision,
@@ -35,8 +37,10 @@ from gpuplane.core.plan import (
 )
 from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
 from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
+from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
-from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
+from gpuplane.model.admission_checks import CheckState, CheckStatus
+from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
 QUEUED = "Queued"
@@ -95,10 +99,11 @@ class CycleResult:
     preempted: list[PreemptionDecision] = field(default_factory=list)
     parked: int = 0
     rescans: int = 0  # workloads whose next cycle resumes at a later flavor
+    released: int = 0  # reservations ended by an admission check (Retry, Rejected)
 
     @property
     def changed(self) -> bool:
-        return bool(self.admitted or self.preempted or self.parked or self.rescans)
+        return bool(self.admitted or self.preempted or self.parked or self.rescans or self.released)
 
 
 class Scheduler:
@@ -137,6 +142,9 @@ class Scheduler:
             }
             named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
             self.flavors = {name: ResourceFlavor(name=name) for name in named}
+        self.gate = CheckGate(state)
+        self._checked: list[tuple[Workload, Verdict]] = []  # reserved, waiting for or past checks
+        self._leaving: list[tuple[Workload, CheckStatus]] = []  # reservations a check ends
         for node in self.tree.queues.values():
             node.active = self._inactive_reason(node) is None
         self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
@@ -155,10 +163,20 @@ class Scheduler:
             if wl.finished:
                 continue
             if wl.admission is not None:
+                verdict, check = self.gate.verdict(wl)
                 held = admitted_usage(wl, wl.priority, now)
                 if held is not None:
                     self.tree.add_workload(held)
-                    self._place_admitted(wl)
+                    if check is not None and verdict in (Verdict.RETRY, Verdict.REJECTED):
+                        # Like a preemption victim: it holds its quota this cycle, gone the next
+                        # (and its nodes, if it was admitted and has pods).
+                        if wl.condition_true("Admitted"):
+                            self._place_admitted(wl)
+                        self._leaving.append((wl, check))
+                    elif verdict == Verdict.NONE:
+                        self._place_admitted(wl)
+                    else:
+                        self._checked.append((wl, verdict))
                 continue
             self._enqueue(wl, wl.queue_order_timestamp)
         for queue in self.queues.values():
@@ -174,6 +192,8 @@ class Scheduler:
                 continue
             if pod.node_name not in self.cluster.nodes:
                 continue
+            if WARM_BUFFER_LABEL in pod.template.labels:
+                continue  # a warm-buffer placeholder: any real workload takes its place at once
             owner = pod.template.labels.get(WORKLOAD_LABEL)
             owner = f"{pod.namespace}/{owner}" if owner else f"pod:{pod.key}"
             try:
@@ -213,16 +233,21 @@ class Scheduler:
         """The accelerator resource a pod requests, whose flavor places it."""
         return next((name for name in sorted(requests) if self.config.devices.is_device_resource(name)), "")
 
+    def _admission_gang(self, wl: Workload) -> list[GangPodSet]:
+        """The gang as ``status.admission`` assigned it: counts and flavors per pod set."""
+        assert wl.admission is not None
+        by_name = {a.name: a for a in wl.admission.pod_set_assignments}
+        counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in wl.pod_sets]
+        flavors = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in wl.pod_sets]
+        return self._gang(wl, counts, flavors)
+
     def _place_admitted(self, wl: Workload) -> None:
         """Workloads admitted in the input without pods are placed as if running."""
         assert wl.admission is not None
         if self.cluster is None or wl.key in self.cluster.owners:
             return
-        by_name = {a.name: a for a in wl.admission.pod_set_assignments}
-        counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in wl.pod_sets]
-        flavors = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in wl.pod_sets]
         try:
-            result = self.cluster.place(wl.key, self._gang(wl, counts, flavors))
+            result = self.cluster.place(wl.key, self._admission_gang(wl))
         except ValueError as err:
             self.notes.append(f"admitted workload {wl.key}: {err}")
             return
@@ -378,7 +403,7 @@ class Scheduler:
         missing = sorted({f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors))
         if missing:
             return f"ClusterQueue {cq.name} is inactive: FlavorNotFound ({', '.join(missing)})"
-        return None
+        return self.gate.inactive_reason(cq.spec)
 
     def nominate(self, pending: PendingWorkload) -> Entry | Status:
         cq = self.tree.queues[pending.cluster_queue]
@@ -400,6 +425,9 @@ class Scheduler:
                     pod_needs(ps.template, self.config.devices)
             except ValueError as err:
                 return Status(MISCONFIGURED, str(err))
+        spot_only = serving_block(pending.workload, cq.spec, self.flavors)
+        if spot_only is not None:
+            return Status(SPOT_WITHOUT_FALLBACK, spot_only)
         assignment, targets = self._assignments(pending, cq)
         entry = Entry(pending, cq, assignment, targets)
         entry.message = assignment.message()
@@ -574,6 +602,8 @@ class Scheduler:
         """Run one scheduling cycle and apply its outcome to the working state."""
         self.cycle_number += 1
         result = CycleResult()
+        if self.cycle_number == 1:
+            self._settle_checked(result)
         generations = {name: self._generation(name) for name in self.queues}
         self.preemptor.clear_cache()
         entries: list[Entry] = []
@@ -611,6 +641,8 @@ class Scheduler:
             rescan = self._remember_scan(e, generations[e.pending.cluster_queue], result)
             if not e.requeue_now and not rescan:
                 self._park(e.pending, result)
+        if self.cycle_number == 1:
+            self._release_leaving(result)
         return result
 
     def _park(self, pending: PendingWorkload, result: CycleResult) -> None:
@@ -677,9 +709,11 @@ class Scheduler:
         if self.cluster is not None:
             placed = self._placement_for(e, probe=mode == PREEMPT)
             if isinstance(placed, PlacementFailure):
-                e.reason, e.message = placed.reason, placed.message
-                return
-            if mode == FIT:
+                if not self._checks_for(e):
+                    e.reason, e.message = placed.reason, placed.message + self._to_come(e)
+                    return
+                # Quota without a place: the admission checks (provisioning) bring the place.
+            elif mode == FIT:
                 e.placement = placed
         for t in e.targets:
             victims[t.workload.key] = t
@@ -759,6 +793,7 @@ class Scheduler:
                 for ps in e.assignment.pod_sets
             ),
             cycle=self.cycle_number,
+            checks=self._checks_for(e),
         )
         self.admitted[pending.key] = decision
         result.admitted.append(decision)
@@ -800,6 +835,102 @@ class Scheduler:
                     PendingWorkload(wl, lq.cluster_queue, lq.key, victim.priority, evicted_at, self._sequence)
                 )
                 self.status[wl.key] = Status(QUEUED, f"Preempted by {preemptor} ({target.reason}); requeued")
+
+    # --- admission checks ---------------------------------------------------
+
+    def _to_come(self, e: Entry) -> str:
+        """What may still bring a place: the flavor's warm buffer, and what Karpenter NodePools
+        can still launch for it."""
+        ps = e.assignment.pod_sets[0]
+        resource = self._device_resource(e.pending.workload.pod_sets[0].template.requests)
+        choice = ps.flavors.get(resource)
+        flavor = self.flavors.get(choice.flavor) if choice is not None else None
+        warm = (
+            f"; warm buffer of flavor {flavor.name}: {flavor.warm_nodes} node(s)"
+            if flavor and flavor.warm_nodes
+            else ""
+        )
+        if not self.state.node_pools:
+            return warm
+        pools = capacity_to_come(self.state.node_pools, flavor, self.state.nodes, resource)
+        if not pools:
+            return warm + "; no NodePool can provide this flavor"
+        said = [f"{name} ({'no limit' if left is None else f'{left} {resource}'})" for name, left in pools]
+        return warm + "; NodePools can still bring: " + ", ".join(said)
+
+    def _checks_for(self, e: Entry) -> tuple[str, ...]:
+        flavors = {c.flavor for ps in e.assignment.pod_sets for c in ps.flavors.values()}
+        return self.gate.required(e.cq.spec, flavors)
+
+    def _release_leaving(self, result: CycleResult) -> None:
+        """After the first cycle, the reservations that a check ended give their quota back."""
+        for wl, check in self._leaving:
+            held = self.tree.admitted.get(wl.key)
+            if held is not None:
+                self.tree.remove_workload(held)
+                if self.cluster is not None:
+                    self.cluster.release(wl.key)
+                self._unpark_cohort(held.cluster_queue)
+            self._release_by_check(wl, check)
+            result.released += 1
+        self._leaving = []
+        self.preemptor.clear_cache()
+
+    def _release_by_check(self, wl: Workload, check: CheckStatus) -> None:
+        """A Retry check requeues the workload, a Rejected one deactivates it; no quota held."""
+        message = self.gate.record_eviction(wl, check)
+        if check.state == CheckState.REJECTED:
+            lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
+            queue = wl.admission.cluster_queue if wl.admission is not None else None
+            self.unqueued[wl.key] = (queue, lq_key, Status(DEACTIVATED, message))
+            return
+        self._enqueue(wl, self.now, keep_sorted=True)
+        if wl.key in self.status:
+            self.status[wl.key] = Status(QUEUED, message)
+
+    def _settle_checked(self, result: CycleResult) -> None:
+        """Reserved workloads: admit those whose checks are all Ready and that have a place;
+        the rest keep their quota, with a note of whether a place exists now."""
+        for wl, verdict in self._checked:
+            placed: GangPlacement | PlacementFailure | None = None
+            if self.cluster is not None:
+                owner = wl.key if verdict == Verdict.READY else f"probe:{wl.key}"
+                placed = self.cluster.place(owner, self._admission_gang(wl))
+                if verdict != Verdict.READY:
+                    self.cluster.release(owner)
+            if verdict == Verdict.READY and not isinstance(placed, PlacementFailure):
+                assert wl.admission is not None
+                decision = AdmissionDecision(
+                    workload=wl.key,
+                    cluster_queue=wl.admission.cluster_queue,
+                    pod_sets=tuple(
+                        PodSetDecision(
+                            name=psa.name,
+                            count=psa.count,
+                            flavors=dict(sorted(psa.flavors.items())),
+                            placement=None
+                            if placed is None
+                            else tuple(
+                                PodPlacement(p.node, tuple(g.describe() for g in p.grants))
+                                for p in placed.pods.get(psa.name, [])
+                            ),
+                        )
+                        for psa in wl.admission.pod_set_assignments
+                    ),
+                    cycle=self.cycle_number,
+                )
+                self.admitted[wl.key] = decision
+                result.admitted.append(decision)
+                continue
+            if isinstance(placed, PlacementFailure):
+                message = f"no place on the nodes yet: {placed.message}"
+            elif placed is None:
+                message = "waiting for admission checks"
+            else:
+                message = "waiting for admission checks; the gang has a place on existing nodes"
+            self.gate.record_reserved(
+                wl, placeable=placed is not None and not isinstance(placed, PlacementFailure), message=message
+            )
 
     def _unpark_cohort(self, cq_name: str) -> None:
         node = self.tree.queues.get(cq_name)
@@ -870,4 +1001,6 @@ def schedule(state: ClusterState, config: SchedulerConfig, now: float, cycles: i
         pending=tuple(scheduler.pending_decisions()),
         cycles=ran,
         notes=tuple(scheduler.notes),
+        reserved=tuple(scheduler.gate.reserved.values()),
+        check_evictions=tuple(scheduler.gate.evictions),
     )

@@ -10,7 +10,8 @@ says what to fix. The checks:
 * MIG nodes whose ``nvidia.com/mig.config.state`` is not ``success``;
 * nodes of a topology-aware flavor that lack one of the topology's level labels;
 * time-slicing on nodes where isolation is expected (a flavor or namespace labelled
-  ``gpuplane.dev/isolation=required``).
+  ``gpuplane.dev/isolation=required``);
+* with Karpenter NodePools: pools whose nodes no flavor selects, and flavors no pool can provide.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuplane.core.inventory import DeviceConfig
+from gpuplane.core.karpenter import provides
 from gpuplane.model.objects import ClusterState, Node, ResourceFlavor, Toleration
 
 ISOLATION_LABEL = "gpuplane.dev/isolation"
@@ -146,4 +148,54 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
                     "use MIG or whole GPUs for these workloads, or drop the isolation requirement",
                 )
             )
+    findings = _karpenter(state, findings)
     return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.check, f.objects))
+
+
+def _karpenter(state: ClusterState, findings: list[Finding]) -> list[Finding]:
+    """With Karpenter NodePools: a flavor with no node yet is fine when a pool can launch its
+    nodes (scale from zero); add the pools whose nodes no flavor selects, and the flavors no
+    pool can provide. Without NodePools, nodes are not expected to come: nothing changes."""
+    if not state.node_pools:
+        return findings
+    flavors = state.resource_flavors
+    pools = state.node_pools.values()
+    out = [
+        f
+        for f in findings
+        if not (
+            f.check == "flavor-matches-no-node"
+            and any(
+                provides(pool, flavors[o.split("/", 1)[1]])
+                for o in f.objects
+                if o.startswith("ResourceFlavor/") and o.split("/", 1)[1] in flavors
+                for pool in pools
+            )
+        )
+    ]
+    out += [
+        Finding(
+            "warning",
+            "nodepool-without-flavor",
+            (f"NodePool/{pool.name}",),
+            "no ResourceFlavor's node labels can be on the nodes this NodePool launches, so no queue "
+            "can admit work to them",
+            "add a ResourceFlavor whose nodeLabels the pool's template labels or requirements give, "
+            "or remove the pool",
+        )
+        for pool in pools
+        if not any(provides(pool, flavor) for flavor in flavors.values())
+    ]
+    out += [
+        Finding(
+            "warning",
+            "flavor-without-nodepool",
+            (f"ResourceFlavor/{flavor.name}",),
+            "no NodePool launches nodes with this flavor's node labels; its capacity cannot grow",
+            "add a NodePool whose template labels or requirements give "
+            + ", ".join(f"{k}={v}" for k, v in sorted(flavor.node_labels.items())),
+        )
+        for flavor in flavors.values()
+        if flavor.node_labels and not any(provides(pool, flavor) for pool in state.node_pools.values())
+    ]
+    return out

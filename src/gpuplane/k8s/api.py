@@ -64,6 +64,13 @@ PRIORITY_CLASSES = Resource(
     KUEUE, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False
 )
 TOPOLOGIES = Resource(KUEUE, "v1beta2", "topologies", "Topology", namespaced=False)
+ADMISSION_CHECKS = Resource(KUEUE, "v1beta2", "admissionchecks", "AdmissionCheck", namespaced=False)
+PROVISIONING_CONFIGS = Resource(
+    KUEUE, "v1beta2", "provisioningrequestconfigs", "ProvisioningRequestConfig", namespaced=False
+)
+PROVISIONING_REQUESTS = Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest")
+POD_TEMPLATES = Resource("", "v1", "podtemplates", "PodTemplate")
+NODE_POOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", namespaced=False)
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 PYTORCH_JOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 TRAIN_JOBS = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")

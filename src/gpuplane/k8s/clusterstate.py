@@ -32,12 +32,14 @@ READ = (
     k8s.LOCAL_QUEUES,
     k8s.PRIORITY_CLASSES,
     k8s.TOPOLOGIES,
+    k8s.ADMISSION_CHECKS,
+    k8s.NODE_POOLS,
     k8s.WORKLOADS,
     k8s.JOBS,
     k8s.PODS,
 )
 _PLAIN_KINDS: tuple[str, ...] = ("Namespace", "Node", "ResourceFlavor", "Cohort", "ClusterQueue")
-_PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology")
+_PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology", "AdmissionCheck", "NodePool")
 _VERSIONS = {res.kind: res.api_version for res in READ}
 
 

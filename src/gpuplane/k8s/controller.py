@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from gpuplane.core.admission_checks import CheckEviction
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.inventory import DeviceGrant, NodeState, node_state, pod_needs
 from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
@@ -49,7 +50,20 @@ from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.clusterstate import state_objects
 from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
+from gpuplane.k8s.provisioning import (
+    Provisioner,
+    annotated_templates,
+    awaiting_checks,
+    checks_passed,
+    evicted_by_check,
+    pending_checks,
+    pod_set_updates,
+)
+from gpuplane.k8s.spot import InterruptionGuard
+from gpuplane.k8s.warm import WarmBuffer
+from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
+from gpuplane.model.karpenter import DO_NOT_DISRUPT
 from gpuplane.model.kinds import parse_node, pod_template
 from gpuplane.model.loader import state_from_objects
 from gpuplane.model.objects import ClusterState
@@ -72,6 +86,7 @@ STATE_RESOURCES = (
     k8s.WORKLOADS,
     k8s.PRIORITY_CLASSES,
     k8s.TOPOLOGIES,
+    k8s.ADMISSION_CHECKS,
 )
 
 
@@ -87,6 +102,7 @@ class ControllerConfig:
     min_runtime_seconds: float = 0.0
     checkpoint_aware: bool = True
     write_workers: int = 16  # independent writes in flight at once
+    checkpoint_grace_seconds: float = 120.0  # on a node interruption, before eviction
 
 
 @dataclass
@@ -149,6 +165,11 @@ class Controller:
         # node; rebuilt each pass, so a pass looks pods up instead of scanning them all per workload.
         self._pods_by: dict[tuple[str, str, str], list[str]] = {}
         self._pods_on: dict[str, list[str]] = {}
+        self.provisioner = Provisioner(api, self.cache, clock, self._event)
+        self.warm = WarmBuffer(api, self.cache, self.config.lease_namespace, self._event)
+        self.interruptions = InterruptionGuard(
+            api, self.cache, clock, self._event, self.config.checkpoint_grace_seconds
+        )
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -205,12 +226,18 @@ class Controller:
             # workloads and bound pods: deciding on it would over-admit.
             return None
         started = time.monotonic()
+        self.interruptions.reconcile()
+        self.warm.reconcile()
+        with self.counters.lock:
+            self.counters.extra["warm_buffer_pods"] = sum(self.warm.sizes.values())
         self._ensure_workloads()
         plan = self._schedule()
         if plan is None:
             return None
         self._index_pods()
         self._apply_admissions(plan)
+        self._each(partial(self._write_check_eviction, e) for e in plan.check_evictions)
+        self.provisioner.reconcile(plan)
         self._apply_preemptions(plan)
         self._stop_evicted()
         self._release_and_bind()
@@ -306,7 +333,7 @@ class Controller:
         writes = []
         for decision in plan.admitted:
             wl = self.cache.get("Workload", decision.workload)
-            if wl is None or wl.get("status", {}).get("admission"):
+            if wl is None or (wl.get("status", {}).get("admission") and not checks_passed(wl, decision)):
                 continue
             updated = self._admitted_workload(wl, decision)
             self.cache.assume("Workload", updated)  # assume, then write
@@ -328,7 +355,7 @@ class Controller:
                     r: format_quantity(r, q * ps.count) for r, q in requests.items() if r in ps.flavors
                 },
             }
-            if ps.placement is not None:
+            if ps.placement is not None and not decision.checks:
                 per_node: dict[str, int] = {}
                 for place in ps.placement:
                     per_node[place.node] = per_node.get(place.node, 0) + 1
@@ -346,11 +373,19 @@ class Controller:
             for c in status.get("conditions", [])
             if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
         ]
+        # A reservation whose checks have all passed keeps its QuotaReserved time; Admitted is new.
+        reserved = (wl.get("status") or {}).get("admission") and next(
+            (c for c in wl["status"].get("conditions", []) if c.get("type") == "QuotaReserved"), None
+        )
         conditions.extend(
-            {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
-            for ctype in ("QuotaReserved", "Admitted")
+            reserved
+            if ctype == "QuotaReserved" and reserved
+            else {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
+            for ctype in (("QuotaReserved",) if decision.checks else ("QuotaReserved", "Admitted"))
         )
         status["conditions"] = conditions
+        if decision.checks:  # quota reserved; admitted once every check is Ready
+            status["admissionChecks"] = pending_checks(decision.checks, now)
         return updated
 
     def _write_admission(self, decision: AdmissionDecision, updated: dict[str, Any]) -> None:
@@ -368,6 +403,28 @@ class Controller:
         self.cache.upsert("Workload", written)
         self.counters.add("admitted")
         self._event(written, "Normal", "QuotaReserved", f"Admitted by ClusterQueue {decision.cluster_queue}")
+
+    def _write_check_eviction(self, eviction: CheckEviction) -> None:
+        """A Retry check evicts the workload (its quota goes back once its job has stopped, as for
+        a preemption victim, and it is queued again); a Rejected one also deactivates it."""
+        wl = self.cache.get("Workload", eviction.workload)
+        if wl is None or _condition(wl, "Evicted") or not wl.get("status", {}).get("admission"):
+            return
+        updated = evicted_by_check(wl, eviction, micro_time(self.clock()))
+        try:
+            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+            if eviction.state == CheckState.REJECTED and written.get("spec", {}).get("active", True):
+                written = self.api.replace(
+                    k8s.WORKLOADS, {**written, "spec": {**written["spec"], "active": False}}
+                )
+        except ApiError:
+            self.counters.add("write_failures")
+            return
+        self.cache.upsert("Workload", written)
+        self.counters.add("check_evictions")
+        self._event(
+            written, "Warning", "EvictedDueToAdmissionCheck", updated["status"]["conditions"][-1]["message"]
+        )
 
     # --- preemption ---------------------------------------------------------------
     #
@@ -552,7 +609,9 @@ class Controller:
         admitted = [
             (wl, wl["status"]["admission"])
             for wl in self.cache.items("Workload")
-            if wl.get("status", {}).get("admission") and not _condition(wl, "Evicted")
+            if wl.get("status", {}).get("admission")
+            and not _condition(wl, "Evicted")
+            and not awaiting_checks(wl)
         ]
         releases: list[Callable[[], None]] = []
         for wl, admission in admitted:
@@ -577,8 +636,10 @@ class Controller:
                 for flavor in set(psa.get("flavors", {}).values()):
                     node_labels.update(flavors.get(flavor, {}).get("spec", {}).get("nodeLabels", {}) or {})
                 labels[psa["name"]] = node_labels
-            released = jobs.released_job(
-                kind, job, wl["metadata"]["name"], labels, _queue_labels(wl, admission)
+            released = annotated_templates(
+                kind,
+                jobs.released_job(kind, job, wl["metadata"]["name"], labels, _queue_labels(wl, admission)),
+                wl,
             )
             if released == job:
                 return []
@@ -595,6 +656,7 @@ class Controller:
             updated["metadata"]["labels"][jobs.CORE_WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
             updated["metadata"]["labels"].update(_queue_labels(wl, admission))
+            updated["metadata"].setdefault("annotations", {}).update(pod_set_updates(wl).get("main", {}))
             writes.append(partial(self._write, "Pod", updated))
         return writes
 
@@ -647,20 +709,21 @@ class Controller:
             slots = targets.get(podset, [])
             if node and node in slots:
                 slots.remove(node)
+        self.warm.clear({n for slots in targets.values() for n in slots})  # placeholders make room
         writes: list[Callable[[], None]] = []
         for pod in sorted(waiting, key=lambda p: p["metadata"]["name"]):
             podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
             slots = targets.get(podset, [])
             if not slots:
                 continue  # quota-only admission (no nodes known) or more pods than planned
-            writes.append(self._assume_binding(pod, slots.pop(0)))
+            writes.append(self._assume_binding(pod, slots.pop(0), gang=expected > 1))
         return writes
 
     def _note_gang_wait(self, pod: dict[str, Any], message: str) -> None:
         self._gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
         self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
 
-    def _assume_binding(self, pod: dict[str, Any], node: str) -> Callable[[], None]:
+    def _assume_binding(self, pod: dict[str, Any], node: str, gang: bool = False) -> Callable[[], None]:
         """Choose the pod's devices on ``node``, assume the binding in the cache, and return the
         write that carries it out (it forgets the assumption if it fails)."""
         meta = dict(pod["metadata"])
@@ -671,11 +734,15 @@ class Controller:
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        if devices is not None:
-            # The API server copies a Binding's annotations onto the pod with its node: the
-            # devices and the node land together, in one request.
-            binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devices}
-            meta["annotations"] = {**(meta.get("annotations") or {}), DEVICES_ANNOTATION: devices}
+        # The API server copies a Binding's annotations onto the pod with its node: the devices
+        # (and, for a gang, Karpenter's do-not-disrupt: moving one pod stops the whole step) land
+        # together with the node, in one request.
+        annotations = {DEVICES_ANNOTATION: devices} if devices is not None else {}
+        if gang:
+            annotations[DO_NOT_DISRUPT] = "true"
+        if annotations:
+            binding["metadata"]["annotations"] = annotations
+            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
         bound = {**pod, "metadata": meta, "spec": {**pod.get("spec", {}), "nodeName": node}}
         key = object_key(bound)
         self.cache.assume("Pod", bound)
@@ -906,7 +973,7 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
         result = scheduler.cycle()
         cycles += 1
         admitted += result.admitted
-        if result.preempted or scheduler.preemptor_of:
+        if result.preempted or scheduler.preemptor_of or scheduler.gate.evictions:
             preempted = list(result.preempted)
             break
         if not result.changed:
@@ -920,6 +987,8 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
         pending=tuple(scheduler.pending_decisions()),
         cycles=cycles,
         notes=tuple(scheduler.notes),
+        reserved=tuple(scheduler.gate.reserved.values()),
+        check_evictions=tuple(scheduler.gate.evictions),
     )
 
 

@@ -13,8 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplane.model import fields as f
+from gpuplane.model.admission_checks import cluster_queue_checks, workload_check_states
 from gpuplane.model.errors import InputError
 from gpuplane.model.objects import (
+    WARM_NODE_GPUS_ANNOTATION,
+    WARM_NODES_ANNOTATION,
     Admission,
     ClusterQueue,
     Cohort,
@@ -396,6 +399,7 @@ def parse_cluster_queue(doc: Doc, version: str) -> ClusterQueue:
         flavor_fungibility=fungibility,
         fair_weight=_fair_weight(spec, path),
         stop_policy=f.get_enum(spec, "stopPolicy", path, ("None", "Hold", "HoldAndDrain"), "None") or "None",
+        admission_checks=cluster_queue_checks(spec, path),
     )
 
 
@@ -423,7 +427,22 @@ def parse_resource_flavor(doc: Doc, version: str) -> ResourceFlavor:
         node_taints=taints(f.get_list(spec, "nodeTaints", "spec"), "spec.nodeTaints"),
         tolerations=tolerations(f.get_list(spec, "tolerations", "spec"), "spec.tolerations"),
         topology_name=f.get_str(spec, "topologyName", "spec"),
+        warm_nodes=_annotation_int(doc, WARM_NODES_ANNOTATION),
+        warm_node_gpus=_annotation_int(doc, WARM_NODE_GPUS_ANNOTATION),
     )
+
+
+def _annotation_int(doc: Doc, key: str) -> int:
+    """A non-negative integer annotation (0 when absent)."""
+    meta = f.get_map(doc, "metadata", "")
+    text = f.string_map(meta, "annotations", "metadata").get(key)
+    if text is None:
+        return 0
+    if not text.isdigit():
+        raise InputError(
+            f"expected a non-negative integer, got {text!r}", field=f"metadata.annotations.{key}"
+        )
+    return int(text)
 
 
 def parse_local_queue(doc: Doc, version: str) -> LocalQueue:
@@ -589,6 +608,7 @@ def parse_workload(doc: Doc, version: str, priorities: Mapping[str, int]) -> Wor
         active=f.get_bool(spec, "active", "spec", True),
         labels=frozen_map(f.string_map(meta, "labels", "metadata")),
         annotations=frozen_map(f.string_map(meta, "annotations", "metadata")),
+        check_states=workload_check_states(status),
     )
 
 

@@ -21,7 +21,9 @@ from yaml.resolver import Resolver
 
 from gpuplane.model import fields as f
 from gpuplane.model import kinds
+from gpuplane.model.admission_checks import AdmissionCheck, parse_admission_check
 from gpuplane.model.errors import InputError
+from gpuplane.model.karpenter import KARPENTER_GROUP, NodePool, parse_node_pool
 from gpuplane.model.objects import (
     ClusterQueue,
     ClusterState,
@@ -299,6 +301,7 @@ _KUEUE: dict[str, Parser] = {
     "LocalQueue": kinds.parse_local_queue,
     "WorkloadPriorityClass": kinds.parse_priority_class,
     "Topology": kinds.parse_topology,
+    "AdmissionCheck": parse_admission_check,
 }
 _CORE: dict[str, Parser] = {
     "Namespace": kinds.parse_namespace,
@@ -338,6 +341,9 @@ def _check_version(group: str, version: str, kind: str) -> None:
             raise InputError(
                 f"unsupported apiVersion {version!r} for {kind}; expected v1", field="apiVersion"
             )
+    elif group == KARPENTER_GROUP:
+        if kind != "NodePool":
+            raise InputError(f"unknown kind {kind!r} in {group}", field="kind")
     elif group == "batch":
         if kind != "Job":
             raise InputError(f"unknown kind {kind!r} in batch", field="kind")
@@ -440,6 +446,8 @@ def build_state(
     local_queues: dict[str, LocalQueue] = {}
     priority_classes: dict[str, WorkloadPriorityClass] = {}
     topologies: dict[str, Topology] = {}
+    admission_checks: dict[str, AdmissionCheck] = {}
+    node_pools: dict[str, NodePool] = {}
     workloads: list[Workload] = []
     nodes: list[Node] = []
     pods: list[Pod] = []
@@ -460,6 +468,10 @@ def build_state(
                 wl = kinds.parse_workload(body, version, {n: p.value for n, p in priority_classes.items()})
                 collector.claim("Workload", wl.key, doc)
                 workloads.append(wl)
+            elif group == KARPENTER_GROUP:
+                pool = parse_node_pool(body, version)
+                collector.claim(kind, pool.name, doc)
+                node_pools[pool.name] = pool
             elif group == "batch":
                 job_wl = kinds.workload_from_job(body, {n: p.value for n, p in priority_classes.items()})
                 if job_wl is not None:
@@ -478,6 +490,7 @@ def build_state(
                         "ResourceFlavor": flavors,
                         "WorkloadPriorityClass": priority_classes,
                         "Topology": topologies,
+                        "AdmissionCheck": admission_checks,
                     }
                     by_kind[kind][obj.name] = obj
             else:
@@ -518,6 +531,8 @@ def build_state(
         nodes=tuple(nodes),
         pods=tuple(pods),
         invalid_workloads=tuple(invalid),
+        admission_checks=frozen_map(admission_checks),
+        node_pools=frozen_map(node_pools),
         origins=frozen_map(
             {f"{kind}/{key}": (d.source, d.index) for (kind, key), d in collector.seen.items()}
         ),

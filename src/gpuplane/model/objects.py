@@ -12,12 +12,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from gpuplane.model.admission_checks import AdmissionCheck, CheckRef, CheckStatus
+
+if TYPE_CHECKING:
+    from gpuplane.model.karpenter import NodePool
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
+WARM_NODES_ANNOTATION = "gpuplane.dev/warm-nodes"
+WARM_NODE_GPUS_ANNOTATION = "gpuplane.dev/warm-node-gpus"
+WARM_BUFFER_LABEL = "gpuplane.dev/warm-buffer"  # on placeholder pods: the flavor they keep warm
+INTERRUPTED_REASON = "NodeInterrupted"  # Evicted reason when a workload's node is taken back
 
 
 def frozen_map(items: Mapping[K, V] | None = None) -> Mapping[K, V]:
@@ -205,6 +214,7 @@ class Workload:
     active: bool = True
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    check_states: tuple[CheckStatus, ...] = ()  # status.admissionChecks
 
     @property
     def key(self) -> str:
@@ -240,10 +250,11 @@ class Workload:
 
     @property
     def queue_order_timestamp(self) -> float:
-        """Kueue's queue ordering time: the eviction time for requeued workloads."""
+        """Kueue's queue ordering time: the eviction time for requeued workloads. A workload whose
+        node was taken back (spot interruption) goes back to the head of its priority band."""
         cond = self.condition("Evicted")
         if cond is not None and cond.status:
-            return cond.last_transition
+            return 0.0 if cond.reason == INTERRUPTED_REASON else cond.last_transition
         return self.creation
 
 
@@ -297,6 +308,7 @@ class ClusterQueue:
     flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
     fair_weight: float = 1.0
     stop_policy: str = "None"  # None | Hold | HoldAndDrain
+    admission_checks: tuple[CheckRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +326,8 @@ class ResourceFlavor:
     node_taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     topology_name: str | None = None
+    warm_nodes: int = 0  # annotation gpuplane.dev/warm-nodes: idle nodes kept ready (placeholder pods)
+    warm_node_gpus: int = 0  # annotation gpuplane.dev/warm-node-gpus: what one placeholder requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,6 +451,8 @@ class ClusterState:
     nodes: tuple[Node, ...] = ()
     pods: tuple[Pod, ...] = ()
     invalid_workloads: tuple[InvalidWorkload, ...] = ()
+    admission_checks: Mapping[str, AdmissionCheck] = field(default_factory=lambda: MappingProxyType({}))
+    node_pools: Mapping[str, NodePool] = field(default_factory=lambda: MappingProxyType({}))  # Karpenter
     # "Kind/key" -> (file, document index), to point errors found later at their source.
     origins: Mapping[str, tuple[str, int]] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
