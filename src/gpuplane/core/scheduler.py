@@ -104,6 +104,12 @@ class Scheduler:
         self.preempted: list[PreemptionDecision] = []
         self.workloads: dict[str, Workload] = {}
         self.cycle_number = 0
+        # Nomination outcomes that park a workload, by workload shape, valid while nothing
+        # changes the quota tree, the nodes or the clock (see ``_remembered``).
+        self.state_version = 0
+        self._failed: dict[tuple[object, ...], Status] = {}
+        self._failed_version = -1
+        self._shapes: dict[str, tuple[Workload, tuple[object, ...]]] = {}
         self._sequence = 0
         self.flavors = dict(state.resource_flavors)
         if not self.flavors:
@@ -216,8 +222,22 @@ class Scheduler:
 
     def advance(self, now: float) -> None:
         """Move the scheduler's clock (time is always passed in, never read)."""
+        if now != self.now:
+            self.state_version += 1
         self.now = now
         self.preemptor.now = now
+
+    def capacity_changed(self, freed: bool) -> None:
+        """A driver changed the nodes outside a cycle (a node failed, or came back: ``freed``).
+
+        Nothing remembered about the old capacity is reused; when capacity was freed, every
+        parked workload gets another look, as after a finish.
+        """
+        self.state_version += 1
+        if freed:
+            self.parked.clear()
+            for name in self.cursor:
+                self.cursor[name] = 0
 
     def submit(self, wl: Workload) -> None:
         """A new pending workload arrives and is queued by its LocalQueue."""
@@ -230,6 +250,7 @@ class Scheduler:
         if held is None:
             return False
         self.tree.remove_workload(held)
+        self.state_version += 1
         if self.cluster is not None:
             self.cluster.release(key)
         self.admitted.pop(key, None)
@@ -260,6 +281,7 @@ class Scheduler:
                         self.cursor[name] -= 1
                     self.parked.discard(key)
                     self.status.pop(key, None)
+                    self._shapes.pop(key, None)
                     return True
         return self.unqueued.pop(key, None) is not None
 
@@ -506,10 +528,24 @@ class Scheduler:
         result = CycleResult()
         self.preemptor.clear_cache()
         entries: list[Entry] = []
+        if self._failed_version != self.state_version:
+            self._failed.clear()
+            self._failed_version = self.state_version
+        shapes: dict[str, tuple[object, ...]] = {}
         for pending in self.heads():
+            shape = self._shape(pending)
+            if shape is not None:
+                known = self._failed.get(shape)
+                if known is not None:
+                    self.status[pending.key] = Status(known.reason, known.message)
+                    self._park(pending, result)
+                    continue
+                shapes[pending.key] = shape
             nominated = self.nominate(pending)
             if isinstance(nominated, Status):
                 self.status[pending.key] = nominated
+                if shape is not None:
+                    self._failed[shape] = nominated
                 self._park(pending, result)
                 continue
             entries.append(nominated)
@@ -538,7 +574,53 @@ class Scheduler:
                 self.preemptor_of[e.pending.cluster_queue] = e.pending.key
             if not e.requeue_now:
                 self._park(e.pending, result)
+                shape = shapes.get(e.pending.key)
+                if shape is not None and self._parks_without_effect(e):
+                    self._failed[shape] = Status(e.reason, e.message)
         return result
+
+    def _parks_without_effect(self, e: Entry) -> bool:
+        """The entry was decided at nomination: no flavor fits and there is nothing to preempt,
+        and it reserved nothing in the cycle. Such an outcome depends only on the workload's
+        shape and the state, so a workload of the same shape meets the same one until the
+        state changes."""
+        mode = e.assignment.mode()
+        if mode == NO_FIT:
+            return True
+        return mode == PREEMPT and not e.targets and e.cq.spec.preemption.reclaim_within_cohort == "Any"
+
+    def _shape(self, pending: PendingWorkload) -> tuple[object, ...] | None:
+        """What a nomination reads of a workload, or ``None`` where the outcome may depend on
+        more (fair sharing orders by usage; ``LowerOrNewerEqualPriority`` by queue time)."""
+        if self.config.fair_sharing:
+            return None
+        policy = self.tree.queues[pending.cluster_queue].spec.preemption
+        if "LowerOrNewerEqualPriority" in (policy.within_cluster_queue, policy.reclaim_within_cohort):
+            return None
+        wl = pending.workload
+        cached = self._shapes.get(pending.key)
+        if cached is not None and cached[0] is wl:
+            return cached[1]
+        pod_sets = tuple(
+            (
+                ps.name,
+                ps.count,
+                ps.min_count,
+                ps.required_topology,
+                ps.preferred_topology,
+                tuple(sorted(ps.template.requests.items())),
+                ps.template.limits_below_requests,
+                tuple(sorted(ps.template.node_selector.items())),
+                ps.template.required_node_terms,
+                ps.template.tolerations,
+                tuple(sorted(ps.template.labels.items())),
+                tuple(sorted(ps.template.annotations.items())),
+            )
+            for ps in wl.pod_sets
+        )
+        shape = (pending.cluster_queue, pending.priority, wl.namespace, pod_sets)
+        self._shapes[pending.key] = (wl, shape)
+        return shape
 
     def _park(self, pending: PendingWorkload, result: CycleResult) -> None:
         if self.tree.queues[pending.cluster_queue].spec.queueing_strategy == "StrictFIFO":
@@ -627,6 +709,8 @@ class Scheduler:
         )
         held = usage_from_assignment(pending, e.assignment.usage, flavors, self.now)
         self.tree.add_workload(held)
+        self.state_version += 1
+        self._shapes.pop(pending.key, None)
         queue = self.queues[pending.cluster_queue]
         index = queue.index(pending)
         del queue[index]
@@ -673,6 +757,7 @@ class Scheduler:
             result.preempted.append(decision)
             self.preempted.append(decision)
         self.tree.remove_workload(victim)
+        self.state_version += 1
         if self.cluster is not None:
             self.cluster.release(victim.key)
         self.admitted.pop(victim.key, None)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpuplane.insight.eta import Ahead, latest_start, predict_start
-from gpuplane.sim.metrics import GroupStats, Ledger
+from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
 
 # Event kinds, in the order they are handled within one virtual instant.
@@ -483,7 +483,11 @@ class Engine:
                 run.stats.started += 1
                 run.stats.waits.append(now - submit)
                 if run.predicted is not None:
-                    run.stats.eta_errors.append(abs(run.predicted - now))
+                    error = abs(run.predicted - now)
+                    run.stats.eta_errors.append(error)
+                    waited = now - submit
+                    if waited > ETA_RELATIVE_MIN_WAIT:
+                        run.stats.eta_relative_errors.append(error / waited)
             elif submit >= 0:
                 run.stats.resume_waits.append(now - submit)
         remaining = job.work - run.progress
