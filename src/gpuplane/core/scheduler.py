@@ -64,6 +64,9 @@ class Entry:
     message: str = ""
     requeue_now: bool = False  # skipped or waiting for victims: stays active
     placement: GangPlacement | None = None
+    # Decided on the cycle's starting state alone: nothing was reserved or evicted before it
+    # in the cycle, and it reserved nothing itself.
+    decided_alone: bool = False
 
 
 @dataclass(slots=True)
@@ -575,19 +578,12 @@ class Scheduler:
             if not e.requeue_now:
                 self._park(e.pending, result)
                 shape = shapes.get(e.pending.key)
-                if shape is not None and self._parks_without_effect(e):
+                if shape is not None and e.decided_alone:
+                    # Parked on the cycle's starting state alone, with no effect on the
+                    # others: a workload of the same shape meets the same outcome until
+                    # the state changes.
                     self._failed[shape] = Status(e.reason, e.message)
         return result
-
-    def _parks_without_effect(self, e: Entry) -> bool:
-        """The entry was decided at nomination: no flavor fits and there is nothing to preempt,
-        and it reserved nothing in the cycle. Such an outcome depends only on the workload's
-        shape and the state, so a workload of the same shape meets the same one until the
-        state changes."""
-        mode = e.assignment.mode()
-        if mode == NO_FIT:
-            return True
-        return mode == PREEMPT and not e.targets and e.cq.spec.preemption.reclaim_within_cohort == "Any"
 
     def _shape(self, pending: PendingWorkload) -> tuple[object, ...] | None:
         """What a nomination reads of a workload, or ``None`` where the outcome may depend on
@@ -639,10 +635,12 @@ class Scheduler:
     ) -> None:
         mode = e.assignment.mode()
         cq = e.cq
+        e.decided_alone = not reservations and not victims
         if mode == NO_FIT:
             return
         if mode == PREEMPT and not e.targets:
             if cq.spec.preemption.reclaim_within_cohort != "Any":
+                e.decided_alone = False
                 reserve = self._resources_to_reserve(e)
                 cq.add_usage_map(reserve)
                 reservations.append((cq, reserve))
