@@ -56,6 +56,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="sim_scale.py",
         description="simulator: 30 virtual days, 1,000 GPUs, ~100,000 workloads (no-op, stock, core)",
     ),
+    "sim-saturated": Benchmark(
+        script="sim_saturated.py",
+        description="simulator under backlog: the built-in week at offered load 1.5 (no-op, stock, core)",
+    ),
     "fgd-placement": Benchmark(
         script="fgd_placement.py",
         description="FGD (ATC'23) openb placement protocol: one run per policy (--sweep: fidelity, 17 lists)",
