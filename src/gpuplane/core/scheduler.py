@@ -596,7 +596,9 @@ class Scheduler:
         wl = pending.workload
         cached = self._shapes.get(pending.key)
         if cached is not None and cached[0] is wl:
-            return cached[1]
+            shape = cached[1]
+            if shape[:2] == (pending.cluster_queue, pending.priority):  # requeued elsewhere: recompute
+                return shape
         pod_sets = tuple(
             (
                 ps.name,
