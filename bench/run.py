@@ -66,6 +66,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="eta_accuracy.py",
         description="ETA of gpuplane why against real starts on the core (32 GPUs, 95 % load): p50/p90 error",
     ),
+    "sim-saturated": Benchmark(
+        script="sim_saturated.py",
+        description="simulator under backlog: the built-in week at offered load 1.5 (no-op, stock, core)",
+    ),
     "fgd-placement": Benchmark(
         script="fgd_placement.py",
         description="FGD (ATC'23) openb placement protocol: one run per policy (--sweep: fidelity, 17 lists)",

@@ -15,7 +15,7 @@ of each to the baseline measured in the same run.
 
 Usage::
 
-    python3 bench/sim_scale.py [--days 30] [--gpus 1000] [--workloads 100000] [--out DIR]
+    python3 bench/sim_scale.py [--days 30] [--gpus 1000] [--workloads 100000 | --load 1.2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from gpuplane.sim.scenario import Param, Scenario, builtin_scenario
 from gpuplane.sim.workloads import Job, class_rate
 
 TARGET_SECONDS = 60.0
+TARGET_SATURATED_SECONDS = 120.0  # with --load (the issue's target at load 1.2)
 
 
 class NoOpModel:
@@ -100,12 +101,15 @@ class NoOpModel:
         return []
 
 
-def scaled_scenario(days: float, gpus: int, workloads: int) -> Scenario:
-    """The built-in scenario's classes on ``gpus`` GPUs, loaded to about ``workloads`` arrivals."""
+def scaled_scenario(days: float, gpus: int, workloads: int, load: float | None = None) -> Scenario:
+    """The built-in scenario's classes on ``gpus`` GPUs, loaded to about ``workloads`` arrivals
+    (or at offered load ``load`` when given)."""
     base = builtin_scenario()
     factor = gpus / base.gpus
     pools = tuple(replace(p, nodes=max(1, round(p.nodes * factor))) for p in base.pools)
     scenario = replace(base, pools=pools, days=days, warmup=86400.0)
+    if load is not None:
+        return scenario.with_load(load)
     span = scenario.horizon + scenario.warmup
     expected = sum(class_rate(scenario, c) for c in scenario.classes) * span
     assert scenario.offered_load is not None
@@ -120,10 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=30.0)
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--workloads", type=int, default=100_000)
+    parser.add_argument("--load", type=float, help="offered load instead of sizing by --workloads (e.g. 1.2)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     console = Console()
-    scenario = scaled_scenario(args.days, args.gpus, args.workloads)
+    scenario = scaled_scenario(args.days, args.gpus, args.workloads, args.load)
     started = time.perf_counter()
     sim = scenario_input(scenario)
     generate_seconds = time.perf_counter() - started
@@ -164,10 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(table)
     gp = results["gpuplane"]["wallSeconds"]
-    verdict = "PASS" if gp <= TARGET_SECONDS else "FAIL"
-    console.print(
-        f"gpuplane: {gp:.1f} s for {args.days:g} virtual days; target <= {TARGET_SECONDS:.0f} s: {verdict}"
-    )
+    target = TARGET_SECONDS if args.load is None else TARGET_SATURATED_SECONDS
+    verdict = "PASS" if gp <= target else "FAIL"
+    console.print(f"gpuplane: {gp:.1f} s for {args.days:g} virtual days; target <= {target:.0f} s: {verdict}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "sim-scale.json").write_text(json.dumps(results, indent=1))

@@ -4,8 +4,8 @@ Thin edge: parse options, call the driver in :mod:`gpuplane.sim`, print. Bad inp
 stderr and exit status 2; nothing else ever prints a traceback.
 
 ``--protocol fgd`` runs the FGD (ATC'23) placement protocol on an openb node list and pod list
-(:func:`gpuplane.sim.fgd.run_fgd_protocol`). Without ``--protocol`` the command is meant to run the
-built-in scenario simulator, which does not exist yet.
+(:func:`gpuplane.sim.fgd.run_fgd_protocol`). Without ``--protocol`` it runs the scenario simulator
+(:mod:`gpuplane.cli.simulate_scenario`): one run, or a load sweep with ``--sweep``.
 """
 
 from __future__ import annotations
@@ -163,6 +163,18 @@ def register(app: typer.Typer) -> None:
         report: Annotated[
             Path | None, typer.Option(help="Write an HTML report with plots into this folder.")
         ] = None,
+        load: Annotated[
+            float | None,
+            typer.Option(help="Offered load (fraction of installed GPUs) instead of the scenario's own."),
+        ] = None,
+        sweep: Annotated[
+            str | None,
+            typer.Option(help="Run every configuration at each offered load, e.g. 0.6,0.8,1.0,1.2,1.4,1.6."),
+        ] = None,
+        wait_target: Annotated[
+            str | None,
+            typer.Option(help="p95 wait that capacity is measured at (--sweep): 1h (default), 30min, 7200."),
+        ] = None,
     ) -> None:
         """Replay a placement benchmark (--protocol fgd) and print allocation and fragmentation."""
         try:
@@ -176,7 +188,15 @@ def register(app: typer.Typer) -> None:
                 node_rank=node_rank,
                 output=output,
                 scenario_options=ScenarioOptions(
-                    scenario, trace, trace_format, tuple(compare or ()), days, report
+                    scenario,
+                    trace,
+                    trace_format,
+                    tuple(compare or ()),
+                    days,
+                    report,
+                    load,
+                    sweep,
+                    wait_target,
                 ),
             )
         except Exception as bug:  # the one place a bug becomes a single line, never a traceback

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,10 @@ from gpuplane.sim.experiment import (
     run_experiment,
     scenario_input,
 )
+from gpuplane.sim.headline import duration, headline, sweep_headline
 from gpuplane.sim.replay import replay_input
 from gpuplane.sim.scenario import Scenario, ScenarioError, builtin_scenario, load_scenario
+from gpuplane.sim.sweep import DEFAULT_WAIT_TARGET, SweepResult, run_sweep
 from gpuplane.sim.traces import TraceError
 
 
@@ -45,6 +47,9 @@ class ScenarioOptions:
     compare: tuple[str, ...] = ()
     days: float | None = None
     report: Path | None = None
+    load: float | None = None
+    sweep: str | None = None
+    wait_target: str | None = None
 
 
 class _BadInputError(Exception):
@@ -80,24 +85,52 @@ def build_input(options: ScenarioOptions, seed: int | None) -> SimInput:
         raise _BadInputError("--trace-format needs --trace")
     if options.days is not None:
         scenario = scenario.with_days(options.days)
+    if options.load is not None:
+        scenario = scenario.with_load(options.load)
     return scenario_input(scenario)
+
+
+def sweep_loads(text: str) -> list[float]:
+    """``0.6,0.8,1.0`` -> the loads, each a positive number."""
+    loads = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            message = f"--sweep: {item.strip()!r} is not a number (example: 0.6,0.8,1.0)"
+            raise _BadInputError(message) from None
+        if not value > 0 or value == float("inf"):
+            raise _BadInputError(f"--sweep: loads must be positive, got {item.strip()}")
+        loads.append(value)
+    return loads
+
+
+UNITS = {"s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def wait_target_seconds(text: str | None) -> float:
+    """``90``, ``90s``, ``30min``, ``1h``, ``2d`` -> seconds (default one hour)."""
+    if text is None:
+        return DEFAULT_WAIT_TARGET
+    stripped = text.strip()
+    number, unit = stripped, "s"
+    for suffix in sorted(UNITS, key=len, reverse=True):
+        if stripped.endswith(suffix):
+            number, unit = stripped[: -len(suffix)], suffix
+            break
+    try:
+        value = float(number) * UNITS[unit]
+    except ValueError:
+        message = f"--wait-target: {text!r} is not a duration (examples: 3600, 30min, 1h)"
+        raise _BadInputError(message) from None
+    if not value > 0 or value == float("inf"):
+        raise _BadInputError(f"--wait-target must be positive, got {text}")
+    return value
 
 
 # ---------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 86400 * 2:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def _pct(value: float | None) -> str:
@@ -168,22 +201,88 @@ def class_table(document: dict[str, Any]) -> Table:
     return table
 
 
-def _run(sim: SimInput, names: tuple[str, ...], show_progress: bool, err: Console) -> ExperimentResult:
-    with Progress(
+class _Bars:
+    """One progress bar per label, created on first use (a sweep labels runs by load)."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+        self.tasks: dict[str, TaskID] = {}
+
+    def __call__(self, label: str, fraction: float) -> None:
+        task = self.tasks.get(label)
+        if task is None:
+            task = self.tasks[label] = self.bar.add_task(label, total=1.0)
+        self.bar.update(task, completed=fraction)
+
+
+def _progress(err: Console, show: bool) -> Progress:
+    return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         TextColumn("{task.percentage:>3.0f} %"),
         TimeElapsedColumn(),
         console=err,
-        disable=not show_progress,
+        disable=not show,
         transient=True,
-    ) as bar:
-        tasks: dict[str, TaskID] = {name: bar.add_task(name, total=1.0) for name in names}
+    )
 
-        def advance(name: str, fraction: float) -> None:
-            bar.update(tasks[name], completed=fraction)
 
-        return run_experiment(sim, names, progress=advance if show_progress else None)
+def _run(sim: SimInput, names: tuple[str, ...], show_progress: bool, err: Console) -> ExperimentResult:
+    with _progress(err, show_progress) as bar:
+        return run_experiment(sim, names, progress=_Bars(bar) if show_progress else None)
+
+
+def _run_sweep(
+    options: ScenarioOptions, seed: int | None, names: tuple[str, ...], show_progress: bool, err: Console
+) -> SweepResult:
+    if options.trace is not None:
+        raise _BadInputError("--sweep needs a scenario: a trace replays its own arrival times")
+    if options.load is not None:
+        raise _BadInputError("--sweep and --load exclude each other")
+    assert options.sweep is not None
+    loads = sweep_loads(options.sweep)
+    target = wait_target_seconds(options.wait_target)
+    build_input(options, seed)  # checks the scenario and options before anything runs
+
+    def sim_at(load: float) -> SimInput:
+        return build_input(replace(options, load=load), seed)
+
+    with _progress(err, show_progress) as bar:
+        return run_sweep(sim_at, loads, names, target, progress=_Bars(bar) if show_progress else None)
+
+
+def sweep_table(document: dict[str, Any]) -> Table:
+    title = (
+        f"gpuplane simulate --sweep: {document['scenario']}, {document['gpus']} GPUs, "
+        f"{document['days']:g} days; p95 wait / busy GPU-hours per installed GPU"
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("offered load")
+    names = list(document["sweep"][0]["configurations"])
+    for name in names:
+        table.add_column(name, justify="right")
+    for point in document["sweep"]:
+        cells = [
+            f"{duration(c['waitP95Seconds'])} / {_pct(c['gpuBusyOfCapacity'])}"
+            for c in (point["configurations"][n] for n in names)
+        ]
+        table.add_row(f"{point['load']:g}", *cells)
+    cells = []
+    for name in names:
+        value = document["capacityAtWaitTarget"][name]
+        bound = document["capacityBound"][name]
+        cells.append("below sweep" if value is None else f"{'≥ ' if bound == 'atLeast' else ''}{value:.2f}")
+    table.add_row(f"capacity at p95 ≤ {duration(document['waitTargetSeconds'])}", *cells)
+    matches = document.get("gpusToMatch", {})
+    cells = []
+    for name in names:
+        match = matches.get(name)
+        if match is None or match["stockGpus"] is None:
+            cells.append("-")
+        else:
+            cells.append(f"{'≥ ' if match['bound'] == 'atLeast' else '~'}{match['stockGpus']:,}")
+    table.add_row("stock GPUs to match (scaled)", *cells)
+    return table
 
 
 def run_scenario(options: ScenarioOptions, *, seed: int | None, output: str) -> int:
@@ -191,9 +290,24 @@ def run_scenario(options: ScenarioOptions, *, seed: int | None, output: str) -> 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         names = configurations(options.compare)
-        sim = build_input(options, seed)
         show_progress = output != "json" and sys.stderr.isatty()
+        if options.sweep is not None:
+            swept = _run_sweep(options, seed, names, show_progress, err)
+            swept.document["headline"] = sweep_headline(swept.document)
+            if options.report is not None:
+                from gpuplane.sim.report import write_sweep_report  # noqa: PLC0415 - matplotlib only for --report
+
+                write_sweep_report(swept, options.report)
+            return _print_sweep(swept.document, options, output)
+        if options.wait_target is not None:
+            raise _BadInputError("--wait-target needs --sweep")
+        if options.load is not None and not options.load > 0:
+            raise _BadInputError(f"--load must be positive, got {options.load:g}")
+        if options.load is not None and options.trace is not None:
+            raise _BadInputError("--load needs a scenario: a trace replays its own arrival times")
+        sim = build_input(options, seed)
         result = _run(sim, names, show_progress, err)
+        result.document["headline"] = headline(result.document)
         if options.report is not None:
             from gpuplane.sim.report import write_report  # noqa: PLC0415 - matplotlib loads only for --report
 
@@ -207,10 +321,29 @@ def run_scenario(options: ScenarioOptions, *, seed: int | None, output: str) -> 
     if output == "json":
         sys.stdout.write(json.dumps(result.document) + "\n")
     else:
-        # Piped output is not cut to 80 columns: many configurations side by side need the room.
-        console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+        console = _console()
+        if result.document["headline"]:
+            console.print(result.document["headline"], markup=False)
         console.print(summary_table(result.document))
         console.print(class_table(result.document))
         if options.report is not None:
             console.print(f"report: {options.report / 'index.html'}")
+    return 0
+
+
+def _console() -> Console:
+    # Piped output is not cut to 80 columns: many configurations side by side need the room.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _print_sweep(document: dict[str, Any], options: ScenarioOptions, output: str) -> int:
+    if output == "json":
+        sys.stdout.write(json.dumps(document) + "\n")
+        return 0
+    console = _console()
+    if document["headline"]:
+        console.print(document["headline"], markup=False)
+    console.print(sweep_table(document))
+    if options.report is not None:
+        console.print(f"report: {options.report / 'index.html'}")
     return 0

@@ -238,7 +238,15 @@ class AdmittedWorkload:
 
 
 class ClusterQueueNode(QuotaNode):
-    __slots__ = ("active", "flavor_resources", "open_group", "resource_group_of", "spec", "workloads")
+    __slots__ = (
+        "active",
+        "flavor_resources",
+        "open_group",
+        "priority_usage",
+        "resource_group_of",
+        "spec",
+        "workloads",
+    )
 
     def __init__(self, spec: ClusterQueue) -> None:
         super().__init__(spec.name, quotas_of(spec.resource_groups), spec.fair_weight)
@@ -248,6 +256,9 @@ class ClusterQueueNode(QuotaNode):
         # it admits nothing and its workloads are never preemption candidates.
         self.active = True
         self.workloads: dict[str, AdmittedWorkload] = {}
+        # Usage of the admitted workloads by priority: lets a preemption search bound what it
+        # could free without visiting every workload (kept by QuotaTree.add/remove_workload).
+        self.priority_usage: dict[int, dict[FlavorResource, int]] = {}
         self.resource_group_of: dict[str, ResourceGroup] = {}
         # A group that covers no resource (refused by a real API server, but used by
         # Kueue's own tests) gives its flavors to every other resource with a nominal
@@ -378,6 +389,9 @@ class QuotaTree:
         cq.add_usage_map(wl.usage)
         cq.workloads[wl.key] = wl
         self.admitted[wl.key] = wl
+        by_priority = cq.priority_usage.setdefault(wl.priority, {})
+        for fr, value in wl.usage.items():
+            by_priority[fr] = by_priority.get(fr, 0) + value
 
     def remove_workload(self, wl: AdmittedWorkload) -> None:
         cq = self.queues.get(wl.cluster_queue)
@@ -386,6 +400,11 @@ class QuotaTree:
         cq.remove_usage_map(wl.usage)
         del cq.workloads[wl.key]
         del self.admitted[wl.key]
+        by_priority = cq.priority_usage[wl.priority]
+        for fr, value in wl.usage.items():
+            by_priority[fr] -= value
+        if not any(by_priority.values()):
+            del cq.priority_usage[wl.priority]
 
     @contextmanager
     def without(self, workloads: list[AdmittedWorkload]) -> Iterator[None]:

@@ -68,6 +68,9 @@ class Entry:
     requeue_now: bool = False  # skipped or waiting for victims: stays active
     placement: GangPlacement | None = None
     keep_scan: bool = True  # whether the flavor scan resumes where it stopped (LastAssignment)
+    # Decided on the cycle's starting state alone: nothing was reserved or evicted before it
+    # in the cycle, and it reserved nothing itself.
+    decided_alone: bool = False
 
 
 @dataclass(slots=True)
@@ -128,6 +131,12 @@ class Scheduler:
         self.preempted: list[PreemptionDecision] = []
         self.workloads: dict[str, Workload] = {}
         self.cycle_number = 0
+        # Nomination outcomes that park a workload, by workload shape, valid while nothing
+        # changes the quota tree, the nodes or the clock (see ``_remembered``).
+        self.state_version = 0
+        self._failed: dict[tuple[object, ...], Status] = {}
+        self._failed_version = -1
+        self._shapes: dict[str, tuple[Workload, tuple[object, ...]]] = {}
         self._sequence = 0
         self.scan: dict[str, ScanProgress] = {}
         # Per root of the cohort tree, admissions and evictions so far (Kueue's
@@ -273,8 +282,22 @@ class Scheduler:
 
     def advance(self, now: float) -> None:
         """Move the scheduler's clock (time is always passed in, never read)."""
+        if now != self.now:
+            self.state_version += 1
         self.now = now
         self.preemptor.now = now
+
+    def capacity_changed(self, freed: bool) -> None:
+        """A driver changed the nodes outside a cycle (a node failed, or came back: ``freed``).
+
+        Nothing remembered about the old capacity is reused; when capacity was freed, every
+        parked workload gets another look, as after a finish.
+        """
+        self.state_version += 1
+        if freed:
+            self.parked.clear()
+            for name in self.cursor:
+                self.cursor[name] = 0
 
     def submit(self, wl: Workload) -> None:
         """A new pending workload arrives and is queued by its LocalQueue."""
@@ -288,6 +311,7 @@ class Scheduler:
             return False
         self.tree.remove_workload(held)
         self._bump_generation(held.cluster_queue)
+        self.state_version += 1
         if self.cluster is not None:
             self.cluster.release(key)
         self.admitted.pop(key, None)
@@ -319,6 +343,7 @@ class Scheduler:
                     self.parked.discard(key)
                     self.status.pop(key, None)
                     self.scan.pop(key, None)
+                    self._shapes.pop(key, None)
                     return True
         return self.unqueued.pop(key, None) is not None
 
@@ -498,6 +523,7 @@ class Scheduler:
         if cq_name in self.tree.queues:
             root = self.tree.queues[cq_name].root().name
             self.generation[root] = self.generation.get(root, 0) + 1
+        self.state_version += 1  # whatever moves a cohort's generation may change an outcome
 
     def _scan_start(self, key: str, cq: ClusterQueueNode) -> dict[tuple[int, str], int] | None:
         """Where the flavor scan resumes, or None to start over (lastAssignmentOutdated)."""
@@ -607,10 +633,28 @@ class Scheduler:
         generations = {name: self._generation(name) for name in self.queues}
         self.preemptor.clear_cache()
         entries: list[Entry] = []
+        if self._failed_version != self.state_version:
+            self._failed.clear()
+            self._failed_version = self.state_version
+        shapes: dict[str, tuple[object, ...]] = {}
         for pending in self.heads():
+            # A workload whose flavor scan is under way resumes where it stopped, which its
+            # shape does not capture: only scans that start at the first flavor are remembered.
+            progress = self.scan.get(pending.key)
+            fresh = progress is None or not progress.pending_flavors
+            shape = self._shape(pending) if fresh else None
+            if shape is not None:
+                known = self._failed.get(shape)
+                if known is not None:
+                    self.status[pending.key] = Status(known.reason, known.message)
+                    self._park(pending, result)
+                    continue
+                shapes[pending.key] = shape
             nominated = self.nominate(pending)
             if isinstance(nominated, Status):
                 self.status[pending.key] = nominated
+                if shape is not None:
+                    self._failed[shape] = nominated
                 self._park(pending, result)
                 continue
             entries.append(nominated)
@@ -641,9 +685,50 @@ class Scheduler:
             rescan = self._remember_scan(e, generations[e.pending.cluster_queue], result)
             if not e.requeue_now and not rescan:
                 self._park(e.pending, result)
+                shape = shapes.get(e.pending.key)
+                if shape is not None and e.decided_alone:
+                    # Parked on the cycle's starting state alone, with no effect on the
+                    # others: a workload of the same shape meets the same outcome until
+                    # the state changes.
+                    self._failed[shape] = Status(e.reason, e.message)
         if self.cycle_number == 1:
             self._release_leaving(result)
         return result
+
+    def _shape(self, pending: PendingWorkload) -> tuple[object, ...] | None:
+        """What a nomination reads of a workload, or ``None`` where the outcome may depend on
+        more (fair sharing orders by usage; ``LowerOrNewerEqualPriority`` by queue time)."""
+        if self.config.fair_sharing:
+            return None
+        policy = self.tree.queues[pending.cluster_queue].spec.preemption
+        if "LowerOrNewerEqualPriority" in (policy.within_cluster_queue, policy.reclaim_within_cohort):
+            return None
+        wl = pending.workload
+        cached = self._shapes.get(pending.key)
+        if cached is not None and cached[0] is wl:
+            shape = cached[1]
+            if shape[:2] == (pending.cluster_queue, pending.priority):  # requeued elsewhere: recompute
+                return shape
+        pod_sets = tuple(
+            (
+                ps.name,
+                ps.count,
+                ps.min_count,
+                ps.required_topology,
+                ps.preferred_topology,
+                tuple(sorted(ps.template.requests.items())),
+                ps.template.limits_below_requests,
+                tuple(sorted(ps.template.node_selector.items())),
+                ps.template.required_node_terms,
+                ps.template.tolerations,
+                tuple(sorted(ps.template.labels.items())),
+                tuple(sorted(ps.template.annotations.items())),
+            )
+            for ps in wl.pod_sets
+        )
+        shape = (pending.cluster_queue, pending.priority, wl.namespace, pod_sets)
+        self._shapes[pending.key] = (wl, shape)
+        return shape
 
     def _park(self, pending: PendingWorkload, result: CycleResult) -> None:
         if self.tree.queues[pending.cluster_queue].spec.queueing_strategy == "StrictFIFO":
@@ -661,6 +746,7 @@ class Scheduler:
         admitted: list[Entry],
     ) -> None:
         cq = e.cq
+        e.decided_alone = not reservations and not victims
         deferred = False
         if self.config.recompute_on_overlap and any(t.workload.key in victims for t in e.targets):
             deferred = self._recompute_after_overlap(e, victims)
@@ -669,6 +755,7 @@ class Scheduler:
             return
         if mode == PREEMPT and not e.targets:
             if cq.spec.preemption.reclaim_within_cohort != "Any":
+                e.decided_alone = False
                 reserve = self._resources_to_reserve(e)
                 cq.add_usage_map(reserve)
                 reservations.append((cq, reserve))
@@ -773,6 +860,8 @@ class Scheduler:
         self.tree.add_workload(held)
         self._bump_generation(pending.cluster_queue)
         self.scan.pop(pending.key, None)
+        self.state_version += 1
+        self._shapes.pop(pending.key, None)
         queue = self.queues[pending.cluster_queue]
         index = queue.index(pending)
         del queue[index]
@@ -821,6 +910,7 @@ class Scheduler:
             self.preempted.append(decision)
         self.tree.remove_workload(victim)
         self._bump_generation(victim.cluster_queue)
+        self.state_version += 1
         if self.cluster is not None:
             self.cluster.release(victim.key)
         self.admitted.pop(victim.key, None)

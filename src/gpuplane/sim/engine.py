@@ -29,7 +29,7 @@ from typing import Protocol
 
 from gpuplane.insight import idle
 from gpuplane.insight.eta import Ahead, latest_start, predict_start
-from gpuplane.sim.metrics import GroupStats, Ledger
+from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
 
 # Event kinds, in the order they are handled within one virtual instant.
@@ -269,6 +269,7 @@ class Engine:
         self.wakes: set[float] = set()
         self.now = workloads.start
         self.tick = tick
+        self.checkpoint_due: list[tuple[float, int, int]] = []  # (next checkpoint, job, run gen)
 
     # --- events ---------------------------------------------------------------
 
@@ -510,12 +511,18 @@ class Engine:
                 run.stats.started += 1
                 run.stats.waits.append(now - submit)
                 if run.predicted is not None:
-                    run.stats.eta_errors.append(abs(run.predicted - now))
+                    error = abs(run.predicted - now)
+                    run.stats.eta_errors.append(error)
+                    waited = now - submit
+                    if waited > ETA_RELATIVE_MIN_WAIT:
+                        run.stats.eta_relative_errors.append(error / waited)
             elif submit >= 0:
                 run.stats.resume_waits.append(now - submit)
         remaining = job.work - run.progress
         run.expected_end = now + max(job.startup, job.expected - run.progress)
         self.book.add_running(run)
+        if job.checkpoint:
+            heapq.heappush(self.checkpoint_due, (now + job.startup + job.checkpoint, job.id, run.gen))
         if job.deadline is None:
             self.push(now + job.startup + remaining, COMPLETE, job.id, run.gen)
         if self.model.reaper and job.is_session:
@@ -598,15 +605,28 @@ class Engine:
     # --- what the core may know: checkpoints and ETAs --------------------------------
 
     def checkpoints(self) -> Iterable[tuple[Job, float]]:
-        """Last checkpoint time of every running job that checkpoints (or its start)."""
-        for run in self.running.values():
-            job = run.job
+        """The last checkpoint of every running job that reached a new one since the last call.
+
+        A job that has not checkpointed since it started is not listed (its start is its last
+        safe point, as the core assumes of a workload with no checkpoint). A heap of the next
+        checkpoint of each run keeps a call proportional to the checkpoints reached, not to
+        the running work.
+        """
+        due = self.checkpoint_due
+        now = self.now
+        while due and due[0][0] <= now:
+            _, job_id, gen = heapq.heappop(due)
+            run = self.runs[job_id]
             started = run.running_since
-            if job.checkpoint is None or started is None:
-                continue
+            if run.gen != gen or started is None:
+                continue  # that run ended
+            job = run.job
+            period = job.checkpoint
+            assert period is not None
             compute_start = started + job.startup
-            done = math.floor(max(0.0, self.now - compute_start) / job.checkpoint)
-            yield job, (compute_start + done * job.checkpoint) if done else started
+            last = compute_start + math.floor((now - compute_start) / period) * period
+            heapq.heappush(due, (last + period, job_id, gen))
+            yield job, last
 
     def predict(self, run: JobRun, now: float) -> float | None:
         """The ETA the insight layer gives at submission (before this job is queued)."""

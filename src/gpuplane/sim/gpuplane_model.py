@@ -308,6 +308,7 @@ class GpuplaneModel:
         free = {name: q - state.used.get(name, 0) for name, q in state.allocatable.items()}
         free["pods"] = 110 - state.used.get("pods", 0)
         cluster.hold(f"node-down/{node}", node, PodNeeds(free), grants)
+        self.scheduler.capacity_changed(freed=False)
         self.dirty = True
 
     def node_up(self, node: str, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
@@ -315,9 +316,7 @@ class GpuplaneModel:
         assert cluster is not None
         cluster.release(f"node-down/{node}")
         # Capacity came back: every parked workload gets another look, as after a finish.
-        self.scheduler.parked.clear()
-        for name in self.scheduler.cursor:
-            self.scheduler.cursor[name] = 0
+        self.scheduler.capacity_changed(freed=True)
         self.dirty = True
 
     def _unplace(self, key: str) -> None:

@@ -21,7 +21,9 @@ Definitions (every GPU-hour is counted inside the measured window ``[0, horizon]
 * **lost GPU-hours**: allocated GPU-hours of work thrown away by preemption or node failure
   (compute since the last checkpoint; everything for work that never checkpoints).
 * **ETA error**: |predicted start at submission - real start|, for work submitted in the window
-  that started.
+  that started. The *relative* ETA error divides it by the real wait, over work that waited more
+  than five minutes (:data:`ETA_RELATIVE_MIN_WAIT`): a prediction for work that starts at once is
+  trivially right and says nothing about a queue.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 HOUR = 3600.0
+ETA_RELATIVE_MIN_WAIT = 300.0  # seconds: the relative ETA error counts work that waited longer
 
 
 @dataclass(slots=True)
@@ -58,6 +61,7 @@ class GroupStats:
     resume_waits: list[float] = field(default_factory=list)
     completion_times: list[float] = field(default_factory=list)
     eta_errors: list[float] = field(default_factory=list)
+    eta_relative_errors: list[float] = field(default_factory=list)
     never_predicted: int = 0
 
     def merge(self, other: GroupStats) -> None:
@@ -82,6 +86,7 @@ class GroupStats:
         self.resume_waits += other.resume_waits
         self.completion_times += other.completion_times
         self.eta_errors += other.eta_errors
+        self.eta_relative_errors += other.eta_relative_errors
 
 
 class Series:
@@ -189,6 +194,9 @@ def group_document(stats: GroupStats, capacity: float | None = None) -> dict[str
             "resumeWaitP95Seconds": _round(percentile(stats.resume_waits, 95), 1),
             "etaErrorP50": _round(percentile(stats.eta_errors, 50), 1),
             "etaErrorP90": _round(percentile(stats.eta_errors, 90), 1),
+            "etaRelativeErrorP50": _round(percentile(stats.eta_relative_errors, 50)),
+            "etaRelativeErrorP90": _round(percentile(stats.eta_relative_errors, 90)),
+            "etaWaitedCount": len(stats.eta_relative_errors),
             "submitted": stats.submitted,
             "started": stats.started,
             "completed": stats.completed,

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from gpuplane.insight.chargeback import Chargeback, build, to_html
 from gpuplane.sim.experiment import ExperimentResult
 from gpuplane.sim.metrics import HOUR, Ledger, total
+from gpuplane.sim.sweep import SweepResult
 
 PLOTS = ("utilization.png", "waits.png", "teams.png", "classes.png")
 SUMMARY = "summary.json"
@@ -186,4 +187,68 @@ Every configuration ran on the same arrivals and node failures.</p>
     index.write_text(page, encoding="utf-8")
     # The same numbers for programs (the web console's report pages read this file).
     (folder / SUMMARY).write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    return index
+
+
+SWEEP_PLOTS = ("sweep-wait.png", "sweep-busy.png")
+
+
+def _sweep_curves(document: dict[str, Any], folder: Path) -> None:
+    """p95 wait and busy GPU-hours per installed GPU against offered load, per configuration."""
+    loads = [point["load"] for point in document["sweep"]]
+    names = list(document["sweep"][0]["configurations"])
+    target_hours = document["waitTargetSeconds"] / HOUR
+    for filename, key, label, scale in (
+        (SWEEP_PLOTS[0], "waitP95Seconds", "p95 queue wait (hours)", 1 / HOUR),
+        (SWEEP_PLOTS[1], "gpuBusyOfCapacity", "busy GPU-hours per installed GPU-hour (%)", 100.0),
+    ):
+        fig = Figure(figsize=(8, 4.5))
+        ax = fig.subplots()
+        for i, name in enumerate(names):
+            values = [(point["configurations"][name].get(key) or 0.0) * scale for point in document["sweep"]]
+            ax.plot(loads, values, marker="o", color=f"C{i}", label=name)
+            capacity = document["capacityAtWaitTarget"].get(name)
+            if key == "waitP95Seconds" and capacity is not None:
+                ax.axvline(capacity, color=f"C{i}", ls=":", lw=1)
+        if key == "waitP95Seconds":
+            ax.axhline(target_hours, color="grey", ls="--", lw=1, label="wait target")
+            ax.set_yscale("symlog", linthresh=max(target_hours, 1e-3))
+        ax.set_xlabel("offered load (fraction of installed GPUs)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(folder / filename, dpi=100)
+
+
+def write_sweep_report(result: SweepResult, folder: Path) -> Path:
+    """Write ``index.html`` with the sweep's curves and capacity table into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = result.document
+    _sweep_curves(doc, folder)
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{_cell(value)}</td>"
+        f"<td>{html.escape(doc['capacityBound'][name])}</td></tr>"
+        for name, value in doc["capacityAtWaitTarget"].items()
+    )
+    images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in SWEEP_PLOTS)
+    title = f"gpuplane simulate --sweep: {html.escape(doc['scenario'])}"
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 70em; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }}
+</style></head><body>
+<h1>{title}</h1>
+<p>{html.escape(doc.get("headline", ""))}</p>
+<p>{doc["gpus"]} GPUs, {doc["days"]:g} measured days per load, seed {doc["seed"]}; loads
+{", ".join(f"{point['load']:g}" for point in doc["sweep"])}.</p>
+<h2>Capacity at p95 wait &le; {doc["waitTargetSeconds"] / HOUR:g} h</h2>
+<table><tr><th>configuration</th><th>offered load</th><th>bound</th></tr>{rows}</table>
+<h2>Curves</h2>
+{images}
+</body></html>
+"""
+    index = folder / "index.html"
+    index.write_text(page, encoding="utf-8")
     return index

@@ -264,6 +264,14 @@ class Scenario:
     def with_seed(self, seed: int) -> Scenario:
         return replace(self, seed=seed)
 
+    def with_load(self, load: float) -> Scenario:
+        """The same scenario at another offered load (a fraction of installed GPUs).
+
+        Only classes that arrive at their ``gpuTimeShare`` of the offered load scale with it; a
+        class with a fixed ``arrivalsPerDay`` keeps its rate.
+        """
+        return replace(self, offered_load=Param.constant(load, "input: --load"))
+
 
 # ---------------------------------------------------------------------------
 # Loading

@@ -1,0 +1,103 @@
+"""Simulator under a long backlog: the built-in week at offered load 1.5, both configurations.
+
+The built-in scenario (448 GPUs, one measured week after two days of warm-up) with its offered
+load set to 1.5 of installed GPUs, so queues grow: the regime where a pass over the queue must
+not cost more as the backlog grows. The same workloads run under three models, each timed alone:
+
+* **baseline**: the event loop with a no-op scheduler (every workload starts at once on
+  unlimited GPUs), the cost of events and accounting alone (``sim_scale.NoOpModel``);
+* **stock** and **gpuplane** (the real core).
+
+Reported: wall seconds, events per second, and the ratio of each to the baseline of the same run
+(the machine may be shared, so the ratio is the number to compare). Target: stock + gpuplane
+<= 60 s.
+
+Usage::
+
+    python3 bench/sim_saturated.py [--load 1.5] [--days 7] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim_scale import NoOpModel  # a sibling script, found through the path above
+
+from gpuplane.sim.engine import Engine
+from gpuplane.sim.experiment import build_model, scenario_input
+from gpuplane.sim.metrics import configuration_document
+from gpuplane.sim.scenario import builtin_scenario
+
+TARGET_SECONDS = 60.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--load", type=float, default=1.5)
+    parser.add_argument("--days", type=float, default=None, help="measured days (default: the scenario's)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    console = Console()
+    scenario = builtin_scenario().with_load(args.load)
+    if args.days is not None:
+        scenario = scenario.with_days(args.days)
+    sim = scenario_input(scenario)
+    console.print(
+        f"sim-saturated: {sim.cluster.gpus:,} GPUs, {scenario.days:g} days (+ warm-up), "
+        f"{len(sim.workloads.jobs):,} workloads, offered load {args.load:g}"
+    )
+    results: dict[str, dict[str, Any]] = {}
+    for label in ("baseline", "stock", "gpuplane"):
+        model = NoOpModel() if label == "baseline" else build_model(label, sim)
+        console.print(f"{label}: running ...")
+        started = time.perf_counter()
+        ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()  # type: ignore[arg-type]
+        wall = time.perf_counter() - started
+        doc = configuration_document(ledger)
+        results[label] = {
+            "wallSeconds": round(wall, 2),
+            "events": ledger.events,
+            "eventsPerSecond": round(ledger.events / wall, 1) if wall else 0.0,
+            "cycles": ledger.cycles,
+            "waitP95Seconds": doc["waitP95Seconds"],
+            "etaRelativeErrorP50": doc["etaRelativeErrorP50"],
+        }
+    base = results["baseline"]["wallSeconds"]
+    table = Table(title=f"sim-saturated: load {args.load:g}, {len(sim.workloads.jobs):,} workloads")
+    table.add_column("model")
+    for key in ("wall s", "events", "events/s", "cycles", "x baseline wall", "p95 wait s"):
+        table.add_column(key, justify="right")
+    for label, row in results.items():
+        ratio = row["wallSeconds"] / base if base else 0.0
+        row["ratioToBaseline"] = round(ratio, 2)
+        table.add_row(
+            label,
+            f"{row['wallSeconds']:.1f}",
+            f"{row['events']:,}",
+            f"{row['eventsPerSecond']:,.0f}",
+            f"{row['cycles']:,}",
+            f"{ratio:.1f}",
+            f"{row['waitP95Seconds'] or 0:,.0f}",
+        )
+    console.print(table)
+    both = results["stock"]["wallSeconds"] + results["gpuplane"]["wallSeconds"]
+    verdict = "PASS" if both <= TARGET_SECONDS else "FAIL"
+    console.print(f"stock + gpuplane: {both:.1f} s; target <= {TARGET_SECONDS:.0f} s: {verdict}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sim-saturated.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""Load sweeps: every configuration at every offered load, and what the cluster can serve.
+
+::
+
+    for each load L (same seed, so the same kinds of work, only more or less of it):
+        scenario.with_load(L) -> draw workloads once -> run every configuration
+    per configuration: p95 wait(L) and busy GPU-hours per installed GPU(L)
+        -> capacity at the wait target: the highest L with p95 wait <= target
+    stock's capacity and gpuplane's -> GPUs stock would need to serve gpuplane's capacity
+
+**Capacity at the wait target** walks the sweep points in order of load and stops at the first
+whose p95 wait exceeds the target; the capacity is interpolated linearly between that point and
+the one before. It is *at least* the highest load when no point exceeds the target, and *below*
+the lowest load when the first already does (then no number is given).
+
+**GPUs to match** is estimated by scaling, not simulated: offered load is a fraction of installed
+GPUs, so a stock cluster of ``G'`` GPUs at its capacity fraction ``Cs`` serves ``Cs x G'``
+GPU-equivalents of demand, and to serve gpuplane's ``Cg x G`` it needs ``G' = G x Cg / Cs``.
+This takes stock's capacity *fraction* to be the same on a larger cluster of the same shape; a
+larger cluster pools better, so the estimate leans high.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuplane.sim.experiment import ExperimentResult, ProgressCallback, SimInput, run_experiment
+
+DEFAULT_WAIT_TARGET = 3600.0  # seconds: one hour, the issue's default
+
+EXACT, AT_LEAST, BELOW = "interpolated", "atLeast", "belowSweep"
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The highest offered load at which p95 wait stays within the target."""
+
+    load: float | None  # None when even the lowest load misses the target
+    bound: str  # EXACT, AT_LEAST (never exceeded in the sweep) or BELOW (exceeded at the lowest load)
+
+
+def capacity_at_wait_target(points: Sequence[tuple[float, float | None]], target: float) -> Capacity:
+    """``points`` are (offered load, p95 wait in seconds); a missing wait counts as none waited."""
+    ordered = sorted((load, 0.0 if wait is None else wait) for load, wait in points)
+    if not ordered:
+        return Capacity(None, BELOW)
+    previous: tuple[float, float] | None = None
+    for load, wait in ordered:
+        if wait > target:
+            if previous is None:
+                return Capacity(None, BELOW)
+            low_load, low_wait = previous
+            share = (target - low_wait) / (wait - low_wait)
+            return Capacity(low_load + share * (load - low_load), EXACT)
+        previous = (load, wait)
+    return Capacity(ordered[-1][0], AT_LEAST)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """How many GPUs a baseline configuration needs to serve another's capacity."""
+
+    gpus: int | None
+    bound: str  # EXACT, AT_LEAST (the other's capacity is a lower bound) or "unknown"
+
+
+def gpus_to_match(installed: int, baseline: Capacity, other: Capacity) -> Match:
+    """The scaling estimate of the module docstring (``None`` when either capacity is unknown)."""
+    if baseline.load is None or other.load is None or baseline.bound == AT_LEAST:
+        return Match(None, "unknown")
+    gpus = math.ceil(installed * other.load / baseline.load - 1e-9)
+    return Match(gpus, AT_LEAST if other.bound == AT_LEAST else EXACT)
+
+
+@dataclass(slots=True)
+class SweepResult:
+    loads: list[float]
+    runs: list[ExperimentResult]
+    document: dict[str, Any]
+
+
+def run_sweep(
+    sim_at: Callable[[float], SimInput],
+    loads: Sequence[float],
+    names: tuple[str, ...],
+    wait_target: float = DEFAULT_WAIT_TARGET,
+    progress: ProgressCallback | None = None,
+) -> SweepResult:
+    """Run ``names`` at every load; ``sim_at(load)`` draws that load's workloads (same seed)."""
+    started = time.perf_counter()
+    ordered = sorted(dict.fromkeys(loads))
+    runs: list[ExperimentResult] = []
+    for load in ordered:
+        callback = None if progress is None else _labelled(progress, load)
+        runs.append(run_experiment(sim_at(load), names, progress=callback))
+    first = runs[0].document
+    points: dict[str, list[tuple[float, float | None]]] = {name: [] for name in names}
+    for load, run in zip(ordered, runs, strict=True):
+        for name in names:
+            points[name].append((load, run.document["configurations"][name]["waitP95Seconds"]))
+    capacity = {name: capacity_at_wait_target(points[name], wait_target) for name in names}
+    document: dict[str, Any] = {
+        "scenario": first["scenario"],
+        "seed": first["seed"],
+        "days": first["days"],
+        "gpus": first["gpus"],
+        "waitTargetSeconds": wait_target,
+        "sweep": [
+            {
+                "load": load,
+                "workloads": run.document["workloads"],
+                "configurations": run.document["configurations"],
+            }
+            for load, run in zip(ordered, runs, strict=True)
+        ],
+        "capacityAtWaitTarget": {name: _round(c.load) for name, c in capacity.items()},
+        "capacityBound": {name: c.bound for name, c in capacity.items()},
+    }
+    if "stock" in capacity:
+        matches = {
+            name: gpus_to_match(first["gpus"], capacity["stock"], c)
+            for name, c in capacity.items()
+            if name != "stock" and not name.startswith("stock")
+        }
+        document["gpusToMatch"] = {
+            name: {"stockGpus": m.gpus, "bound": m.bound, "method": "scaled from capacity fractions"}
+            for name, m in matches.items()
+        }
+    document["wallSeconds"] = round(time.perf_counter() - started, 3)
+    return SweepResult(ordered, runs, document)
+
+
+def _labelled(progress: ProgressCallback, load: float) -> ProgressCallback:
+    return lambda name, fraction: progress(f"{name} @ {load:g}", fraction)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
