@@ -103,7 +103,8 @@ def test_replay_equals_published_columns(
         assert differences(run.fragmentation_pct, frag) == []
     if want_failed is not None:
         assert (run.arrived, run.failed) == (10_866, want_failed)
-    assert run.wall_seconds < 30  # generous: the target is 10 s on a 2-core machine
+    # Speed is measured by bench/fgd_placement.py (its own command), not asserted here: a timed
+    # unit test fails on a loaded machine without saying anything about the code.
 
 
 @needs_traces
