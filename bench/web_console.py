@@ -322,7 +322,8 @@ def main() -> int:
         )
     console.print(table)
     console.print(
-        f"snapshot (parse + schedule + node map + explain every pending workload): {large['snapshotSeconds']:.2f} s "
+        "snapshot (parse + schedule + node map + explain every pending workload): "
+        f"{large['snapshotSeconds']:.2f} s "
         f"(baseline {baseline['snapshotSeconds']:.3f} s)"
     )
     if args.out:
