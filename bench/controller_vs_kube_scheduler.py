@@ -407,7 +407,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     if total_gpus > args.nodes * 8:
         raise SystemExit(f"{total_gpus} GPUs asked of {args.nodes * 8}: every pod must fit")
     with control_plane(args.kubeconfig, console) as kubeconfig, tempfile.TemporaryDirectory() as tmp:
-        api = KubeApi(load_api_client(kubeconfig), qps=None)
+        # Deleting thousands of objects in one request takes longer than a client's usual timeout.
+        api = KubeApi(load_api_client(kubeconfig), timeout=600.0, qps=None)
         t = time.perf_counter()
         setup(api, args.nodes, total_gpus)
         log(console, f"set up {args.nodes:,} nodes in {time.perf_counter() - t:.1f}s")

@@ -119,12 +119,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         list_benchmarks(console)
         return 0
     status = 0
+    headings = Console(stderr=True)  # stdout is the benchmarks' own (e.g. their --output json)
     for name in args.names or list(BENCHMARKS):
         bench = BENCHMARKS[name]
-        console.rule(f"{name}: {bench.description}")
+        headings.rule(f"{name}: {bench.description}")
         code = subprocess.call([sys.executable, str(BENCH_DIR / bench.script), *passed])
         if code != 0:
-            console.print(f"[red]{name} exited with status {code}[/red]")
+            headings.print(f"[red]{name} exited with status {code}[/red]")
             status = status or code
     return status
 

@@ -322,7 +322,7 @@ def main() -> int:
         )
     console.print(table)
     console.print(
-        "snapshot (parse + schedule + node map + explain every pending workload): "
+        "snapshot (parse, schedule, node map, explain every pending workload): "
         f"{large['snapshotSeconds']:.2f} s "
         f"(baseline {baseline['snapshotSeconds']:.3f} s)"
     )

@@ -74,7 +74,8 @@ def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def converged(scene: Scene) -> bool:
-    """Every job has its Workload, every admitted one is fully bound, and the core has nothing left."""
+    """Every job has its Workload, every admitted one is fully bound, none is still on its way out
+    (evicted, holding its quota until its job stops), and the core has nothing left."""
     jobs, workloads, pods = scene.jobs(), scene.workloads(), live(scene.pods())
     if set(workloads) != set(jobs):
         return False
@@ -82,6 +83,11 @@ def converged(scene: Scene) -> bool:
         admission = (wl.get("status") or {}).get("admission")
         if not admission:
             continue
+        evicted = any(
+            c["type"] == "Evicted" and c["status"] == "True" for c in wl["status"].get("conditions") or []
+        )
+        if evicted:
+            return False
         want = sum(a["count"] for a in admission["podSetAssignments"])
         mine = [p for p in pods if p["metadata"]["labels"].get("job-name") == name]
         if len(mine) != want or not all(p["spec"].get("nodeName") for p in mine):

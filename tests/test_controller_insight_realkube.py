@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
 from dcgm_fixture import DcgmExporter
+from gpuplane.cli.app import build_app
 from gpuplane.cli.insight import Attached, InsightOptions, attach
 from gpuplane.k8s.api import KubeApi
 from gpuplane.k8s.controller import Controller, ControllerConfig
@@ -138,6 +140,19 @@ def test_labels_etas_and_metrics_of_a_running_controller(
     assert attached.worker.wait_idle()
     assert attached.eta_writer is not None
     assert attached.eta_writer.written == written  # nothing moved: nothing rewritten
+
+    # gpuplane why on the same cluster, by the names a user knows
+    pod = pods[0]["metadata"]["name"]
+    for target, want in (("job/train", "Admitted"), (f"pod/{pod}", "Admitted"), ("next", "WaitingForQuota")):
+        run = CliRunner().invoke(
+            build_app(), ["why", target, "-n", ns, "--kubeconfig", str(kube.kubeconfig), "-o", "json"]
+        )
+        assert run.exit_code == 0, run.stderr
+        doc = json.loads(run.stdout)
+        assert doc["reason"] == want, (target, doc)
+        if want == "WaitingForQuota":
+            holders = {b["name"] for b in doc["blockers"] if b["kind"] == "Workload"}
+            assert any(h.startswith(f"{ns}/job-train-") for h in holders), doc["blockers"]
 
     assert attached.metrics_server is not None
     with urllib.request.urlopen(

@@ -123,8 +123,15 @@ def scraped(prometheus_factory: PrometheusFactory) -> Iterator[Prometheus]:
         server.server_close()
 
 
-def test_recording_rules_equal_the_hand_computation(scraped: Prometheus) -> None:
-    prom = scraped
+def test_rules_kueue_metrics_and_every_dashboard_panel(scraped: Prometheus) -> None:
+    """One Prometheus for the three checks (starting one costs seconds)."""
+    check_recording_rules(scraped)
+    check_kueue_metrics(scraped)
+    check_dashboard_panels(scraped)
+
+
+def check_recording_rules(prom: Prometheus) -> None:
+    """The per-team numbers equal the hand computation of the fixture."""
     for team, want in WANT.items():
         for what in ("allocated", "busy"):
             expr = f'gpuplane:team_gpus_{what}:sum{{team="{team}"}}'
@@ -149,8 +156,8 @@ def test_recording_rules_equal_the_hand_computation(scraped: Prometheus) -> None
     assert abs(float(by_queue[0]["value"][1]) - WANT["beta"]["allocated"]) < 1e-9
 
 
-def test_kueue_metrics_are_scraped_with_their_labels(scraped: Prometheus) -> None:
-    prom = scraped
+def check_kueue_metrics(prom: Prometheus) -> None:
+    """Kueue's metrics arrive with their labels; the preemption counted once, with its cost."""
     wait_value(prom, 'kueue_pending_workloads{cluster_queue="cq-a",status="inadmissible"}', has_number)
     wait_value(
         prom,
@@ -178,7 +185,8 @@ def dashboard_queries() -> list[tuple[str, str]]:
     return out
 
 
-def test_every_dashboard_panel_returns_data(scraped: Prometheus) -> None:
+def check_dashboard_panels(scraped: Prometheus) -> None:
+    """Every panel's query returns a number."""
     queries = dashboard_queries()
     assert len({title for title, _ in queries}) >= 6
     for title, expr in queries:

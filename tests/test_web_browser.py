@@ -21,6 +21,7 @@ import pytest
 
 from gpuplane.web.app import create_app
 from gpuplane.web.auth import TokenFileAuthenticator
+from gpuplane.web.pages import duration
 from gpuplane.web.sources import FileSource, SnapshotHub
 from manifests import workload
 from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
@@ -67,6 +68,31 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cli_plan(state: Path) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, "-m", "gpuplane", "schedule", "-f", str(state), "--output", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    doc: dict[str, Any] = json.loads(out.stdout)
+    return doc
+
+
+def cli_why(state: Path, workload_key: str) -> dict[str, Any]:
+    namespace, name = workload_key.split("/")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplane",
+            "why",
+            name,
+            "-n",
+            namespace,
+            "-f",
+            str(state),
+            "--output",
+            "json",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -135,12 +161,14 @@ def test_numbers_on_the_pages_equal_the_schedule_command(console: dict[str, Any]
     assert shown == reasons
 
     browser.get(console["url"] + "/queues")
+    queue_eta = {}
     for p in plan["pending"]:
         row = browser.find_element(By.CSS_SELECTOR, f'tr[data-workload="{p["workload"]}"]')
         cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
         assert cells[0] == str(p["localQueuePosition"]), p["workload"]
         assert cells[1] == str(p["position"]), p["workload"]
         assert cells[6] == p["reason"], p["workload"]
+        queue_eta[p["workload"]] = cells[5]  # the ETA range, checked against `gpuplane why` below
     admitted = {a["workload"]: a for a in plan["admitted"]}
     gpus_used = {
         cq: sum(
@@ -160,11 +188,25 @@ def test_numbers_on_the_pages_equal_the_schedule_command(console: dict[str, Any]
         )
         assert int(line.text) == used, cq
 
-    for p in plan["pending"][:3]:
+    for p in plan["pending"]:
+        why = cli_why(console["state"], p["workload"])
         browser.get(console["url"] + f"/workloads/{p['workload']}")
-        assert text(browser, "[data-test=reason]") == p["reason"]
-        assert text(browser, "[data-test=message]") == p["message"]
         assert text(browser, "[data-test=position]") == str(p["position"])
+        assert text(browser, "[data-test=reason]") == why["reason"]
+        assert text(browser, "[data-test=message]") == why["message"]
+        assert text(browser, "[data-test=fix]") == why["fix"]
+        assert text(browser, "[data-test=eta-basis]") == why["eta"]["basis"]
+        eta = why["eta"]
+        want_eta = (
+            "not by itself" if eta["seconds"] is None else f"{duration(eta['low'])}-{duration(eta['high'])}"
+        )
+        assert text(browser, "[data-test=eta]") == want_eta
+        assert queue_eta[p["workload"]] == want_eta
+        cells = [
+            [c.text for c in r.find_elements(By.TAG_NAME, "td")]
+            for r in browser.find_elements(By.CSS_SELECTOR, "[data-test=blockers] tbody tr")
+        ]
+        assert [c[1] for c in cells if len(c) == 3] == [b["name"] for b in why["blockers"][:12]]
     key = "team-a/pretrain"
     browser.get(console["url"] + f"/workloads/{key}")
     placed = [

@@ -53,6 +53,7 @@ VIEWERS = {
     "admin": Viewer("admin"),
     "alice": Viewer("alice", ("team-a",), frozenset({"team-a", "serving"}), sees_nodes=True),
     "carol": Viewer("carol", (), frozenset(), sees_nodes=False),
+    "dana": Viewer("dana", (), frozenset({"secret"}), sees_nodes=False),
 }
 
 
@@ -175,6 +176,14 @@ def test_a_namespace_outside_the_viewers_rbac_is_absent_and_forbidden(client: Te
     assert "another namespace" in nodes  # team-b's GPUs are shown as held, not by whom
     assert "team-b/finetune" not in nodes
     assert "team-b/finetune" in get(client, "/nodes", "admin").text
+
+
+def test_blockers_in_hidden_namespaces_keep_their_kind_not_their_name(client: TestClient) -> None:
+    page = get(client, "/workloads/secret/secret-job", "dana").text
+    assert 'data-test="blockers"' in page
+    assert "another namespace" in page
+    assert "team-b/" not in page  # the team-b workloads holding the quota stay unnamed
+    assert "team-b/" in get(client, "/workloads/secret/secret-job", "admin").text
 
 
 def test_a_viewer_without_node_rights_gets_403_on_the_node_map(client: TestClient) -> None:

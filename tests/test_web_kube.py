@@ -234,7 +234,7 @@ def wait_for_snapshot(cluster: dict[str, Any], keys: set[str], timeout: float = 
     while True:
         snap = cluster["hub"].current()
         seen = {wl.key for wl in snap.state.workloads} if snap else set()
-        if keys <= seen:
+        if keys <= seen and snap is not None and snap.explanations is not None:
             return
         assert time.monotonic() < deadline, f"the console never saw {sorted(keys - seen)}"
         time.sleep(0.1)
@@ -311,9 +311,30 @@ def test_alice_sees_her_namespaces_with_the_clis_numbers(
     assert ns["team-b"] not in browser.page_source
 
     key = f"{ns['team-a']}/huge"
+    why = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplane",
+            "why",
+            "huge",
+            "-n",
+            ns["team-a"],
+            "-f",
+            str(tmp_path / "from-cluster.json"),
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    explained = json.loads(why.stdout)
     browser.get(console + f"/workloads/{key}")
-    assert browser.find_element(By.CSS_SELECTOR, "[data-test=reason]").text == want[key]["reason"]
     assert browser.find_element(By.CSS_SELECTOR, "[data-test=position]").text == str(want[key]["position"])
+    assert browser.find_element(By.CSS_SELECTOR, "[data-test=reason]").text == explained["reason"]
+    assert browser.find_element(By.CSS_SELECTOR, "[data-test=fix]").text == explained["fix"]
 
     token = kube.token("alice")
     assert status_of(console + f"/workloads/{ns['secret']}/secret-job", token) == 403

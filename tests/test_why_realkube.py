@@ -122,16 +122,24 @@ def apply_case(kube: RealKube, case: WhyCase) -> tuple[str, dict[str, str], list
 def cleanup(kube: RealKube, objects: list[dict[str, Any]], namespaces: dict[str, str]) -> None:
     for space in namespaces.values():
         kube.kubectl("-n", space, "delete", "workloads,localqueues", "--all", "--wait=false", check=False)
-    for body in objects:
-        if body["kind"] in CLUSTER_KINDS:
-            kube.kubectl(
-                "delete", body["kind"].lower(), body["metadata"]["name"], "--wait=false", check=False
-            )
+    names = [
+        f"{body['kind'].lower()}/{body['metadata']['name']}"
+        for body in objects
+        if body["kind"] in CLUSTER_KINDS
+    ]
+    if names:
+        kube.kubectl("delete", *names, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def crds(real_kube: RealKube) -> RealKube:
+    real_kube.kubectl("apply", "-f", str(ROOT / "deploy" / "crds"))
+    return real_kube
 
 
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c.id)
-def test_each_cause_on_the_real_api_server(real_kube: RealKube, case: WhyCase) -> None:
-    real_kube.kubectl("apply", "-f", str(ROOT / "deploy" / "crds"))
+def test_each_cause_on_the_real_api_server(crds: RealKube, case: WhyCase) -> None:
+    real_kube = crds
     ns, namespaces, objects = apply_case(real_kube, case)
     try:
         result = CliRunner().invoke(

@@ -45,7 +45,7 @@ from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, Preempt
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
-from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.clusterstate import state_objects
 from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
@@ -582,7 +582,7 @@ class Controller:
             )
             if released == job:
                 return []
-            return [partial(self._write, kind, jobs.INTEGRATIONS[kind].resource, released)]
+            return [partial(self._write, kind, released)]
         writes: list[Callable[[], None]] = []
         for pod in self._pods_of(wl):  # plain pods and pod groups: lift the gate
             gates = pod.get("spec", {}).get("schedulingGates") or []
@@ -595,13 +595,17 @@ class Controller:
             updated["metadata"]["labels"][jobs.CORE_WORKLOAD_LABEL] = wl["metadata"]["name"]
             updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
             updated["metadata"]["labels"].update(_queue_labels(wl, admission))
-            writes.append(partial(self._write, "Pod", k8s.PODS, updated))
+            writes.append(partial(self._write, "Pod", updated))
         return writes
 
-    def _write(self, kind: str, resource: Resource, body: dict[str, Any]) -> None:
-        """Replace one object, and cache what the server answered (a failure is retried next pass)."""
+    def _write(self, kind: str, body: dict[str, Any]) -> None:
+        """Replace one Pod or job object, and cache what the server answered (a failure is retried
+        next pass)."""
         try:
-            written = self.api.replace(resource, body)
+            if kind == "Pod":
+                written = self.api.replace(k8s.PODS, body)
+            else:
+                written = self.api.replace(jobs.INTEGRATIONS[kind].resource, body)
         except ApiError:
             self.counters.add("write_failures")
             return

@@ -159,7 +159,7 @@ def create_app(
         if not viewer.sees(ns):
             raise HTTPException(403, f"{viewer.name} may not see namespace {ns}")
         snap = snapshot()
-        data = pages.workload(snap, f"{ns}/{name}")
+        data = pages.workload(snap, f"{ns}/{name}", viewer)
         if data is None:
             raise HTTPException(404, f"no workload {ns}/{name}")
         return render("workload.html", request, snap=snap, viewer=viewer, **data)

@@ -74,6 +74,19 @@ def measure(value: object, key: str) -> str:
     return f"{value:,.6g}" if isinstance(value, float) else f"{value:,}"
 
 
+def eta_range(snap: ConsoleSnapshot, workload: str) -> str:
+    """The ETA column: ``low-high`` from now, as ``gpuplane why`` estimates it."""
+    if snap.explanations is None:
+        return "..."  # still being computed for this version
+    found = snap.explanations.get(workload)
+    if found is None:
+        return "-"
+    eta = found.eta
+    if eta.seconds is None or eta.low is None or eta.high is None:
+        return "not by itself"
+    return f"{duration(eta.low)}-{duration(eta.high)}"
+
+
 def visible_pending(snap: ConsoleSnapshot, viewer: Viewer) -> list[PendingRow]:
     return [r for r in snap.pending if viewer.sees(r.namespace)]
 
@@ -318,11 +331,15 @@ def queues(snap: ConsoleSnapshot, viewer: Viewer) -> dict[str, Any]:
         spec = state.local_queues.get(key)
         ordered = sorted(local[key], key=lambda r: (r.local_position or 1 << 30, r.workload))
         local_queues.append((key, spec.cluster_queue if spec else "-", ordered))
-    return {"roots": roots, "local_queues": local_queues, "pending_count": len(rows)}
+    etas = {r.workload: eta_range(snap, r.workload) for r in rows}
+    return {"roots": roots, "local_queues": local_queues, "pending_count": len(rows), "etas": etas}
 
 
-def workload(snap: ConsoleSnapshot, key: str) -> dict[str, Any] | None:
-    """Everything about one workload (the caller checked the viewer may see its namespace)."""
+def workload(snap: ConsoleSnapshot, key: str, viewer: Viewer) -> dict[str, Any] | None:
+    """Everything about one workload (the caller checked the viewer may see its namespace).
+
+    Blockers in namespaces the viewer may not see keep their kind and detail, not their name.
+    """
     wl = snap.workload(key)
     if wl is None:
         return None
@@ -367,8 +384,21 @@ def workload(snap: ConsoleSnapshot, key: str) -> dict[str, Any] | None:
         )
         for ps in wl.pod_sets
     ]
+    explanation = snap.explanations.get(key) if snap.explanations is not None else None
+    blockers = [
+        (
+            b.kind,
+            b.name if b.kind not in ("Workload", "Pod") or viewer.sees_owner(b.name) else None,
+            b.detail,
+        )
+        for b in (explanation.blockers if explanation is not None else ())
+    ]
     return {
         "wl": wl,
+        "explanation": explanation,
+        "blockers": blockers,
+        "explaining": snap.explanations is None and pending is not None,
+        "eta": eta_range(snap, key) if pending is not None else "",
         "gpus": snap.workload_gpus.get(key, 0.0),
         "pending": pending,
         "admitted": admitted,
