@@ -35,6 +35,7 @@ from gpuplane.core.plan import PendingDecision, Plan
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.insight.aftermath import world_after
+from gpuplane.insight.idle import DATA_STALL_CONDITION
 from gpuplane.insight.queue_eta import (
     Estimate,
     RuntimeModel,
@@ -312,7 +313,13 @@ def _explain_one(ctx: _Context, key: str) -> Explanation:
         if reason == "Admitted"
         else Estimate(None, None, None, message)
     )
-    return Explanation(key, cq, lq, None, None, eta, reason, message, (), "nothing to fix")
+    fix = "nothing to fix"
+    stall = wl.condition(DATA_STALL_CONDITION)
+    if reason == "Admitted" and stall is not None and stall.status:
+        # The reaper's data-stall hint (insight.idle): running, but starved of input, not of GPUs.
+        message = f"{message}; data stall suspected: {stall.message}"
+        fix = "not a scheduling problem: check its input pipeline (data loaders, storage, network)"
+    return Explanation(key, cq, lq, None, None, eta, reason, message, (), fix)
 
 
 _PLACEMENT_CAPACITY = frozenset(
