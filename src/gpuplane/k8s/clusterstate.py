@@ -43,7 +43,8 @@ _PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology", "AdmissionCh
 _VERSIONS = {res.kind: res.api_version for res in READ}
 
 
-def _typed(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+def typed(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    """``obj`` as a state-file document: its ``kind``, and its ``apiVersion`` where a list left it out."""
     return {**obj, "kind": kind, "apiVersion": obj.get("apiVersion") or _VERSIONS[kind]}
 
 
@@ -56,9 +57,9 @@ def _true(obj: dict[str, Any], ctype: str) -> bool:
 
 def state_objects(items: Items, *, unqueued_jobs: bool = False) -> list[dict[str, Any]]:
     """The objects of a cluster state (kind and apiVersion set on each) from ``items(kind)``."""
-    objects = [_typed(obj, kind) for kind in _PLAIN_KINDS for obj in items(kind)]
+    objects = [typed(obj, kind) for kind in _PLAIN_KINDS for obj in items(kind)]
     workloads = [wl for wl in items("Workload") if not _true(wl, "Finished")]
-    objects += [_typed(wl, "Workload") for wl in workloads]
+    objects += [typed(wl, "Workload") for wl in workloads]
     if unqueued_jobs:
         owned = {
             (wl.get("metadata", {}).get("labels") or {}).get(jobs.JOB_UID_LABEL) for wl in items("Workload")
@@ -67,9 +68,9 @@ def state_objects(items: Items, *, unqueued_jobs: bool = False) -> list[dict[str
             meta = job.get("metadata", {})
             queued = jobs.QUEUE_LABEL in (meta.get("labels") or {})
             if queued and jobs.is_suspended("Job", job) and meta.get("uid") not in owned:
-                objects.append(_typed(job, "Job"))
+                objects.append(typed(job, "Job"))
     objects += [
-        _typed(pod, "Pod")
+        typed(pod, "Pod")
         for pod in items("Pod")
         if (pod.get("spec") or {}).get("nodeName")
         and (pod.get("status") or {}).get("phase") in (None, "Pending", "Running")
