@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +32,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+
+from apiserver.fixtures import run_kubectl
 
 ROOT = Path(__file__).resolve().parent.parent
 E2E_KUBECONFIG = "GPUPLANE_E2E_KUBECONFIG"
@@ -96,30 +97,9 @@ class RealKube:
         self, *args: str, input: str | None = None, check: bool = True, kubeconfig: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl against this cluster; with ``check`` a non-zero exit fails the test."""
-        binary = shutil.which("kubectl")
-        if binary is None:
-            pytest.fail("kubectl is not installed (scripts/test.sh installs the Debian package `kubectl`)")
-        config = kubeconfig or self.kubeconfig
         home = (self.directory or Path("/tmp")) / "kubectl-home"
-        home.mkdir(parents=True, exist_ok=True)
-        env = {
-            "HOME": str(home),
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-        }
-        result = subprocess.run(
-            [binary, "--kubeconfig", str(config), "--cache-dir", str(home / "cache"), *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=KUBECTL_TIMEOUT,
-            check=False,
-        )
-        if check and result.returncode != 0:
-            pytest.fail(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
-        return result
+        config = kubeconfig or self.kubeconfig
+        return run_kubectl(config, home, args, input=input, check=check, timeout=KUBECTL_TIMEOUT)
 
     def namespace(self, prefix: str) -> str:
         """Create a fresh namespace ``PREFIX-N`` and return its name; deleted when the session ends."""

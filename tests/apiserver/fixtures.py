@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -178,42 +178,50 @@ def kubectl(apiserver: Cluster, tmp_path: Path) -> Kubectl:
 
     With ``check`` (the default) a non-zero exit fails the test with kubectl's stderr.
     """
-    binary = shutil.which("kubectl")
-    if binary is None:
+    if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed (scripts/test.sh installs the Debian package `kubectl`)")
     home = tmp_path / "kubectl-home"
-    home.mkdir(exist_ok=True)
+
+    def run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run_kubectl(Path(str(apiserver.kubeconfig_path)), home, args, input=input, check=check)
+
+    return run
+
+
+def run_kubectl(
+    kubeconfig: Path,
+    home: Path,
+    args: Sequence[str],
+    *,
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = KUBECTL_TIMEOUT,
+) -> subprocess.CompletedProcess[str]:
+    """Run the real kubectl with ``kubeconfig``, a private ``home`` (and cache) and no proxy for
+    loopback; with ``check`` a non-zero exit fails the test with kubectl's stderr."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.fail("kubectl is not installed (scripts/test.sh installs the Debian package `kubectl`)")
+    home.mkdir(parents=True, exist_ok=True)
     env = {
         "HOME": str(home),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "KUBECONFIG": str(apiserver.kubeconfig_path),
+        "KUBECONFIG": str(kubeconfig),
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }
-
-    def run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        command = [
-            binary,
-            "--kubeconfig",
-            str(apiserver.kubeconfig_path),
-            "--cache-dir",
-            str(home / "cache"),
-            *args,
-        ]
-        result = subprocess.run(
-            command,
-            input=input,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=KUBECTL_TIMEOUT,
-            check=False,
-        )
-        if check and result.returncode != 0:
-            pytest.fail(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
-        return result
-
-    return run
+    result = subprocess.run(
+        [binary, "--kubeconfig", str(kubeconfig), "--cache-dir", str(home / "cache"), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    if check and result.returncode != 0:
+        pytest.fail(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+    return result
 
 
 def manifest(*documents: Any) -> str:
