@@ -237,10 +237,17 @@ class Scene:
         """``kubectl delete job`` and, since no kubelet ends them, its pods at grace period 0 (a pod
         the garbage collector took first is fine); returns once they are gone."""
         self.kubectl("delete", "job", name, "-n", self.namespace, "--wait=false")
-        for pod in self.pods(name):
-            with contextlib.suppress(ApiError):  # 404: already deleted with the job
-                self.api.delete(k8s.PODS, pod["metadata"]["name"], self.namespace, gracePeriodSeconds=0)
-        wait_until(lambda: not self.pods(name), 20, f"the pods of job {name} gone")
+
+        def pods_gone() -> bool:
+            # Deleted on every look: a job controller that listed the job just before it went may
+            # still create one more pod for it, and on the double no garbage collector removes it.
+            pods = self.pods(name)
+            for pod in pods:
+                with contextlib.suppress(ApiError):  # 404: already deleted with the job
+                    self.api.delete(k8s.PODS, pod["metadata"]["name"], self.namespace, gracePeriodSeconds=0)
+            return not pods
+
+        wait_until(pods_gone, 20, f"the pods of job {name} gone")
 
     # --- what runs against it --------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ One reconcile pass (only on the leader, once every informer has synced)::
          (placement as a hostname topology assignment); on any failure forget
       3. preemptions: dry run (Events "WouldPreempt", counters) or, as Kueue does, the
          victim marked Evicted and Preempted while it keeps its admission and quota
-      4. evicted workloads: while the job is active, its pods are evicted (Eviction API,
-         the pod's grace period) and the job suspended; once it is no longer active the
+      4. evicted workloads: while the job is active, it is suspended and its pods evicted
+         (Eviction API, the pod's grace period); once it is no longer active the
          admission is cleared and the workload is queued again
       5. admitted jobs are released: templates stamped (scheduler name, flavor node
          selector, workload/pod-set labels), then unsuspended or ungated
@@ -495,7 +495,23 @@ class Controller:
         return False
 
     def _stop_job(self, wl: dict[str, Any]) -> None:
-        """Evict the workload's pods (their grace period honoured) and suspend its job."""
+        """Suspend the workload's job, then evict its pods (their grace period honoured).
+
+        The job is suspended first: were its pods evicted while it still ran, its job controller
+        would start replacements, and those would hold the node until the next pass evicted them too.
+        """
+        owner = self._owner_job(wl)
+        if owner is not None:
+            kind, job = owner
+            if not jobs.is_suspended(kind, job) and jobs.INTEGRATIONS[kind].suspend is not None:
+                try:
+                    written = self.api.replace(
+                        jobs.INTEGRATIONS[kind].resource, jobs.suspended_job(kind, job)
+                    )
+                except ApiError:
+                    self.counters.add("write_failures")
+                    return  # retried next pass
+                self.cache.upsert(kind, written)
         for pod in self._pods_of(wl):
             meta = pod["metadata"]
             if meta.get("deletionTimestamp"):
@@ -515,18 +531,6 @@ class Controller:
                 if not err.not_found:
                     self.counters.add("write_failures")
                     return  # retried next pass
-        owner = self._owner_job(wl)
-        if owner is not None:
-            kind, job = owner
-            if not jobs.is_suspended(kind, job) and jobs.INTEGRATIONS[kind].suspend is not None:
-                try:
-                    written = self.api.replace(
-                        jobs.INTEGRATIONS[kind].resource, jobs.suspended_job(kind, job)
-                    )
-                except ApiError:
-                    self.counters.add("write_failures")
-                    return
-                self.cache.upsert(kind, written)
 
     def _release_quota(self, wl: dict[str, Any]) -> None:
         """Clear an evicted, no longer active workload's admission: it is queued again."""
