@@ -798,6 +798,8 @@ class Scheduler:
             if isinstance(placed, PlacementFailure):
                 if not self._checks_for(e):
                     e.reason, e.message = placed.reason, placed.message + self._to_come(e)
+                    if self._next_flavors_now(e):
+                        self._process(e, reservations, victims, victim_preemptor, admitted)
                     return
                 # Quota without a place: the admission checks (provisioning) bring the place.
             elif mode == FIT:
@@ -816,6 +818,36 @@ class Scheduler:
             e.requeue_now = True
             return
         admitted.append(e)
+
+    def _next_flavors_now(self, e: Entry) -> bool:
+        """After a placement failure, go on with the flavor scan in the same cycle.
+
+        Quota alone chose the flavor; the nodes of that flavor cannot hold the gang. As with
+        Kueue's topology-aware flavor assignment, a flavor whose nodes do not fit is passed over
+        and the next one tried at once. Waiting a cycle instead lets others take what the next
+        flavor has free, a preemptor's freed room included: its victim, requeued, takes it back,
+        and is preempted again at the same instant. Returns True when ``e`` now holds the
+        assignment (and targets) of a later flavor that fits or can preempt.
+        """
+        progress = e.assignment.scan_progress()
+        if not e.keep_scan or not self.config.flavor_fungibility:
+            return False
+        if not any(index != -1 for index in progress.values()):
+            return False
+        assigner = FlavorAssigner(
+            e.pending, e.cq, self.flavors, self.preemptor, self.config, start=progress
+        )
+        assignment = assigner.assign()
+        mode = assignment.mode()
+        if mode == NO_FIT:
+            return False
+        targets = self._targets(e.pending, e.cq, assignment) if mode == PREEMPT else []
+        if mode == PREEMPT and not targets:
+            return False
+        e.assignment, e.targets = assignment, targets
+        e.message = assignment.message()
+        e.reason = assignment.no_fit_reason or WAITING_FOR_QUOTA
+        return True
 
     def _recompute_after_overlap(self, e: Entry, victims: Mapping[str, Target]) -> bool:
         """Kueue's updateAssignmentIfNeeded for overlapping targets.
