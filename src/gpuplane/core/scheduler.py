@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 
 from gpuplane.core.admission_checks import CheckGate, Verdict
 from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
+from gpuplane.core.flavors import (
+    FIT,
+    NO_FIT,
+    PREEMPT,
+    Assignment,
+    FlavorAssigner,
+    flavor_matches_affinity,
+    untolerated_taint,
+)
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.inventory import pod_needs
 from gpuplane.core.karpenter import capacity_to_come
@@ -36,7 +44,15 @@ from gpuplane.core.plan import (
     PreemptionDecision,
 )
 from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
-from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
+from gpuplane.core.quota import (
+    DRS,
+    AdmittedWorkload,
+    ClusterQueueNode,
+    CohortNode,
+    FlavorResource,
+    QuotaTree,
+    compare_drs,
+)
 from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
 from gpuplane.model.admission_checks import CheckState, CheckStatus
@@ -137,6 +153,7 @@ class Scheduler:
         self._failed: dict[tuple[object, ...], Status] = {}
         self._failed_version = -1
         self._shapes: dict[str, tuple[Workload, tuple[object, ...]]] = {}
+        self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
         self._sequence = 0
         self.scan: dict[str, ScanProgress] = {}
         # Per root of the cohort tree, admissions and evictions so far (Kueue's
@@ -315,7 +332,7 @@ class Scheduler:
         if self.cluster is not None:
             self.cluster.release(key)
         self.admitted.pop(key, None)
-        self._unpark_cohort(held.cluster_queue)
+        self._unpark_cohort(held.cluster_queue, held.flavors)
         self.preemptor.clear_cache()
         return True
 
@@ -834,9 +851,7 @@ class Scheduler:
             return False
         if not any(index != -1 for index in progress.values()):
             return False
-        assigner = FlavorAssigner(
-            e.pending, e.cq, self.flavors, self.preemptor, self.config, start=progress
-        )
+        assigner = FlavorAssigner(e.pending, e.cq, self.flavors, self.preemptor, self.config, start=progress)
         assignment = assigner.assign()
         mode = assignment.mode()
         if mode == NO_FIT:
@@ -946,7 +961,7 @@ class Scheduler:
         if self.cluster is not None:
             self.cluster.release(victim.key)
         self.admitted.pop(victim.key, None)
-        self._unpark_cohort(victim.cluster_queue)
+        self._unpark_cohort(victim.cluster_queue, victim.flavors)
         wl = self.workloads.get(victim.key)
         if wl is not None and wl.queue_name:
             evicted_at = self.now + self.cycle_number * 1e-3
@@ -992,7 +1007,7 @@ class Scheduler:
                 self.tree.remove_workload(held)
                 if self.cluster is not None:
                     self.cluster.release(wl.key)
-                self._unpark_cohort(held.cluster_queue)
+                self._unpark_cohort(held.cluster_queue, held.flavors)
             self._release_by_check(wl, check)
             result.released += 1
         self._leaving = []
@@ -1054,18 +1069,55 @@ class Scheduler:
                 wl, placeable=placed is not None and not isinstance(placed, PlacementFailure), message=message
             )
 
-    def _unpark_cohort(self, cq_name: str) -> None:
+    def _unpark_cohort(self, cq_name: str, freed: frozenset[FlavorResource] | None = None) -> None:
+        """Capacity was freed in ``cq_name``'s cohort: parked workloads get another look.
+
+        With ``freed`` (the flavors the leaving workload held), only the parked workloads that
+        could use one of those flavors are woken. Quota is kept per flavor and resource, and a
+        flavor's nodes host only that flavor's pods, so room freed in one flavor cannot admit
+        a workload no other flavor's room could: waking the others would only park them again
+        with the same reason, at a nomination each. Fair sharing orders by a share across every
+        flavor, so there every parked workload is woken, as Kueue does for the whole cohort.
+        """
         node = self.tree.queues.get(cq_name)
         if node is None:
             return
         root = node.root()
         names = {q.name for q in root.subtree_queues()} if isinstance(root, CohortNode) else {cq_name}
+        names_freed = None if freed is None or self.config.fair_sharing else frozenset(f for f, _ in freed)
         for name in names:
             queue = self.queues.get(name, [])
             for pending in queue:
-                self.parked.discard(pending.key)
+                if pending.key not in self.parked:
+                    continue
+                if names_freed is None or not names_freed.isdisjoint(self._eligible_flavors(pending)):
+                    self.parked.discard(pending.key)
             if name in self.cursor:
                 self.cursor[name] = 0
+
+    def _eligible_flavors(self, pending: PendingWorkload) -> frozenset[str]:
+        """Every flavor the workload could be assigned in its ClusterQueue: in the resource group of
+        a resource it requests, tolerated, and matching its node selector and affinity."""
+        cached = self._eligible.get(pending.key)
+        if cached is not None and cached[0] is pending.workload and cached[1] == pending.cluster_queue:
+            return cached[2]
+        cq = self.tree.queues[pending.cluster_queue]
+        names: set[str] = set()
+        for ps in pending.workload.pod_sets:
+            template = ps.template
+            for res in template.requests:
+                group = cq.group_for(res)
+                if group is None:
+                    continue
+                for fq in group.flavors:
+                    flavor = self.flavors.get(fq.name)
+                    if flavor is None or untolerated_taint(flavor, template) is not None:
+                        continue
+                    if flavor_matches_affinity(flavor, template):
+                        names.add(fq.name)
+        out = frozenset(names)
+        self._eligible[pending.key] = (pending.workload, pending.cluster_queue, out)
+        return out
 
     # --- results ------------------------------------------------------------
 
