@@ -70,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
             "eventsPerSecond": round(ledger.events / wall, 1) if wall else 0.0,
             "cycles": ledger.cycles,
             "waitP95Seconds": doc["waitP95Seconds"],
+            "etaErrorP50": doc["etaErrorP50"],
             "etaRelativeErrorP50": doc["etaRelativeErrorP50"],
         }
     base = results["baseline"]["wallSeconds"]
     table = Table(title=f"sim-saturated: load {args.load:g}, {len(sim.workloads.jobs):,} workloads")
     table.add_column("model")
-    for key in ("wall s", "events", "events/s", "cycles", "x baseline wall", "p95 wait s"):
+    for key in ("wall s", "events", "events/s", "cycles", "x baseline wall", "p95 wait s", "ETA err p50"):
         table.add_column(key, justify="right")
     for label, row in results.items():
         ratio = row["wallSeconds"] / base if base else 0.0
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['cycles']:,}",
             f"{ratio:.1f}",
             f"{row['waitP95Seconds'] or 0:,.0f}",
+            "" if row["etaRelativeErrorP50"] is None else f"{row['etaRelativeErrorP50']:.0%}",
         )
     console.print(table)
     both = results["stock"]["wallSeconds"] + results["gpuplane"]["wallSeconds"]
