@@ -299,7 +299,9 @@ class Scheduler:
 
     def advance(self, now: float) -> None:
         """Move the scheduler's clock (time is always passed in, never read)."""
-        if now != self.now:
+        if now != self.now and self.config.min_runtime_seconds > 0:
+            # Only the minimum-runtime protection makes a nomination's outcome depend on the
+            # clock (who may be preempted); otherwise a new instant alone changes nothing.
             self.state_version += 1
         self.now = now
         self.preemptor.now = now
