@@ -9,19 +9,45 @@ affinity (In, NotIn, Exists, DoesNotExist, Gt, Lt), taints against the pod's and
 flavor's tolerations, and the devices the pod needs. With a required topology level
 (``kueue.x-k8s.io/podset-required-topology``) the gang lands in one domain of that
 level, the smallest that holds it; a preferred level is tried first and dropped if no
-domain holds the gang. Inside the chosen nodes, pods are packed: a node that already
-holds part of the gang first, then the tightest fit (fewest free GPUs left).
+domain holds the gang.
+
+Nodes for each pod are ranked by the placement engine
+(:mod:`gpuplane.core.placement.engine`) with a profile, gpuplane's own policy by default (the
+one that beats FGD, :data:`~gpuplane.core.placement.profiles.DEFAULT_PROFILE`): a vectorised
+mirror of every node's exclusive GPUs (free CPU, memory, pods and milli-GPU per GPU) is kept in
+step with the device inventory, and the profile's score plugins rate the candidates. Candidates
+come tightest first (fewest free GPUs left); the first :data:`NODES_TO_SCORE` that fit are
+scored, as the Kubernetes scheduler scores a sample of a large cluster, and tried best score
+first, a node that already holds part of the gang before any other; the rest follow tightest
+first. Inside the node the inventory chooses the devices (a fraction shares the fullest GPU that
+still holds it, whole GPUs are the lowest-index free ones): the learned workload of a small
+cluster is too narrow for the policy's own GPU choice, which would spread fractions over GPUs
+that whole-GPU pods need. MIG instances and time-sliced slots, which the mirror does not model,
+keep the tightest-first order.
+
+The profile's policies learn the workload from the pods this cluster has seen (held, and the
+pod sets of every gang it was asked to place, each owner once): the typical pods are rebuilt when
+a new pod shape appears or the number of pods seen has doubled.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gpuplane.core.inventory import DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
+import numpy as np
+
+from gpuplane.core.inventory import MILLI, DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
 from gpuplane.core.karpenter import disrupted
+from gpuplane.core.placement import engine
+from gpuplane.core.placement.fragmentation import typical_pods
+from gpuplane.core.placement.gpu_cluster import GpuCluster, GpuRequest, NodeSpec
+from gpuplane.core.placement.profiles import DEFAULT_PROFILE, get_profile
+from gpuplane.core.placement.scoring import PolicyContext
 from gpuplane.model.objects import Node, PodTemplate, ResourceFlavor, Toleration
 
 # Why a gang cannot be placed (most specific first).
@@ -31,6 +57,10 @@ UNTOLERATED_TAINT = "UntoleratedTaint"
 EXCEEDS_CLUSTER = "ExceedsClusterCapacity"
 FRAGMENTED = "Fragmented"
 WAITING_FOR_GANG_CAPACITY = "WaitingForGangCapacity"
+
+# Feasible candidates scored per pod (the rest are tried tightest first if none of these fits).
+NODES_TO_SCORE = 16
+_MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +108,18 @@ def tolerated(node: NodeState, tolerations: Sequence[Toleration]) -> bool:
 class Cluster:
     """Mutable placement state for one scheduling call."""
 
-    def __init__(self, nodes: Iterable[Node], config: DeviceConfig | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        config: DeviceConfig | None = None,
+        profile: str | None = DEFAULT_PROFILE,
+    ) -> None:
+        """``profile`` names the engine's profile; ``None`` keeps the inventory's tightest-first
+        order alone (no scoring). An unknown name raises ``KeyError``."""
         self.config = config or DeviceConfig()
+        self.profile_name = profile
+        if profile is not None:
+            get_profile(profile, PolicyContext(typical=typical_pods([GpuRequest(gpus=1, gpu_milli=MILLI)])))
         self.nodes: dict[str, NodeState] = {}
         for node in sorted(nodes, key=lambda n: n.name):
             self.nodes[node.name] = node_state(node, self.config)
@@ -97,6 +137,128 @@ class Cluster:
         self._eligible_names: dict[tuple[object, ...], set[str]] = {}
         self._members: dict[str, dict[str, set[str]]] = {}
         self.owners: dict[str, list[tuple[str, PodNeeds, tuple[DeviceGrant, ...]]]] = {}
+        self._build_mirror()
+        self._shapes: Counter[GpuRequest] = Counter()
+        self._shape_total = 0
+        self._new_shape = False
+        self._seen_owners: set[str] = set()
+        self._profile: engine.Profile | None = None
+        self._profile_total = 0
+        # Scores by (request, node look): nodes that look alike to the engine score alike.
+        self._scores: dict[tuple[GpuRequest, tuple[object, ...]], float | None] = {}
+
+    # --- the engine's view: exclusive GPUs as a vectorised mirror ---------------
+
+    def _build_mirror(self) -> None:
+        """Rows for nodes with exclusive GPUs; column j of a row is the node's j-th such GPU."""
+        self._row: dict[str, int] = {}
+        self._columns: list[list[int]] = []
+        specs: list[NodeSpec] = []
+        for name, state in self.nodes.items():
+            exclusive = [d.index for d in state.devices if d.sharing == "exclusive"]
+            if not exclusive:
+                continue
+            self._row[name] = len(specs)
+            self._columns.append(exclusive)
+            alloc = state.allocatable
+            specs.append(
+                NodeSpec(
+                    name,
+                    cpu=alloc.get("cpu", 0),
+                    memory=alloc.get("memory", 0) // _MIB,
+                    gpus=len(exclusive),
+                    model=state.devices[exclusive[0]].model,
+                    max_pods=alloc.get("pods", 110),
+                )
+            )
+        # A new mirror is all free, as the inventory is before anything is held.
+        self._mirror = GpuCluster(specs) if specs else None
+        spec_ids: dict[tuple[object, ...], int] = {}
+        self._spec: list[int] = [
+            spec_ids.setdefault((s.cpu, s.memory, s.gpus, s.model, s.max_pods), len(spec_ids)) for s in specs
+        ]
+        # Rows (and looks) of nodes changed since the engine last read them: synced on demand.
+        self._stale: set[str] = set()
+        self._stale_look: set[str] = set()
+        self._looks: dict[str, tuple[object, ...]] = {}
+
+    def _look(self, state: NodeState) -> tuple[object, ...]:
+        """What the engine's score plugins read of a node (its mirror row), as a hashable key:
+        the node's shape, what its pods use, and every exclusive GPU's free milli-GPU."""
+        name = state.name
+        look = self._looks.get(name)
+        if look is None or name in self._stale_look:
+            row = self._row[name]
+            look = (
+                self._spec[row],
+                tuple(sorted(state.used.items())),
+                tuple([state.devices[i].milli_free for i in self._columns[row]]),
+            )
+            self._looks[name] = look
+            self._stale_look.discard(name)
+        return look
+
+    def _sync(self, state: NodeState) -> None:
+        row = self._row.get(state.name)
+        if row is None or self._mirror is None:
+            return
+        alloc, used = state.allocatable, state.used
+        self._mirror.set_free(
+            row,
+            cpu=max(0, alloc.get("cpu", 0) - used.get("cpu", 0)),
+            memory=max(0, alloc.get("memory", 0) - used.get("memory", 0)) // _MIB,
+            pods=max(0, used.get("pods", 0)),
+            gpu_free=[state.devices[i].milli_free for i in self._columns[row]],
+        )
+
+    @staticmethod
+    def _gpu_request(needs: PodNeeds) -> GpuRequest | None:
+        """The engine's request for a pod that uses exclusive GPUs only, else ``None``."""
+        if (
+            needs.mig
+            or needs.shared
+            or not (needs.whole or needs.fraction_milli or needs.fraction_memory_mib)
+        ):
+            return None
+        if needs.whole and (needs.fraction_milli or needs.fraction_memory_mib):
+            return None
+        cpu = needs.resources.get("cpu", 0)
+        memory = -(-needs.resources.get("memory", 0) // _MIB)
+        if needs.whole:
+            return GpuRequest(cpu=cpu, memory=memory, gpus=needs.whole, gpu_milli=MILLI)
+        return GpuRequest(cpu=cpu, memory=memory, gpus=1, gpu_milli=max(1, min(needs.fraction_milli, MILLI)))
+
+    def _record(self, owner: str, pod_sets: Sequence[GangPodSet]) -> None:
+        """Learn the workload: each owner's pods once (a probe counts as its workload)."""
+        owner = owner.removeprefix("probe:")
+        if owner in self._seen_owners:
+            return
+        self._seen_owners.add(owner)
+        for ps in pod_sets:
+            request = self._gpu_request(ps.needs)
+            if request is not None and ps.count:
+                self._learn(request, ps.count)
+
+    def _learn(self, request: GpuRequest, count: int) -> None:
+        if request not in self._shapes:
+            self._new_shape = True
+        self._shapes[request] += count
+        self._shape_total += count
+
+    def profile(self) -> engine.Profile | None:
+        """The profile for the workload seen so far (rebuilt on a new shape or twice the pods)."""
+        if not self._shapes or self.profile_name is None:
+            return None
+        if self._profile is None or self._new_shape or self._shape_total >= 2 * self._profile_total:
+            seen = itertools.chain.from_iterable(
+                itertools.repeat(r, n)
+                for r, n in sorted(self._shapes.items(), key=lambda kv: (kv[0].shape, kv[0].memory))
+            )
+            self._profile = get_profile(self.profile_name, PolicyContext(typical=typical_pods(seen)))
+            self._profile_total = self._shape_total
+            self._new_shape = False
+            self._scores.clear()
+        return self._profile
 
     # --- indexes ------------------------------------------------------------
 
@@ -112,6 +274,9 @@ class Cluster:
 
     def _refresh(self, state: NodeState) -> None:
         name = state.name
+        if name in self._row:
+            self._stale.add(name)
+            self._stale_look.add(name)
         old_whole, new_whole = self._free_whole[name], state.free_whole()
         if old_whole != new_whole:
             bucket = self._buckets[old_whole]
@@ -196,10 +361,10 @@ class Cluster:
 
     # --- placement ------------------------------------------------------------
 
-    def _candidates(
+    def _tightest_first(
         self, needs: PodNeeds, eligible: list[NodeState], allowed: set[str], used: set[str]
-    ) -> Iterable[NodeState]:
-        """Nodes to try for one pod, best first."""
+    ) -> Iterator[NodeState]:
+        """Nodes in the inventory's order: a node of this gang first, then tightest fit."""
         if needs.whole and not (needs.fraction_milli or needs.mig or needs.shared) and len(eligible) > 64:
             first = [self.nodes[n] for n in sorted(used) if n in allowed]
             yield from first
@@ -217,6 +382,77 @@ class Cluster:
 
         yield from sorted(eligible, key=key)
 
+    def _candidates(
+        self,
+        needs: PodNeeds,
+        request: GpuRequest | None,
+        eligible: list[NodeState],
+        allowed: set[str],
+        used: set[str],
+    ) -> Iterator[NodeState]:
+        """Nodes to try for one pod, best first: the profile's scores over a tightest-first sample.
+
+        ``request`` is the engine's form of ``needs`` (``None``: the mirror cannot model it).
+        """
+        base = self._tightest_first(needs, eligible, allowed, used)
+        profile = self.profile() if request is not None else None
+        if request is None or profile is None or self._mirror is None:
+            yield from base
+            return
+        sample: list[NodeState] = []
+        looks: list[tuple[object, ...]] = []
+        for state in base:
+            if state.name not in self._row:
+                continue
+            sample.append(state)
+            looks.append(self._look(state))
+            if len(sample) == NODES_TO_SCORE:
+                break
+        if len(set(looks)) > 1:
+            yield from self._by_score(profile, request, sample, looks, used)
+        else:
+            yield from sample  # they all look alike: the same score, so the inventory's order
+        yield from base
+
+    def _by_score(
+        self,
+        profile: engine.Profile,
+        request: GpuRequest,
+        sample: list[NodeState],
+        looks: list[tuple[object, ...]],
+        used: set[str],
+    ) -> list[NodeState]:
+        """``sample`` that the mirror says fit, best first: this gang's nodes, score, sample order.
+
+        Only one node per look not scored before is scored (a look's score is kept until the
+        profile is rebuilt): the score plugins read nothing of a node but its mirror row.
+        """
+        assert self._mirror is not None
+        cache = self._scores
+        todo: dict[tuple[object, ...], NodeState] = {}
+        for state, look in zip(sample, looks, strict=True):
+            if (request, look) not in cache:
+                todo.setdefault(look, state)
+        if todo:
+            for state in todo.values():
+                if state.name in self._stale:
+                    self._sync(state)
+                    self._stale.discard(state.name)
+            nodes = np.array([self._row[s.name] for s in todo.values()], dtype=np.int64)
+            fit = self._mirror.feasible_among(request, nodes)
+            fitting = nodes[fit]
+            scores = engine.score(profile, self._mirror, request, fitting) if fitting.size else fitting
+            scored = iter(scores.tolist())
+            for look, ok in zip(todo, fit.tolist(), strict=True):
+                cache[(request, look)] = float(next(scored)) if ok else None
+        ranked = []
+        for i, (state, look) in enumerate(zip(sample, looks, strict=True)):
+            value = cache[(request, look)]
+            if value is not None:
+                ranked.append((state.name not in used, -value, i, state))
+        ranked.sort(key=lambda item: item[:3])
+        return [item[3] for item in ranked]
+
     def _place_pods(
         self, owner: str, pod_sets: Sequence[GangPodSet], restrict: set[str] | None, placement: GangPlacement
     ) -> bool:
@@ -232,8 +468,9 @@ class Cluster:
             if restrict is not None:
                 eligible = [s for s in eligible if s.name in restrict]
                 allowed = allowed & restrict
+            request = self._gpu_request(ps.needs)
             for _ in range(ps.count):
-                for state in self._candidates(ps.needs, eligible, allowed, used):
+                for state in self._candidates(ps.needs, request, eligible, allowed, used):
                     grants = state.fit(ps.needs, self.config.mig_repartition)
                     if grants is None:
                         continue
@@ -257,6 +494,7 @@ class Cluster:
 
     def place(self, owner: str, pod_sets: Sequence[GangPodSet]) -> GangPlacement | PlacementFailure:
         """Place every pod of the gang, or nothing. Takes the devices on success."""
+        self._record(owner, pod_sets)
         for ps in pod_sets:
             if ps.count and not self.eligible(ps):
                 return self.why_not(ps)
@@ -351,6 +589,9 @@ class Cluster:
         state.take(owner, needs, grants)
         self._refresh(state)
         self.owners.setdefault(owner, []).append((node, needs, tuple(grants)))
+        request = self._gpu_request(needs)
+        if request is not None:
+            self._learn(request, 1)
 
     def release(self, owner: str) -> None:
         """Give back everything ``owner`` holds (idempotent)."""

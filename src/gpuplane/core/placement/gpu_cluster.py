@@ -174,6 +174,23 @@ class GpuCluster:
             ok &= self.fitting_gpu_counts(request.gpu_milli) >= request.gpus
         return ok
 
+    def feasible_among(self, request: GpuRequest, nodes: IntArray) -> BoolArray:
+        """:meth:`feasible` for ``nodes`` only, aligned with them (cheap for a few nodes)."""
+        ok: BoolArray = (
+            (self.cpu_free[nodes] >= request.cpu)
+            & (self.memory_free[nodes] >= request.memory)
+            & (self.pods[nodes] < self.max_pods[nodes])
+        )
+        if request.gpus == 0:
+            return ok
+        if request.models:
+            ok &= self.model_mask(request.models)[nodes]
+        if request.gpus == 1:
+            ok &= self.max_gpu_free[nodes] >= request.gpu_milli
+        else:
+            ok &= self.fitting_gpu_counts(request.gpu_milli)[nodes] >= request.gpus
+        return ok
+
     def fits(self, node: int, request: GpuRequest) -> bool:
         """Whether one node can host ``request`` now (the scalar form of :meth:`feasible`)."""
         if (
@@ -248,6 +265,28 @@ class GpuCluster:
         if any(not 0 <= i < self.gpu_count[node] for i in chosen):
             raise ValueError(f"GPU index out of range on node {self.names[node]!r}: {list(chosen)}")
         return chosen
+
+    def set_free(self, node: int, cpu: int, memory: int, pods: int, gpu_free: Sequence[int]) -> None:
+        """Mirror a node whose state another inventory keeps (gang placement's device model).
+
+        Sets what is free and how many pods run, and gives the node a new ``version``.
+        """
+        count = int(self.gpu_count[node])
+        if len(gpu_free) != count or not all(0 <= g <= MILLI_PER_GPU for g in gpu_free):
+            raise ValueError(f"node {self.names[node]!r} has {count} GPUs: {list(gpu_free)}")
+        self.cpu_free[node] = cpu
+        self.memory_free[node] = memory
+        self.pods[node] = pods
+        self.gpu_free[node, :count] = gpu_free
+        self.gpu_free_total[node] = sum(gpu_free)
+        self.full_gpus[node] = (
+            gpu_free.count(MILLI_PER_GPU)
+            if isinstance(gpu_free, list)
+            else sum(1 for g in gpu_free if g == MILLI_PER_GPU)
+        )
+        self.max_gpu_free[node] = max(gpu_free, default=0)
+        self.version[node] = self._next_version
+        self._next_version += 1
 
     def _apply(self, node: int, request: GpuRequest, gpus: tuple[int, ...], sign: int) -> None:
         self.cpu_free[node] += sign * request.cpu
