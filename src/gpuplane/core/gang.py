@@ -35,13 +35,21 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuplane.core.inventory import MILLI, DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
+from gpuplane.core.inventory import (
+    MILLI,
+    DeviceConfig,
+    DeviceGrant,
+    NodeState,
+    PodNeeds,
+    node_state,
+    recorded_grants,
+)
 from gpuplane.core.karpenter import disrupted
 from gpuplane.core.placement import engine
 from gpuplane.core.placement.fragmentation import typical_pods
@@ -592,6 +600,41 @@ class Cluster:
         request = self._gpu_request(needs)
         if request is not None:
             self._learn(request, 1)
+
+    def hold_planned(
+        self, owner: str, pod_sets: Sequence[GangPodSet], planned: Mapping[str, Sequence[tuple[str, str]]]
+    ) -> bool:
+        """Hold exactly the ``(node, devices)`` a recorded plan gave each pod of an admitted gang
+        (:func:`gpuplane.core.plan.recorded_placement`), less what ``owner``'s bound pods hold
+        already; all or nothing. ``False`` (and nothing taken) when the plan does not match the
+        gang's pod sets or a planned device is no longer free: the world changed."""
+        self._record(owner, pod_sets)
+        held = Counter(
+            (name, ",".join(g.describe() for g in grants)) for name, _, grants in self.owners.get(owner, [])
+        )
+        taken: list[tuple[NodeState, PodNeeds, list[DeviceGrant]]] = []
+        for ps in pod_sets:
+            slots = planned.get(ps.name, ())
+            if len(slots) != ps.count:
+                return False
+            for node, devices in slots:
+                if held[(node, devices)] > 0:
+                    held[(node, devices)] -= 1
+                    continue
+                state = self.nodes.get(node)
+                if state is None:
+                    return False
+                grants = recorded_grants(state, devices) if devices else []
+                if grants is None or not state.plain_fits(ps.needs):
+                    for back_state, needs, back in reversed(taken):
+                        back_state.give_back(owner, needs, back)
+                        self._refresh(back_state)
+                    return False
+                state.take(owner, ps.needs, grants)
+                self._refresh(state)
+                taken.append((state, ps.needs, grants))
+        self.owners.setdefault(owner, []).extend((s.name, n, tuple(g)) for s, n, g in taken)
+        return True
 
     def release(self, owner: str) -> None:
         """Give back everything ``owner`` holds (idempotent)."""
