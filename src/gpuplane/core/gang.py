@@ -131,6 +131,7 @@ class Cluster:
         self.nodes: dict[str, NodeState] = {}
         for node in sorted(nodes, key=lambda n: n.name):
             self.nodes[node.name] = node_state(node, self.config)
+        self._position = {name: i for i, name in enumerate(self.nodes)}  # the inventory's order
         self._free_whole: dict[str, int] = {}
         self._free_milli: dict[str, int] = {}
         self._buckets: dict[int, list[str]] = {}
@@ -474,8 +475,9 @@ class Cluster:
             eligible = self.eligible(ps)
             allowed = self.eligible_names(ps)
             if restrict is not None:
-                eligible = [s for s in eligible if s.name in restrict]
+                # A topology domain is small: walk its members, not every eligible node.
                 allowed = allowed & restrict
+                eligible = [self.nodes[n] for n in sorted(allowed, key=self._position.__getitem__)]
             request = self._gpu_request(ps.needs)
             for _ in range(ps.count):
                 for state in self._candidates(ps.needs, request, eligible, allowed, used):

@@ -95,7 +95,6 @@ class StockModel:
             [NodeSpec(n.name, n.cpu_milli, n.memory_mib, n.gpus, max_pods=1 << 40) for n in nodes]
         )
         self.profile = get_profile("most-allocated" if packed else "least-allocated")
-        self.rank: IntArray = np.arange(len(nodes), dtype=np.int64)  # ties: first node by name
         self.up: BoolArray = np.ones(len(nodes), dtype=bool)
         self.models_cpu = cluster.models_cpu
         self.quota = {team: float(q) for team, q in cluster.team_gpus().items()}
@@ -193,7 +192,7 @@ class StockModel:
         self.freed = True
 
     def _unbind(self, sj: _StockJob, node: int, gpus: tuple[int, ...]) -> None:
-        self.inventory.release(node, sj.request, gpus)
+        self.inventory.uncommit(node, sj.request, gpus)
         self.freed = True
 
     def node_down(self, node: str, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
@@ -305,11 +304,11 @@ class StockModel:
         if len(candidates) == 1:
             return int(candidates[0])
         scores = engine.score(self.profile, self.inventory, sj.request, candidates)
-        return engine.pick_node(scores, candidates, self.rank)
+        return engine.pick_node(scores, candidates, None)  # ties: the first node by name
 
     def _bind(self, sj: _StockJob, node: int) -> None:
         gpus = self.profile.reserve.choose_gpus(self.inventory, sj.request, node)
-        self.inventory.place(node, sj.request, gpus)
+        self.inventory.commit(node, sj.request, gpus)  # the engine's filter passed it
         sj.bound.append(node)
         sj.devices.append(gpus)
         job = sj.job

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from gpuplane.core.placement.gpu_cluster import MILLI_PER_GPU, BoolArray, GpuCluster, GpuRequest, IntArray
+from gpuplane.core.placement.gpu_cluster import BoolArray, GpuCluster, GpuRequest, IntArray
 
 Scores = npt.NDArray[Any]  # int64 for the framework's plugins; float64 where a plugin keeps fractions
 
@@ -102,7 +102,7 @@ def feasible(
         mask = mask & among
     for plugin in profile.filters:
         mask = plugin.filter(cluster, request, mask)
-    return np.flatnonzero(mask).astype(np.int64)
+    return np.flatnonzero(mask).astype(np.int64, copy=False)
 
 
 def score(profile: Profile, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> Scores:
@@ -116,8 +116,11 @@ def score(profile: Profile, cluster: GpuCluster, request: GpuRequest, nodes: Int
     return total
 
 
-def pick_node(scores: Scores, nodes: IntArray, rank: IntArray) -> int:
-    """The node with the highest score; ties to the smallest ``rank[node]``."""
+def pick_node(scores: Scores, nodes: IntArray, rank: IntArray | None) -> int:
+    """The node with the highest score; ties to the smallest ``rank[node]`` (``None``: to the
+    first of ``nodes``, the lowest index when they are ascending, as :func:`feasible` returns them)."""
+    if rank is None:
+        return int(nodes[int(np.argmax(scores))])
     tied = nodes[scores == scores.max()]
     return int(tied[np.argmin(rank[tied])])
 
@@ -147,7 +150,7 @@ def schedule_one(
             nodes = nodes[np.argsort(rank[nodes], kind="stable")[: profile.nodes_to_score]]
         node = pick_node(score(profile, cluster, request, nodes), nodes, rank)
     gpus = profile.reserve.choose_gpus(cluster, request, node)
-    cluster.place(node, request, gpus)
+    cluster.commit(node, request, gpus)  # feasible, and the reserve plugin chose GPUs that fit
     return Placement(node, gpus)
 
 
@@ -166,16 +169,18 @@ class _AllocationScore:
     most = False
 
     def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> Scores:
+        cpu_capacity, memory_capacity, gpu_capacity = cluster.capacities
         if request.cpu or request.memory:
-            cpu = (cluster.cpu_free[nodes] - request.cpu) / np.maximum(cluster.cpu_capacity[nodes], 1)
-            memory = (cluster.memory_free[nodes] - request.memory) / np.maximum(
-                cluster.memory_capacity[nodes], 1
-            )
-            free = (cpu + memory) / 2
+            cpu = (cluster.cpu_free[nodes] - request.cpu) / cpu_capacity[nodes]
+            memory = (cluster.memory_free[nodes] - request.memory) / memory_capacity[nodes]
+            cpu += memory
+            free = cpu / 2
         else:
-            capacity = np.maximum(cluster.gpu_count[nodes] * MILLI_PER_GPU, 1)
-            free = (cluster.gpu_free_total[nodes] - request.total_milli) / capacity
-        share: Scores = 100.0 * (1.0 - free if self.most else free)
+            free = (cluster.gpu_free_total[nodes] - request.total_milli) / gpu_capacity[nodes]
+        if self.most:
+            free = 1.0 - free
+        free *= 100.0
+        share: Scores = free
         return share
 
 
@@ -198,4 +203,5 @@ class LowestFreeGpus:
     def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
         if request.gpus == 0:
             return ()
-        return tuple(int(i) for i in cluster.fitting_gpus(node, request.gpu_milli)[: request.gpus])
+        row = cluster.gpu_free[node].tolist()
+        return tuple([i for i, free in enumerate(row) if free >= request.gpu_milli][: request.gpus])

@@ -122,6 +122,12 @@ class GpuCluster:
         self.version: IntArray = np.zeros(len(nodes), dtype=np.int64)
         self._next_version = 1
         self._model_masks: dict[tuple[str, ...], BoolArray] = {}
+        # CPU, memory and milli-GPU capacity per node, at least 1 (what allocation shares divide by).
+        self.capacities: tuple[IntArray, IntArray, IntArray] = (
+            np.maximum(self.cpu_capacity, 1),
+            np.maximum(self.memory_capacity, 1),
+            np.maximum(self.gpu_count * MILLI_PER_GPU, 1),
+        )
 
     def __len__(self) -> int:
         return len(self.names)
@@ -242,18 +248,30 @@ class GpuCluster:
         if not self.fits(node, request):
             raise ValueError(f"{request} does not fit on node {self.names[node]!r}")
         chosen = self._check_gpus(node, request, gpus)
-        if any(self.gpu_free[node, i] < request.gpu_milli for i in chosen):
+        row = self.gpu_free[node].tolist()
+        if any(row[i] < request.gpu_milli for i in chosen):
             raise ValueError(f"GPUs {list(chosen)} of node {self.names[node]!r} cannot fit {request}")
         self._apply(node, request, chosen, sign=-1)
+
+    def commit(self, node: int, request: GpuRequest, gpus: tuple[int, ...]) -> None:
+        """:meth:`place` without its checks, for the placement engine: ``node`` passed the
+        engine's filter for ``request`` and a reserve plugin chose ``gpus`` among its GPUs that fit
+        (distinct ``int`` indices). Anything else corrupts the inventory."""
+        self._apply(node, request, gpus, sign=-1)
+
+    def uncommit(self, node: int, request: GpuRequest, gpus: tuple[int, ...]) -> None:
+        """:meth:`release` without its checks: undo a :meth:`commit` of the same pod."""
+        self._apply(node, request, gpus, sign=+1)
 
     def release(self, node: int, request: GpuRequest, gpus: Sequence[int]) -> None:
         """Undo :meth:`place` of the same pod. Raises ``ValueError`` if it was not placed there."""
         chosen = self._check_gpus(node, request, gpus)
+        row = self.gpu_free[node].tolist()
         if (
             self.cpu_free[node] + request.cpu > self.cpu_capacity[node]
             or self.memory_free[node] + request.memory > self.memory_capacity[node]
             or self.pods[node] == 0
-            or any(self.gpu_free[node, i] + request.gpu_milli > MILLI_PER_GPU for i in chosen)
+            or any(row[i] + request.gpu_milli > MILLI_PER_GPU for i in chosen)
         ):
             raise ValueError(f"{request} is not placed on node {self.names[node]!r}")
         self._apply(node, request, chosen, sign=+1)
@@ -262,7 +280,8 @@ class GpuCluster:
         chosen = tuple(int(i) for i in gpus)
         if len(chosen) != request.gpus or len(set(chosen)) != len(chosen):
             raise ValueError(f"{request} needs {request.gpus} distinct GPUs, got {list(chosen)}")
-        if any(not 0 <= i < self.gpu_count[node] for i in chosen):
+        count = int(self.gpu_count[node])
+        if any(not 0 <= i < count for i in chosen):
             raise ValueError(f"GPU index out of range on node {self.names[node]!r}: {list(chosen)}")
         return chosen
 
@@ -293,11 +312,14 @@ class GpuCluster:
         self.memory_free[node] += sign * request.memory
         self.pods[node] -= sign
         if gpus:
-            row = self.gpu_free[node]
+            # A node has a few GPUs: plain integers are cheaper than numpy reductions here.
+            free = self.gpu_free
+            row = free[node].tolist()
             for i in gpus:
                 row[i] += sign * request.gpu_milli
-            self.gpu_free_total[node] = row.sum()
-            self.full_gpus[node] = np.count_nonzero(row == MILLI_PER_GPU)
-            self.max_gpu_free[node] = row.max()
+                free[node, i] = row[i]
+            self.gpu_free_total[node] = sum(row)
+            self.full_gpus[node] = row.count(MILLI_PER_GPU)
+            self.max_gpu_free[node] = max(row)
         self.version[node] = self._next_version
         self._next_version += 1
