@@ -69,6 +69,7 @@ WAITING_FOR_GANG_CAPACITY = "WaitingForGangCapacity"
 # Feasible candidates scored per pod (the rest are tried tightest first if none of these fits).
 NODES_TO_SCORE = 16
 _MIB = 1024 * 1024
+_MAX_LOOKS = 100_000  # distinct node looks remembered (with their scores) before starting afresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +154,8 @@ class Cluster:
         self._seen_owners: set[str] = set()
         self._profile: engine.Profile | None = None
         self._profile_total = 0
-        # Scores by (request, node look): nodes that look alike to the engine score alike.
-        self._scores: dict[tuple[GpuRequest, tuple[object, ...]], float | None] = {}
+        # Scores by request and node look (None: does not fit): nodes that look alike score alike.
+        self._scores: dict[GpuRequest, dict[int, float | None]] = {}
 
     # --- the engine's view: exclusive GPUs as a vectorised mirror ---------------
 
@@ -189,20 +190,23 @@ class Cluster:
         # Rows (and looks) of nodes changed since the engine last read them: synced on demand.
         self._stale: set[str] = set()
         self._stale_look: set[str] = set()
-        self._looks: dict[str, tuple[object, ...]] = {}
+        self._looks: dict[str, int] = {}
+        self._look_ids: dict[tuple[object, ...], int] = {}
 
-    def _look(self, state: NodeState) -> tuple[object, ...]:
-        """What the engine's score plugins read of a node (its mirror row), as a hashable key:
-        the node's shape, what its pods use, and every exclusive GPU's free milli-GPU."""
+    def _look(self, state: NodeState) -> int:
+        """What the engine's score plugins read of a node (its mirror row) as a small integer, the
+        same for nodes that look alike: the node's shape, what its pods use, and every exclusive
+        GPU's free milli-GPU."""
         name = state.name
         look = self._looks.get(name)
         if look is None or name in self._stale_look:
             row = self._row[name]
-            look = (
+            key = (
                 self._spec[row],
                 tuple(sorted(state.used.items())),
                 tuple([state.devices[i].milli_free for i in self._columns[row]]),
             )
+            look = self._look_ids.setdefault(key, len(self._look_ids))
             self._looks[name] = look
             self._stale_look.discard(name)
         return look
@@ -382,14 +386,18 @@ class Cluster:
                     if name in allowed and name not in used:
                         yield self.nodes[name]
             return
+        # A node of this gang first; then GPU pods pack onto the tightest node, and CPU-only pods
+        # keep off GPU nodes; then by name (unique, so the states themselves are never compared).
+        free_milli = self._free_milli
         gpu = needs.uses_devices
-
-        def key(s: NodeState) -> tuple[int, int, str]:
-            local = 0 if s.name in used else 1
-            # GPU pods pack onto the tightest node; CPU-only pods keep off GPU nodes.
-            return (local, self._free_milli[s.name] if gpu else (1 if s.devices else 0), s.name)
-
-        yield from sorted(eligible, key=key)
+        order: list[tuple[int, int, str, NodeState]] = sorted(
+            [
+                (0 if (n := s.name) in used else 1, free_milli[n] if gpu else (1 if s.devices else 0), n, s)
+                for s in eligible
+            ]
+        )
+        for item in order:
+            yield item[3]
 
     def _candidates(
         self,
@@ -408,13 +416,20 @@ class Cluster:
         if request is None or profile is None or self._mirror is None:
             yield from base
             return
+        if len(self._look_ids) >= _MAX_LOOKS:  # a long run: forget old looks and their scores
+            self._look_ids.clear()
+            self._looks.clear()
+            self._scores.clear()
         sample: list[NodeState] = []
-        looks: list[tuple[object, ...]] = []
+        looks: list[int] = []
+        rows, known, stale = self._row, self._looks, self._stale_look
         for state in base:
-            if state.name not in self._row:
+            name = state.name
+            if name not in rows:
                 continue
             sample.append(state)
-            looks.append(self._look(state))
+            look = known.get(name)
+            looks.append(look if look is not None and name not in stale else self._look(state))
             if len(sample) == NODES_TO_SCORE:
                 break
         if len(set(looks)) > 1:
@@ -428,7 +443,7 @@ class Cluster:
         profile: engine.Profile,
         request: GpuRequest,
         sample: list[NodeState],
-        looks: list[tuple[object, ...]],
+        looks: list[int],
         used: set[str],
     ) -> list[NodeState]:
         """``sample`` that the mirror says fit, best first: this gang's nodes, score, sample order.
@@ -437,11 +452,13 @@ class Cluster:
         profile is rebuilt): the score plugins read nothing of a node but its mirror row.
         """
         assert self._mirror is not None
-        cache = self._scores
-        todo: dict[tuple[object, ...], NodeState] = {}
+        cache = self._scores.get(request)
+        if cache is None:
+            cache = self._scores[request] = {}
+        todo: dict[int, NodeState] = {}
         for state, look in zip(sample, looks, strict=True):
-            if (request, look) not in cache:
-                todo.setdefault(look, state)
+            if look not in cache and look not in todo:
+                todo[look] = state
         if todo:
             for state in todo.values():
                 if state.name in self._stale:
@@ -453,13 +470,14 @@ class Cluster:
             scores = engine.score(profile, self._mirror, request, fitting) if fitting.size else fitting
             scored = iter(scores.tolist())
             for look, ok in zip(todo, fit.tolist(), strict=True):
-                cache[(request, look)] = float(next(scored)) if ok else None
-        ranked = []
-        for i, (state, look) in enumerate(zip(sample, looks, strict=True)):
-            value = cache[(request, look)]
-            if value is not None:
-                ranked.append((state.name not in used, -value, i, state))
-        ranked.sort(key=lambda item: item[:3])
+                cache[look] = float(next(scored)) if ok else None
+        # (not of this gang, -score, sample order): unique, so the states are never compared.
+        ranked = [
+            (state.name not in used, -value, i, state)
+            for i, (state, look) in enumerate(zip(sample, looks, strict=True))
+            if (value := cache[look]) is not None
+        ]
+        ranked.sort()
         return [item[3] for item in ranked]
 
     def _place_pods(

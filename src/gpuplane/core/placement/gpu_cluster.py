@@ -165,11 +165,12 @@ class GpuCluster:
 
     def feasible(self, request: GpuRequest) -> BoolArray:
         """Nodes that can host ``request`` now: CPU, memory, pod count, GPU model and GPU fit."""
-        ok: BoolArray = (
-            (self.cpu_free >= request.cpu)
-            & (self.memory_free >= request.memory)
-            & (self.pods < self.max_pods)
-        )
+        ok: BoolArray = self.pods < self.max_pods
+        # Free CPU and memory are never negative: a request without them fits any node's.
+        if request.cpu:
+            ok &= self.cpu_free >= request.cpu
+        if request.memory:
+            ok &= self.memory_free >= request.memory
         if request.gpus == 0:
             return ok
         if request.models:
