@@ -96,6 +96,7 @@ class StockModel:
         )
         self.profile = get_profile("most-allocated" if packed else "least-allocated")
         self.up: BoolArray = np.ones(len(nodes), dtype=bool)
+        self._up_masks: dict[int, BoolArray] = {}  # by id of a pool mask (cached in _mask)
         self.models_cpu = cluster.models_cpu
         self.quota = {team: float(q) for team, q in cluster.team_gpus().items()}
         self.hard = cluster.team_gpus()
@@ -198,6 +199,7 @@ class StockModel:
     def node_down(self, node: str, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
         n = self.node_index[node]
         self.up[n] = False
+        self._up_masks.clear()
         for sj in self.jobs.values():
             if n not in sj.bound:
                 continue
@@ -217,6 +219,7 @@ class StockModel:
 
     def node_up(self, node: str, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
         self.up[self.node_index[node]] = True
+        self._up_masks.clear()
         self.freed = True
         self.dirty = True
 
@@ -298,7 +301,10 @@ class StockModel:
 
     def _pick(self, sj: _StockJob) -> int:
         """The engine's filter (pool, node up, free resources) and the profile's score."""
-        candidates = engine.feasible(self.profile, self.inventory, sj.request, among=sj.mask & self.up)
+        among = self._up_masks.get(id(sj.mask))
+        if among is None:  # the job's pools' nodes that are up (kept until a node goes or comes)
+            among = self._up_masks[id(sj.mask)] = sj.mask & self.up
+        candidates = engine.feasible(self.profile, self.inventory, sj.request, among=among)
         if len(candidates) == 0:
             return -1
         if len(candidates) == 1:

@@ -174,14 +174,16 @@ class _AllocationScore:
             cpu = (cluster.cpu_free[nodes] - request.cpu) / cpu_capacity[nodes]
             memory = (cluster.memory_free[nodes] - request.memory) / memory_capacity[nodes]
             cpu += memory
-            free = cpu / 2
-        else:
-            free = (cluster.gpu_free_total[nodes] - request.total_milli) / gpu_capacity[nodes]
+            if self.most:  # 100 x (1 - mean share free)
+                share: Scores = 100.0 - cpu * 50.0
+            else:  # 100 x the mean share free (x 50 is exactly / 2 x 100: halving is exact)
+                share = cpu * 50.0
+            return share
+        free = (cluster.gpu_free_total[nodes] - request.total_milli) / gpu_capacity[nodes]
         if self.most:
             free = 1.0 - free
         free *= 100.0
-        share: Scores = free
-        return share
+        return free
 
 
 class LeastAllocated(_AllocationScore):
