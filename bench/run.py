@@ -70,6 +70,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="sim_saturated.py",
         description="simulator under backlog: the built-in week at offered load 1.5 (no-op, stock, core)",
     ),
+    "gang-fragmentation": Benchmark(
+        script="gang_fragmentation.py",
+        description="gang placement with churn, 256 nodes x 8 GPUs: allocation, fragmentation by profile",
+    ),
     "fgd-placement": Benchmark(
         script="fgd_placement.py",
         description="FGD (ATC'23) openb placement protocol: one run per policy (--sweep: fidelity, 17 lists)",

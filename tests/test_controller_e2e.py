@@ -24,8 +24,9 @@ from controller_harness import (
     wait_until,
 )
 from controller_harness import scene as make_scene
+from gpuplane.core.inventory import DEVICES_ANNOTATION
+from gpuplane.core.plan import PLACEMENT_ANNOTATION, recorded_placement
 from gpuplane.k8s import api as k8s
-from gpuplane.k8s.controller import DEVICES_ANNOTATION
 from gpuplane.k8s.integrations import GATE, PODSET_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
 from gpuplane.model.topology import assigned_domains
 from manifests import GPU, Manifest, pod_spec
@@ -466,3 +467,42 @@ def test_fractional_and_mig_devices_are_read_back_after_a_restart_and_never_give
     most_gpu = recorded["most"].split(":")[0]
     assert recorded["quarter"].split(":")[0] != most_gpu, "the GPU that holds 750m cannot take 500m more"
     assert recorded["mig-third"] != recorded["mig-second"], "the instance in use is not handed out again"
+
+
+# --- (f) the plan's devices are the devices bound ----------------------------------------------------
+
+
+def planned_devices(wl: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ``(node, devices)`` of every pod of the Workload's recorded plan, sorted."""
+    plan = recorded_placement((wl["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION))
+    assert plan is not None, f"no plan recorded on Workload {wl['metadata']['name']}"
+    return sorted(slot for slots in plan.values() for slot in slots)
+
+
+def bound_devices(pods: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return sorted((p["spec"]["nodeName"], p["metadata"]["annotations"][DEVICES_ANNOTATION]) for p in pods)
+
+
+def test_the_devices_bound_are_the_devices_the_plan_chose_also_after_a_restart(scene: Scene) -> None:
+    """Admission records every pod's node and devices on the Workload; the controller binds exactly
+    those, also when a restarted replica binds what the one before it admitted."""
+    placed = {"pair": 2, "half": 1, "third": 1, "one": 1}
+    scene.setup(nodes=2, gpus_per_node=4)
+    first = scene.controller(leader_election=False)
+    scene.submit(
+        scene.job("pair", pods=2, gpus=3),
+        scene.job("half", gpus=0, annotations={FRACTION: "0.5"}),
+        scene.job("third", gpus=0, annotations={FRACTION: "0.3"}),
+    )
+    wait_until(lambda: all(scene.admitted(n) for n in ("pair", "half", "third")), 20, "all admitted")
+    plans = {name: planned_devices(wl) for name, wl in scene.workloads().items()}
+    first.stop()  # no pod existed yet on the double (no job controller ran): nothing was bound
+
+    scene.job_controller()
+    scene.controller(leader_election=False, identity="gpuplane-1")
+    scene.submit(scene.job("one", gpus=1))  # admitted and bound by the new replica alone
+    wait_until(lambda: all(scene.bound(n, c) for n, c in placed.items()), 20, "every pod bound")
+    plans["one"] = planned_devices(scene.workloads()["one"])
+    for name in placed:
+        assert bound_devices(scene.pods(name)) == plans[name], name
+    assert device_clashes(scene.pods()) == []

@@ -9,19 +9,53 @@ affinity (In, NotIn, Exists, DoesNotExist, Gt, Lt), taints against the pod's and
 flavor's tolerations, and the devices the pod needs. With a required topology level
 (``kueue.x-k8s.io/podset-required-topology``) the gang lands in one domain of that
 level, the smallest that holds it; a preferred level is tried first and dropped if no
-domain holds the gang. Inside the chosen nodes, pods are packed: a node that already
-holds part of the gang first, then the tightest fit (fewest free GPUs left).
+domain holds the gang.
+
+Nodes for each pod are ranked by the placement engine
+(:mod:`gpuplane.core.placement.engine`) with a profile, gpuplane's own policy by default (the
+one that beats FGD, :data:`~gpuplane.core.placement.profiles.DEFAULT_PROFILE`): a vectorised
+mirror of every node's exclusive GPUs (free CPU, memory, pods and milli-GPU per GPU) is kept in
+step with the device inventory, and the profile's score plugins rate the candidates. Candidates
+come tightest first (fewest free GPUs left); the first :data:`NODES_TO_SCORE` that fit are
+scored, as the Kubernetes scheduler scores a sample of a large cluster, and tried best score
+first, a node that already holds part of the gang before any other; the rest follow tightest
+first. Inside the node the inventory chooses the devices (a fraction shares the fullest GPU that
+still holds it, whole GPUs are the lowest-index free ones): the learned workload of a small
+cluster is too narrow for the policy's own GPU choice, which would spread fractions over GPUs
+that whole-GPU pods need. MIG instances and time-sliced slots, which the mirror does not model,
+keep the tightest-first order.
+
+The profile's policies learn the workload from the pods this cluster has seen (held, and the
+pod sets of every gang it was asked to place, each owner once): the typical pods are rebuilt when
+a new pod shape appears or the number of pods seen has doubled.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gpuplane.core.inventory import DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
+import numpy as np
+
+from gpuplane.core.inventory import (
+    MILLI,
+    DeviceConfig,
+    DeviceGrant,
+    NodeState,
+    PodNeeds,
+    node_state,
+    recorded_grants,
+)
 from gpuplane.core.karpenter import disrupted
+from gpuplane.core.placement import engine
+from gpuplane.core.placement.fragmentation import typical_pods
+from gpuplane.core.placement.gpu_cluster import GpuCluster, GpuRequest, NodeSpec
+from gpuplane.core.placement.profiles import DEFAULT_PROFILE, get_profile
+from gpuplane.core.placement.scoring import PolicyContext
 from gpuplane.model.objects import Node, PodTemplate, ResourceFlavor, Toleration
 
 # Why a gang cannot be placed (most specific first).
@@ -31,6 +65,11 @@ UNTOLERATED_TAINT = "UntoleratedTaint"
 EXCEEDS_CLUSTER = "ExceedsClusterCapacity"
 FRAGMENTED = "Fragmented"
 WAITING_FOR_GANG_CAPACITY = "WaitingForGangCapacity"
+
+# Feasible candidates scored per pod (the rest are tried tightest first if none of these fits).
+NODES_TO_SCORE = 16
+_MIB = 1024 * 1024
+_MAX_LOOKS = 100_000  # distinct node looks remembered (with their scores) before starting afresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +117,22 @@ def tolerated(node: NodeState, tolerations: Sequence[Toleration]) -> bool:
 class Cluster:
     """Mutable placement state for one scheduling call."""
 
-    def __init__(self, nodes: Iterable[Node], config: DeviceConfig | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        config: DeviceConfig | None = None,
+        profile: str | None = DEFAULT_PROFILE,
+    ) -> None:
+        """``profile`` names the engine's profile; ``None`` keeps the inventory's tightest-first
+        order alone (no scoring). An unknown name raises ``KeyError``."""
         self.config = config or DeviceConfig()
+        self.profile_name = profile
+        if profile is not None:
+            get_profile(profile, PolicyContext(typical=typical_pods([GpuRequest(gpus=1, gpu_milli=MILLI)])))
         self.nodes: dict[str, NodeState] = {}
         for node in sorted(nodes, key=lambda n: n.name):
             self.nodes[node.name] = node_state(node, self.config)
+        self._position = {name: i for i, name in enumerate(self.nodes)}  # the inventory's order
         self._free_whole: dict[str, int] = {}
         self._free_milli: dict[str, int] = {}
         self._buckets: dict[int, list[str]] = {}
@@ -97,6 +147,131 @@ class Cluster:
         self._eligible_names: dict[tuple[object, ...], set[str]] = {}
         self._members: dict[str, dict[str, set[str]]] = {}
         self.owners: dict[str, list[tuple[str, PodNeeds, tuple[DeviceGrant, ...]]]] = {}
+        self._build_mirror()
+        self._shapes: Counter[GpuRequest] = Counter()
+        self._shape_total = 0
+        self._new_shape = False
+        self._seen_owners: set[str] = set()
+        self._profile: engine.Profile | None = None
+        self._profile_total = 0
+        # Scores by request and node look (None: does not fit): nodes that look alike score alike.
+        self._scores: dict[GpuRequest, dict[int, float | None]] = {}
+
+    # --- the engine's view: exclusive GPUs as a vectorised mirror ---------------
+
+    def _build_mirror(self) -> None:
+        """Rows for nodes with exclusive GPUs; column j of a row is the node's j-th such GPU."""
+        self._row: dict[str, int] = {}
+        self._columns: list[list[int]] = []
+        specs: list[NodeSpec] = []
+        for name, state in self.nodes.items():
+            exclusive = [d.index for d in state.devices if d.sharing == "exclusive"]
+            if not exclusive:
+                continue
+            self._row[name] = len(specs)
+            self._columns.append(exclusive)
+            alloc = state.allocatable
+            specs.append(
+                NodeSpec(
+                    name,
+                    cpu=alloc.get("cpu", 0),
+                    memory=alloc.get("memory", 0) // _MIB,
+                    gpus=len(exclusive),
+                    model=state.devices[exclusive[0]].model,
+                    max_pods=alloc.get("pods", 110),
+                )
+            )
+        # A new mirror is all free, as the inventory is before anything is held.
+        self._mirror = GpuCluster(specs) if specs else None
+        spec_ids: dict[tuple[object, ...], int] = {}
+        self._spec: list[int] = [
+            spec_ids.setdefault((s.cpu, s.memory, s.gpus, s.model, s.max_pods), len(spec_ids)) for s in specs
+        ]
+        # Rows (and looks) of nodes changed since the engine last read them: synced on demand.
+        self._stale: set[str] = set()
+        self._stale_look: set[str] = set()
+        self._looks: dict[str, int] = {}
+        self._look_ids: dict[tuple[object, ...], int] = {}
+
+    def _look(self, state: NodeState) -> int:
+        """What the engine's score plugins read of a node (its mirror row) as a small integer, the
+        same for nodes that look alike: the node's shape, what its pods use, and every exclusive
+        GPU's free milli-GPU."""
+        name = state.name
+        look = self._looks.get(name)
+        if look is None or name in self._stale_look:
+            row = self._row[name]
+            key = (
+                self._spec[row],
+                tuple(sorted(state.used.items())),
+                tuple([state.devices[i].milli_free for i in self._columns[row]]),
+            )
+            look = self._look_ids.setdefault(key, len(self._look_ids))
+            self._looks[name] = look
+            self._stale_look.discard(name)
+        return look
+
+    def _sync(self, state: NodeState) -> None:
+        row = self._row.get(state.name)
+        if row is None or self._mirror is None:
+            return
+        alloc, used = state.allocatable, state.used
+        self._mirror.set_free(
+            row,
+            cpu=max(0, alloc.get("cpu", 0) - used.get("cpu", 0)),
+            memory=max(0, alloc.get("memory", 0) - used.get("memory", 0)) // _MIB,
+            pods=max(0, used.get("pods", 0)),
+            gpu_free=[state.devices[i].milli_free for i in self._columns[row]],
+        )
+
+    @staticmethod
+    def _gpu_request(needs: PodNeeds) -> GpuRequest | None:
+        """The engine's request for a pod that uses exclusive GPUs only, else ``None``."""
+        if (
+            needs.mig
+            or needs.shared
+            or not (needs.whole or needs.fraction_milli or needs.fraction_memory_mib)
+        ):
+            return None
+        if needs.whole and (needs.fraction_milli or needs.fraction_memory_mib):
+            return None
+        cpu = needs.resources.get("cpu", 0)
+        memory = -(-needs.resources.get("memory", 0) // _MIB)
+        if needs.whole:
+            return GpuRequest(cpu=cpu, memory=memory, gpus=needs.whole, gpu_milli=MILLI)
+        return GpuRequest(cpu=cpu, memory=memory, gpus=1, gpu_milli=max(1, min(needs.fraction_milli, MILLI)))
+
+    def _record(self, owner: str, pod_sets: Sequence[GangPodSet]) -> None:
+        """Learn the workload: each owner's pods once (a probe counts as its workload)."""
+        owner = owner.removeprefix("probe:")
+        if owner in self._seen_owners:
+            return
+        self._seen_owners.add(owner)
+        for ps in pod_sets:
+            request = self._gpu_request(ps.needs)
+            if request is not None and ps.count:
+                self._learn(request, ps.count)
+
+    def _learn(self, request: GpuRequest, count: int) -> None:
+        if request not in self._shapes:
+            self._new_shape = True
+        self._shapes[request] += count
+        self._shape_total += count
+
+    def profile(self) -> engine.Profile | None:
+        """The profile for the workload seen so far (rebuilt on a new shape or twice the pods)."""
+        if not self._shapes or self.profile_name is None:
+            return None
+        if self._profile is None or self._new_shape or self._shape_total >= 2 * self._profile_total:
+            seen = itertools.chain.from_iterable(
+                itertools.repeat(r, n)
+                for r, n in sorted(self._shapes.items(), key=lambda kv: (kv[0].shape, kv[0].memory))
+            )
+            self._profile = get_profile(self.profile_name, PolicyContext(typical=typical_pods(seen)))
+            self._profile_total = self._shape_total
+            self._new_shape = False
+            self._scores.clear()
+        return self._profile
 
     # --- indexes ------------------------------------------------------------
 
@@ -112,6 +287,9 @@ class Cluster:
 
     def _refresh(self, state: NodeState) -> None:
         name = state.name
+        if name in self._row:
+            self._stale.add(name)
+            self._stale_look.add(name)
         old_whole, new_whole = self._free_whole[name], state.free_whole()
         if old_whole != new_whole:
             bucket = self._buckets[old_whole]
@@ -196,10 +374,10 @@ class Cluster:
 
     # --- placement ------------------------------------------------------------
 
-    def _candidates(
+    def _tightest_first(
         self, needs: PodNeeds, eligible: list[NodeState], allowed: set[str], used: set[str]
-    ) -> Iterable[NodeState]:
-        """Nodes to try for one pod, best first."""
+    ) -> Iterator[NodeState]:
+        """Nodes in the inventory's order: a node of this gang first, then tightest fit."""
         if needs.whole and not (needs.fraction_milli or needs.mig or needs.shared) and len(eligible) > 64:
             first = [self.nodes[n] for n in sorted(used) if n in allowed]
             yield from first
@@ -208,14 +386,99 @@ class Cluster:
                     if name in allowed and name not in used:
                         yield self.nodes[name]
             return
+        # A node of this gang first; then GPU pods pack onto the tightest node, and CPU-only pods
+        # keep off GPU nodes; then by name (unique, so the states themselves are never compared).
+        free_milli = self._free_milli
         gpu = needs.uses_devices
+        order: list[tuple[int, int, str, NodeState]] = sorted(
+            [
+                (0 if (n := s.name) in used else 1, free_milli[n] if gpu else (1 if s.devices else 0), n, s)
+                for s in eligible
+            ]
+        )
+        for item in order:
+            yield item[3]
 
-        def key(s: NodeState) -> tuple[int, int, str]:
-            local = 0 if s.name in used else 1
-            # GPU pods pack onto the tightest node; CPU-only pods keep off GPU nodes.
-            return (local, self._free_milli[s.name] if gpu else (1 if s.devices else 0), s.name)
+    def _candidates(
+        self,
+        needs: PodNeeds,
+        request: GpuRequest | None,
+        eligible: list[NodeState],
+        allowed: set[str],
+        used: set[str],
+    ) -> Iterator[NodeState]:
+        """Nodes to try for one pod, best first: the profile's scores over a tightest-first sample.
 
-        yield from sorted(eligible, key=key)
+        ``request`` is the engine's form of ``needs`` (``None``: the mirror cannot model it).
+        """
+        base = self._tightest_first(needs, eligible, allowed, used)
+        profile = self.profile() if request is not None else None
+        if request is None or profile is None or self._mirror is None:
+            yield from base
+            return
+        if len(self._look_ids) >= _MAX_LOOKS:  # a long run: forget old looks and their scores
+            self._look_ids.clear()
+            self._looks.clear()
+            self._scores.clear()
+        sample: list[NodeState] = []
+        looks: list[int] = []
+        rows, known, stale = self._row, self._looks, self._stale_look
+        for state in base:
+            name = state.name
+            if name not in rows:
+                continue
+            sample.append(state)
+            look = known.get(name)
+            looks.append(look if look is not None and name not in stale else self._look(state))
+            if len(sample) == NODES_TO_SCORE:
+                break
+        if len(set(looks)) > 1:
+            yield from self._by_score(profile, request, sample, looks, used)
+        else:
+            yield from sample  # they all look alike: the same score, so the inventory's order
+        yield from base
+
+    def _by_score(
+        self,
+        profile: engine.Profile,
+        request: GpuRequest,
+        sample: list[NodeState],
+        looks: list[int],
+        used: set[str],
+    ) -> list[NodeState]:
+        """``sample`` that the mirror says fit, best first: this gang's nodes, score, sample order.
+
+        Only one node per look not scored before is scored (a look's score is kept until the
+        profile is rebuilt): the score plugins read nothing of a node but its mirror row.
+        """
+        assert self._mirror is not None
+        cache = self._scores.get(request)
+        if cache is None:
+            cache = self._scores[request] = {}
+        todo: dict[int, NodeState] = {}
+        for state, look in zip(sample, looks, strict=True):
+            if look not in cache and look not in todo:
+                todo[look] = state
+        if todo:
+            for state in todo.values():
+                if state.name in self._stale:
+                    self._sync(state)
+                    self._stale.discard(state.name)
+            nodes = np.array([self._row[s.name] for s in todo.values()], dtype=np.int64)
+            fit = self._mirror.feasible_among(request, nodes)
+            fitting = nodes[fit]
+            scores = engine.score(profile, self._mirror, request, fitting) if fitting.size else fitting
+            scored = iter(scores.tolist())
+            for look, ok in zip(todo, fit.tolist(), strict=True):
+                cache[look] = float(next(scored)) if ok else None
+        # (not of this gang, -score, sample order): unique, so the states are never compared.
+        ranked = [
+            (state.name not in used, -value, i, state)
+            for i, (state, look) in enumerate(zip(sample, looks, strict=True))
+            if (value := cache[look]) is not None
+        ]
+        ranked.sort()
+        return [item[3] for item in ranked]
 
     def _place_pods(
         self, owner: str, pod_sets: Sequence[GangPodSet], restrict: set[str] | None, placement: GangPlacement
@@ -230,10 +493,12 @@ class Cluster:
             eligible = self.eligible(ps)
             allowed = self.eligible_names(ps)
             if restrict is not None:
-                eligible = [s for s in eligible if s.name in restrict]
+                # A topology domain is small: walk its members, not every eligible node.
                 allowed = allowed & restrict
+                eligible = [self.nodes[n] for n in sorted(allowed, key=self._position.__getitem__)]
+            request = self._gpu_request(ps.needs)
             for _ in range(ps.count):
-                for state in self._candidates(ps.needs, eligible, allowed, used):
+                for state in self._candidates(ps.needs, request, eligible, allowed, used):
                     grants = state.fit(ps.needs, self.config.mig_repartition)
                     if grants is None:
                         continue
@@ -257,6 +522,7 @@ class Cluster:
 
     def place(self, owner: str, pod_sets: Sequence[GangPodSet]) -> GangPlacement | PlacementFailure:
         """Place every pod of the gang, or nothing. Takes the devices on success."""
+        self._record(owner, pod_sets)
         for ps in pod_sets:
             if ps.count and not self.eligible(ps):
                 return self.why_not(ps)
@@ -351,6 +617,44 @@ class Cluster:
         state.take(owner, needs, grants)
         self._refresh(state)
         self.owners.setdefault(owner, []).append((node, needs, tuple(grants)))
+        request = self._gpu_request(needs)
+        if request is not None:
+            self._learn(request, 1)
+
+    def hold_planned(
+        self, owner: str, pod_sets: Sequence[GangPodSet], planned: Mapping[str, Sequence[tuple[str, str]]]
+    ) -> bool:
+        """Hold exactly the ``(node, devices)`` a recorded plan gave each pod of an admitted gang
+        (:func:`gpuplane.core.plan.recorded_placement`), less what ``owner``'s bound pods hold
+        already; all or nothing. ``False`` (and nothing taken) when the plan does not match the
+        gang's pod sets or a planned device is no longer free: the world changed."""
+        self._record(owner, pod_sets)
+        held = Counter(
+            (name, ",".join(g.describe() for g in grants)) for name, _, grants in self.owners.get(owner, [])
+        )
+        taken: list[tuple[NodeState, PodNeeds, list[DeviceGrant]]] = []
+        for ps in pod_sets:
+            slots = planned.get(ps.name, ())
+            if len(slots) != ps.count:
+                return False
+            for node, devices in slots:
+                if held[(node, devices)] > 0:
+                    held[(node, devices)] -= 1
+                    continue
+                state = self.nodes.get(node)
+                if state is None:
+                    return False
+                grants = recorded_grants(state, devices) if devices else []
+                if grants is None or not state.plain_fits(ps.needs):
+                    for back_state, needs, back in reversed(taken):
+                        back_state.give_back(owner, needs, back)
+                        self._refresh(back_state)
+                    return False
+                state.take(owner, ps.needs, grants)
+                self._refresh(state)
+                taken.append((state, ps.needs, grants))
+        self.owners.setdefault(owner, []).extend((s.name, n, tuple(g)) for s, n, g in taken)
+        return True
 
     def release(self, owner: str) -> None:
         """Give back everything ``owner`` holds (idempotent)."""

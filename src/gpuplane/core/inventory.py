@@ -16,6 +16,7 @@ Resource names come from :class:`DeviceConfig`; nothing assumes one vendor.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -26,6 +27,9 @@ from gpuplane.model.objects import Node, PodTemplate, Taint
 from gpuplane.model.quantity import QuantityError, parse_quantity, parse_resource_quantity
 
 MILLI = 1000
+# The pod annotation that records the devices a pod holds on its node (``DeviceGrant.describe``,
+# comma-separated): written with the binding, read back by the core and the controller.
+DEVICES_ANNOTATION = "gpuplane.dev/devices"
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,3 +483,40 @@ def _mig_layouts(
                 raise mig.MigError(f"profile {profile.name} does not fit an empty GPU")
             layouts.append(packed)
     return layouts
+
+
+def recorded_grants(state: NodeState, text: str) -> list[DeviceGrant] | None:
+    """The grants a devices annotation records (``DeviceGrant.describe``, comma-separated), if
+    every one of them is free on ``state`` now; ``None`` when one names a device this node lacks,
+    a whole GPU or MIG instance already taken, or more of a GPU than is left of it."""
+    grants = []
+    for token in text.split(","):
+        index_text, _, detail = token.partition(":")
+        if not index_text.isdigit() or int(index_text) >= len(state.devices):
+            return None
+        device = state.devices[int(index_text)]
+        grant = _recorded_grant(device, detail)
+        if grant is None:
+            return None
+        grants.append(grant)
+    return grants
+
+
+def _recorded_grant(device: Device, detail: str) -> DeviceGrant | None:
+    if not detail:
+        return DeviceGrant(device.index, "whole") if device.free_whole else None
+    if detail.endswith("x") and detail[:-1].isdigit():
+        slots = int(detail[:-1])
+        left = device.replicas - device.slots_used
+        return DeviceGrant(device.index, "shared", slots) if left >= slots else None
+    if match := _FRACTION.fullmatch(detail):
+        milli, memory = int(match[1]), int(match[2] or 0)
+        if device.milli_free < milli or device.memory_free < memory:
+            return None
+        return DeviceGrant(device.index, "fraction", milli, memory)
+    free = (s.instance for s in device.mig if s.used_by is None and str(s.instance) == detail)
+    instance = next(free, None)
+    return None if instance is None else DeviceGrant(device.index, "mig", instance=instance)
+
+
+_FRACTION = re.compile(r"(\d+)m(?:/(\d+)Mi)?")

@@ -33,15 +33,17 @@ from gpuplane.core.flavors import (
     untolerated_taint,
 )
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
-from gpuplane.core.inventory import pod_needs
+from gpuplane.core.inventory import DEVICES_ANNOTATION, pod_needs, recorded_grants
 from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.plan import (
+    PLACEMENT_ANNOTATION,
     AdmissionDecision,
     PendingDecision,
     Plan,
     PodPlacement,
     PodSetDecision,
     PreemptionDecision,
+    recorded_placement,
 )
 from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
 from gpuplane.core.quota import (
@@ -211,9 +213,11 @@ class Scheduler:
     # --- placement ----------------------------------------------------------
 
     def _hold_running_pods(self) -> None:
-        """Pods bound to nodes hold their resources (and devices, as far as they fit)."""
+        """Pods bound to nodes hold their resources and devices: the devices recorded on them
+        (``DEVICES_ANNOTATION``) first, then, for pods without a record, a fit beside them."""
         assert self.cluster is not None
-        for pod in self.state.pods:
+        pods = sorted(self.state.pods, key=lambda p: DEVICES_ANNOTATION not in p.template.annotations)
+        for pod in pods:
             if pod.node_name is None or pod.phase not in ("Pending", "Running"):
                 continue
             if pod.node_name not in self.cluster.nodes:
@@ -228,7 +232,10 @@ class Scheduler:
                 self.notes.append(f"pod {pod.key}: {err}")
                 continue
             node = self.cluster.nodes[pod.node_name]
-            grants = node.fit(needs)
+            recorded = pod.template.annotations.get(DEVICES_ANNOTATION)
+            grants = recorded_grants(node, recorded) if recorded else None
+            if grants is None:
+                grants = node.fit(needs)
             if grants is None:
                 self.notes.append(
                     f"pod {pod.key} does not fit node {pod.node_name}; counted as overcommitted"
@@ -268,9 +275,21 @@ class Scheduler:
         return self._gang(wl, counts, flavors)
 
     def _place_admitted(self, wl: Workload) -> None:
-        """Workloads admitted in the input without pods are placed as if running."""
+        """Workloads admitted in the input without (all their) pods hold the devices their
+        recorded plan names (``PLACEMENT_ANNOTATION``) while those are free; without such a plan,
+        a workload with no pod bound is placed as if running."""
         assert wl.admission is not None
-        if self.cluster is None or wl.key in self.cluster.owners:
+        if self.cluster is None:
+            return
+        planned = recorded_placement(wl.annotations.get(PLACEMENT_ANNOTATION))
+        if planned is not None:
+            try:
+                if self.cluster.hold_planned(wl.key, self._admission_gang(wl), planned):
+                    return
+            except ValueError as err:
+                self.notes.append(f"admitted workload {wl.key}: {err}")
+                return
+        if wl.key in self.cluster.owners:
             return
         try:
             result = self.cluster.place(wl.key, self._admission_gang(wl))

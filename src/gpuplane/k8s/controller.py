@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -41,8 +40,16 @@ from typing import Any
 
 from gpuplane.core.admission_checks import CheckEviction
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.inventory import DeviceGrant, NodeState, node_state, pod_needs
-from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
+from gpuplane.core.inventory import DEVICES_ANNOTATION, node_state, pod_needs, recorded_grants
+from gpuplane.core.plan import (
+    PLACEMENT_ANNOTATION,
+    AdmissionDecision,
+    PendingDecision,
+    Plan,
+    PreemptionDecision,
+    placement_annotation,
+    recorded_placement,
+)
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
@@ -72,7 +79,6 @@ from gpuplane.model.topology import assigned_domains, topology_assignment
 
 log = logging.getLogger(__name__)
 
-DEVICES_ANNOTATION = "gpuplane.dev/devices"
 HOSTNAME = "kubernetes.io/hostname"
 
 STATE_RESOURCES = (
@@ -336,8 +342,9 @@ class Controller:
             if wl is None or (wl.get("status", {}).get("admission") and not checks_passed(wl, decision)):
                 continue
             updated = self._admitted_workload(wl, decision)
+            recorded = (wl["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION)
             self.cache.assume("Workload", updated)  # assume, then write
-            writes.append(partial(self._write_admission, decision, updated))
+            writes.append(partial(self._write_admission, decision, updated, recorded))
         self._each(writes)
 
     def _admitted_workload(self, wl: dict[str, Any], decision: AdmissionDecision) -> dict[str, Any]:
@@ -366,6 +373,13 @@ class Controller:
                 )
             assignments.append(assignment)
         updated: dict[str, Any] = json.loads(json.dumps(wl))
+        # The plan's devices, recorded on the Workload: the binding step binds exactly these.
+        annotations = updated["metadata"].setdefault("annotations", {})
+        planned = placement_annotation(decision)
+        if planned is None:
+            annotations.pop(PLACEMENT_ANNOTATION, None)
+        else:
+            annotations[PLACEMENT_ANNOTATION] = planned
         status = updated.setdefault("status", {})
         status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
         conditions = [
@@ -388,9 +402,21 @@ class Controller:
             status["admissionChecks"] = pending_checks(decision.checks, now)
         return updated
 
-    def _write_admission(self, decision: AdmissionDecision, updated: dict[str, Any]) -> None:
-        """Write an assumed admission; forget the assumption if the write fails, for any reason."""
+    def _write_admission(
+        self, decision: AdmissionDecision, updated: dict[str, Any], recorded: str | None = None
+    ) -> None:
+        """Write an assumed admission; forget the assumption if the write fails, for any reason.
+
+        The plan's placement annotation (metadata, which a status write leaves alone) goes first,
+        when it differs from the ``recorded`` one: an admission is never written without it.
+        """
+        planned = (updated["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION)
         try:
+            if planned != recorded:
+                meta = updated["metadata"]
+                patch = {"metadata": {"annotations": {PLACEMENT_ANNOTATION: planned}}}
+                patched = self.api.patch(k8s.WORKLOADS, meta["name"], patch, meta.get("namespace"))
+                meta["resourceVersion"] = patched["metadata"]["resourceVersion"]
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
         except ApiError as err:
             self.cache.forget("Workload", decision.workload)
@@ -701,37 +727,48 @@ class Controller:
                 for pod in waiting
                 if pod["metadata"].get("uid", object_key(pod)) not in self._gang_noted
             ]
-        targets: dict[str, list[str]] = {}
-        for psa in admission.get("podSetAssignments", []):
-            slots: list[str] = []
-            for values, count in assigned_domains(psa.get("topologyAssignment") or {}):
-                slots += [values[-1]] * count
-            targets[psa["name"]] = slots
+        targets = _planned_slots(wl, admission)
         for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
             node = pod.get("spec", {}).get("nodeName")
+            if not node:
+                continue
             podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
             slots = targets.get(podset, [])
-            if node and node in slots:
-                slots.remove(node)
-        self.warm.clear({n for slots in targets.values() for n in slots})  # placeholders make room
+            devices = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION, "")
+            # A bound pod fills its own slot: the one with its devices, else one on its node.
+            same = [i for i, slot in enumerate(slots) if slot[0] == node]
+            exact = [i for i in same if slots[i][1] in (devices, None)]
+            if same:
+                del slots[(exact or same)[0]]
+        self.warm.clear({n for slots in targets.values() for n, _ in slots})  # placeholders make room
         writes: list[Callable[[], None]] = []
         for pod in sorted(waiting, key=lambda p: p["metadata"]["name"]):
             podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
             slots = targets.get(podset, [])
             if not slots:
                 continue  # quota-only admission (no nodes known) or more pods than planned
-            writes.append(self._assume_binding(pod, slots.pop(0), gang=expected > 1))
+            node, devices = slots.pop(0)
+            write = self._assume_binding(pod, node, gang=expected > 1, planned=devices)
+            if write is not None:
+                writes.append(write)
         return writes
 
     def _note_gang_wait(self, pod: dict[str, Any], message: str) -> None:
         self._gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
         self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
 
-    def _assume_binding(self, pod: dict[str, Any], node: str, gang: bool = False) -> Callable[[], None]:
-        """Choose the pod's devices on ``node``, assume the binding in the cache, and return the
-        write that carries it out (it forgets the assumption if it fails)."""
+    def _assume_binding(
+        self, pod: dict[str, Any], node: str, gang: bool = False, planned: str | None = None
+    ) -> Callable[[], None] | None:
+        """Bind the pod to ``node`` with the ``planned`` devices (see :meth:`_devices_for`), assume
+        the binding in the cache, and return the write that carries it out (it forgets the
+        assumption if it fails). ``None``: the node has no room for the pod's devices now (the
+        cache has not seen a pod leave yet); a later pass tries again."""
         meta = dict(pod["metadata"])
-        devices = self._devices_for(pod, node)
+        room, devices = self._devices_for(pod, node, planned)
+        if not room:
+            self.counters.add("device_waits")
+            return None
         binding: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -767,11 +804,17 @@ class Controller:
             raise
         self.counters.add("bound")
 
-    def _devices_for(self, pod: dict[str, Any], node_name: str) -> str | None:
-        """Choose this pod's devices on ``node_name`` beside the pods already bound there."""
+    def _devices_for(
+        self, pod: dict[str, Any], node_name: str, planned: str | None = None
+    ) -> tuple[bool, str | None]:
+        """Whether the pod has room on ``node_name``, and its devices there (``None``: it uses none,
+        or the node is not known): the ``planned`` ones (the admission's plan) while they are still
+        free beside the pods bound there. When they are not (the world changed since the plan), or
+        no plan was recorded (an admission written before plans were), the core's device inventory
+        fits the pod on that node again; the controller never picks devices itself."""
         node = self.cache.get("Node", node_name)
         if node is None:
-            return None
+            return True, None
         try:
             config = (self.config.scheduler or SchedulerConfig()).devices
             state = node_state(parse_node(node, "v1"), config)
@@ -785,7 +828,7 @@ class Controller:
                 )
                 # A pod holds the devices recorded on it, not whichever a fresh fit would pick.
                 recorded = (other["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
-                held = _recorded_grants(state, recorded) if recorded else None
+                held = recorded_grants(state, recorded) if recorded else None
                 if held is not None:
                     state.take(key, needs, held)
                 else:
@@ -796,13 +839,18 @@ class Controller:
                     state.take(key, needs, grants)
             needs = pod_needs(pod_template(pod.get("spec", {}), "spec", pod.get("metadata", {})), config)
             if not needs.uses_devices:
-                return None
+                return True, None
+            if planned and recorded_grants(state, planned) is not None and state.plain_fits(needs):
+                return True, planned
+            if planned:
+                self.counters.add("replanned_devices")
+                log.info("planned devices %s on %s are taken: fitting the pod again", planned, node_name)
             grants = state.fit(needs)
         except (InputError, ValueError):
-            return None
+            return True, None
         if grants is None:
-            return None
-        return ",".join(g.describe() for g in grants)
+            return False, None
+        return True, ",".join(g.describe() for g in grants)
 
     # --- pending --------------------------------------------------------------------
 
@@ -890,7 +938,6 @@ class Controller:
 
 
 _POD_TIES = (("workload", jobs.WORKLOAD_LABEL), ("group", jobs.POD_GROUP_LABEL))
-_FRACTION = re.compile(r"(\d+)m(?:/(\d+)Mi)?")
 
 
 def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, str]:
@@ -900,33 +947,6 @@ def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, st
     if queue:
         out[jobs.LOCAL_QUEUE_LABEL] = str(queue)
     return out
-
-
-def _recorded_grants(state: NodeState, text: str) -> list[DeviceGrant] | None:
-    """The grants a devices annotation records (``DeviceGrant.describe``, comma-separated), or
-    None when it names a device this node lacks, or a whole GPU or MIG instance already taken."""
-    grants = []
-    for token in text.split(","):
-        index_text, _, detail = token.partition(":")
-        if not index_text.isdigit() or int(index_text) >= len(state.devices):
-            return None
-        index = int(index_text)
-        device = state.devices[index]
-        if not detail:
-            if not device.free_whole:
-                return None
-            grants.append(DeviceGrant(index, "whole"))
-        elif detail.endswith("x") and detail[:-1].isdigit():
-            grants.append(DeviceGrant(index, "shared", int(detail[:-1])))
-        elif match := _FRACTION.fullmatch(detail):
-            grants.append(DeviceGrant(index, "fraction", int(match[1]), int(match[2] or 0)))
-        else:
-            free = (s.instance for s in device.mig if s.used_by is None and str(s.instance) == detail)
-            instance = next(free, None)
-            if instance is None:
-                return None
-            grants.append(DeviceGrant(index, "mig", instance=instance))
-    return grants
 
 
 def _evicted_workload(wl: dict[str, Any], message: str, reason: str, now: str) -> dict[str, Any]:
@@ -1008,3 +1028,20 @@ def _template_requests(template: dict[str, Any]) -> dict[str, int]:
         return dict(pod_template(template.get("spec", {}), "spec").requests)
     except InputError:
         return {}
+
+
+def _planned_slots(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, list[tuple[str, str | None]]]:
+    """Per pod set, one ``(node, devices)`` per pod: the Workload's recorded plan when it agrees with
+    the admission's nodes, else the admission's nodes with no devices (``None``: fit on the node)."""
+    recorded = recorded_placement((wl["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION))
+    targets: dict[str, list[tuple[str, str | None]]] = {}
+    for psa in admission.get("podSetAssignments", []):
+        nodes: list[str] = []
+        for values, count in assigned_domains(psa.get("topologyAssignment") or {}):
+            nodes += [values[-1]] * count
+        planned = (recorded or {}).get(psa["name"])
+        if planned is not None and sorted(n for n, _ in planned) == sorted(nodes):
+            targets[psa["name"]] = [(n, d) for n, d in planned]
+        else:
+            targets[psa["name"]] = [(n, None) for n in nodes]
+    return targets

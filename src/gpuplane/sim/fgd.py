@@ -27,9 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuplane.core.placement.engine import schedule_one
 from gpuplane.core.placement.fragmentation import node_fragmentation, typical_pods
 from gpuplane.core.placement.gpu_cluster import FloatArray, GpuCluster, GpuRequest, IntArray, NodeSpec
-from gpuplane.core.placement.scoring import PolicyContext, get_policy, policy_factory, schedule_one
+from gpuplane.core.placement.profiles import get_profile
+from gpuplane.core.placement.scoring import PolicyContext, policy_factory
 from gpuplane.sim.traces import TraceError, TracePod, read_arrivals, read_node_names, read_nodes, read_pods
 
 TUNE_RATIO = 1.3
@@ -154,10 +156,11 @@ def replay(
     rng: np.random.Generator,
     progress: ProgressCallback | None = None,
 ) -> EventLog:
-    """Place ``arrivals`` one at a time with one policy; log the cluster after every arrival."""
+    """Place ``arrivals`` one at a time with one policy's profile on the placement engine; log the
+    cluster after every arrival."""
     cluster = GpuCluster(nodes)
     typical = typical_pods(typical_source)
-    policy = get_policy(policy_name, PolicyContext(typical=typical, rng=rng))
+    profile = get_profile(policy_name, PolicyContext(typical=typical, rng=rng))
     fragmentation = node_fragmentation(typical, cluster)
     count = len(arrivals.requests)
     arrived = np.empty(count, dtype=np.int64)
@@ -167,7 +170,7 @@ def replay(
     step = max(1, count // 200)
     for i, request in enumerate(arrivals.requests):
         arrived_milli += request.total_milli
-        if schedule_one(policy, cluster, request, arrivals.rank) is None:
+        if schedule_one(profile, cluster, request, arrivals.rank) is None:
             failed += 1
         else:
             used_milli += request.total_milli

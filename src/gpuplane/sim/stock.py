@@ -9,12 +9,14 @@ A model of its own, deliberately simple, that shares nothing with gpuplane's cor
   controller creates a job's pods while the quota allows and retries the rest later, and a created
   pod holds quota whether it runs or not.
 * **Scheduling**: pods one at a time, oldest first (no priority classes are defined, so there is
-  no preemption). Filter: the node is up, in one of the pod's pools, with enough free GPUs (and
-  CPU/memory when modelled). Score: ``NodeResourcesFit`` with the default ``LeastAllocated``
-  strategy: over CPU and memory when the pod asks for them, else over GPUs (assumed: without CPU
-  figures, GPU requests stand in for them). Ties go to the first node by name. A pod that fits
-  nowhere waits and is tried again after capacity is freed. ``packed=True`` scores with
-  ``MostAllocated`` instead, the bin-packing setting GPU clusters often switch to.
+  no preemption), on the core's placement engine (:mod:`gpuplane.core.placement.engine`) over a
+  GPU inventory of the nodes. Filter: the node is up, in one of the pod's pools, with enough free
+  GPUs (and CPU/memory when modelled). Score: the engine's ``least-allocated`` profile, the
+  Kubernetes default ``NodeResourcesFit`` strategy: over CPU and memory when the pod asks for
+  them, else over GPUs (assumed: without CPU figures, GPU requests stand in for them). Ties go to
+  the first node by name; the pod takes the lowest-index free GPUs. A pod that fits nowhere waits
+  and is tried again after capacity is freed. ``packed=True`` uses the ``most-allocated``
+  profile instead, the bin-packing setting GPU clusters often switch to.
 * **No gangs**: a job computes only when all its pods run. Until then its placed pods hold their
   GPUs and do nothing: a *partly placed gang*. When partly placed gangs hold so much that no order
   of completions lets some of them finish placing (a banker's-algorithm check on GPUs per node and
@@ -33,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from gpuplane.core.placement import engine
+from gpuplane.core.placement.gpu_cluster import MILLI_PER_GPU, GpuCluster, GpuRequest, NodeSpec
+from gpuplane.core.placement.profiles import get_profile
 from gpuplane.sim.cluster import ClusterSpec
 from gpuplane.sim.engine import DEADLOCK, HOLD, NODE_FAILURE, RESTART, START, STOP, Change, EtaView
 from gpuplane.sim.workloads import Job
@@ -55,8 +60,10 @@ class _StockJob:
     memory: int
     mask: BoolArray
     uncreated: int
+    request: GpuRequest  # what one pod asks of the inventory (CPU and memory when modelled)
     created: int = 0
     bound: list[int] = field(default_factory=list)  # node index of each bound pod
+    devices: list[tuple[int, ...]] = field(default_factory=list)  # its GPUs, aligned with bound
     running: bool = False
     deadlocked_since: float | None = None
     queued: list[_Pod] = field(default_factory=list)  # created, not yet bound
@@ -83,12 +90,13 @@ class StockModel:
         self.pool_ids = {p: i for i, p in enumerate(cluster.pools)}
         self.pool_of: IntArray = np.asarray([self.pool_ids[n.pool] for n in nodes], dtype=np.int64)
         self.gpu_total: IntArray = np.asarray([n.gpus for n in nodes], dtype=np.int64)
-        self.gpu_free: IntArray = self.gpu_total.copy()
-        self.cpu_total: IntArray = np.asarray([n.cpu_milli for n in nodes], dtype=np.int64)
-        self.cpu_free: IntArray = self.cpu_total.copy()
-        self.mem_total: IntArray = np.asarray([n.memory_mib for n in nodes], dtype=np.int64)
-        self.mem_free: IntArray = self.mem_total.copy()
+        # No pod limit in this model; CPU and memory count only when the cluster models them.
+        self.inventory = GpuCluster(
+            [NodeSpec(n.name, n.cpu_milli, n.memory_mib, n.gpus, max_pods=1 << 40) for n in nodes]
+        )
+        self.profile = get_profile("most-allocated" if packed else "least-allocated")
         self.up: BoolArray = np.ones(len(nodes), dtype=bool)
+        self._up_masks: dict[int, BoolArray] = {}  # by id of a pool mask (cached in _mask)
         self.models_cpu = cluster.models_cpu
         self.quota = {team: float(q) for team, q in cluster.team_gpus().items()}
         self.hard = cluster.team_gpus()
@@ -109,6 +117,11 @@ class StockModel:
         self._wakes: list[float] = []
         self.due: float | None = None  # earliest deadlock timeout to act on
 
+    @property
+    def gpu_free(self) -> IntArray:
+        """Free whole GPUs per node (node order by name)."""
+        return self.inventory.full_gpus
+
     # --- what happened ---------------------------------------------------------------------
 
     def pools_of(self, job: Job) -> tuple[str, ...]:
@@ -127,6 +140,7 @@ class StockModel:
 
     def submit(self, job: Job, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
         request = job.request
+        cpu, memory = (request.cpu_milli, request.memory_mib) if self.models_cpu else (0, 0)
         stock_job = _StockJob(
             job=job,
             gpus=request.whole,
@@ -134,6 +148,9 @@ class StockModel:
             memory=request.memory_mib,
             mask=self._mask(self.pools_of(job)),
             uncreated=job.pods,
+            request=GpuRequest(
+                cpu=cpu, memory=memory, gpus=request.whole, gpu_milli=MILLI_PER_GPU if request.whole else 0
+            ),
         )
         self.jobs[job.id] = stock_job
         self.waiting_creation[job.team].append(stock_job)
@@ -153,9 +170,10 @@ class StockModel:
     def _delete_pods(self, sj: _StockJob) -> None:
         """Delete every pod of a job: unbind, give back quota, forget the queued ones."""
         if sj.bound:
-            for node in sj.bound:
-                self._unbind(sj, node)
+            for node, gpus in zip(sj.bound, sj.devices, strict=True):
+                self._unbind(sj, node, gpus)
             sj.bound = []
+            sj.devices = []
             self.changes.append(Change(HOLD, sj.job.id, 0.0))
         if sj.deadlocked_since is not None:
             sj.deadlocked_since = None
@@ -174,22 +192,23 @@ class StockModel:
         sj.uncreated = 0
         self.freed = True
 
-    def _unbind(self, sj: _StockJob, node: int) -> None:
-        self.gpu_free[node] += sj.gpus
-        self.cpu_free[node] += sj.cpu
-        self.mem_free[node] += sj.memory
+    def _unbind(self, sj: _StockJob, node: int, gpus: tuple[int, ...]) -> None:
+        self.inventory.uncommit(node, sj.request, gpus)
         self.freed = True
 
     def node_down(self, node: str, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
         n = self.node_index[node]
         self.up[n] = False
+        self._up_masks.clear()
         for sj in self.jobs.values():
             if n not in sj.bound:
                 continue
-            lost = sj.bound.count(n)
-            sj.bound = [b for b in sj.bound if b != n]
-            for _ in range(lost):
-                self._unbind(sj, n)
+            lost = [gpus for b, gpus in zip(sj.bound, sj.devices, strict=True) if b == n]
+            kept = [(b, gpus) for b, gpus in zip(sj.bound, sj.devices, strict=True) if b != n]
+            sj.bound = [b for b, _ in kept]
+            sj.devices = [gpus for _, gpus in kept]
+            for gpus in lost:
+                self._unbind(sj, n, gpus)
                 # The controller recreates the pod; it keeps its quota.
                 self._queue(sj)
             if sj.running:
@@ -200,6 +219,7 @@ class StockModel:
 
     def node_up(self, node: str, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
         self.up[self.node_index[node]] = True
+        self._up_masks.clear()
         self.freed = True
         self.dirty = True
 
@@ -280,27 +300,23 @@ class StockModel:
         self.first_new = len(self.pending)
 
     def _pick(self, sj: _StockJob) -> int:
-        fits = sj.mask & self.up & (self.gpu_free >= sj.gpus)
-        if self.models_cpu:
-            fits &= (self.cpu_free >= sj.cpu) & (self.mem_free >= sj.memory)
-        candidates = np.flatnonzero(fits)
+        """The engine's filter (pool, node up, free resources) and the profile's score."""
+        among = self._up_masks.get(id(sj.mask))
+        if among is None:  # the job's pools' nodes that are up (kept until a node goes or comes)
+            among = self._up_masks[id(sj.mask)] = sj.mask & self.up
+        candidates = engine.feasible(self.profile, self.inventory, sj.request, among=among)
         if len(candidates) == 0:
             return -1
-        if self.models_cpu and (sj.cpu or sj.memory):
-            cpu = (self.cpu_free[candidates] - sj.cpu) / np.maximum(self.cpu_total[candidates], 1)
-            mem = (self.mem_free[candidates] - sj.memory) / np.maximum(self.mem_total[candidates], 1)
-            free_share = (cpu + mem) / 2
-        else:
-            free_share = (self.gpu_free[candidates] - sj.gpus) / np.maximum(self.gpu_total[candidates], 1)
-        # LeastAllocated prefers the emptiest node, MostAllocated the fullest.
-        best = np.argmin(free_share) if self.packed else np.argmax(free_share)
-        return int(candidates[int(best)])
+        if len(candidates) == 1:
+            return int(candidates[0])
+        scores = engine.score(self.profile, self.inventory, sj.request, candidates)
+        return engine.pick_node(scores, candidates, None)  # ties: the first node by name
 
     def _bind(self, sj: _StockJob, node: int) -> None:
-        self.gpu_free[node] -= sj.gpus
-        self.cpu_free[node] -= sj.cpu
-        self.mem_free[node] -= sj.memory
+        gpus = self.profile.reserve.choose_gpus(self.inventory, sj.request, node)
+        self.inventory.commit(node, sj.request, gpus)  # the engine's filter passed it
         sj.bound.append(node)
+        sj.devices.append(gpus)
         job = sj.job
         self.changes.append(Change(HOLD, job.id, float(sj.held)))
         if len(sj.bound) == job.pods:

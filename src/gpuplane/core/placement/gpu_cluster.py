@@ -122,6 +122,12 @@ class GpuCluster:
         self.version: IntArray = np.zeros(len(nodes), dtype=np.int64)
         self._next_version = 1
         self._model_masks: dict[tuple[str, ...], BoolArray] = {}
+        # CPU, memory and milli-GPU capacity per node, at least 1 (what allocation shares divide by).
+        self.capacities: tuple[IntArray, IntArray, IntArray] = (
+            np.maximum(self.cpu_capacity, 1),
+            np.maximum(self.memory_capacity, 1),
+            np.maximum(self.gpu_count * MILLI_PER_GPU, 1),
+        )
 
     def __len__(self) -> int:
         return len(self.names)
@@ -159,11 +165,12 @@ class GpuCluster:
 
     def feasible(self, request: GpuRequest) -> BoolArray:
         """Nodes that can host ``request`` now: CPU, memory, pod count, GPU model and GPU fit."""
-        ok: BoolArray = (
-            (self.cpu_free >= request.cpu)
-            & (self.memory_free >= request.memory)
-            & (self.pods < self.max_pods)
-        )
+        ok: BoolArray = self.pods < self.max_pods
+        # Free CPU and memory are never negative: a request without them fits any node's.
+        if request.cpu:
+            ok &= self.cpu_free >= request.cpu
+        if request.memory:
+            ok &= self.memory_free >= request.memory
         if request.gpus == 0:
             return ok
         if request.models:
@@ -172,6 +179,23 @@ class GpuCluster:
             ok &= self.max_gpu_free >= request.gpu_milli
         else:
             ok &= self.fitting_gpu_counts(request.gpu_milli) >= request.gpus
+        return ok
+
+    def feasible_among(self, request: GpuRequest, nodes: IntArray) -> BoolArray:
+        """:meth:`feasible` for ``nodes`` only, aligned with them (cheap for a few nodes)."""
+        ok: BoolArray = (
+            (self.cpu_free[nodes] >= request.cpu)
+            & (self.memory_free[nodes] >= request.memory)
+            & (self.pods[nodes] < self.max_pods[nodes])
+        )
+        if request.gpus == 0:
+            return ok
+        if request.models:
+            ok &= self.model_mask(request.models)[nodes]
+        if request.gpus == 1:
+            ok &= self.max_gpu_free[nodes] >= request.gpu_milli
+        else:
+            ok &= self.fitting_gpu_counts(request.gpu_milli)[nodes] >= request.gpus
         return ok
 
     def fits(self, node: int, request: GpuRequest) -> bool:
@@ -225,18 +249,30 @@ class GpuCluster:
         if not self.fits(node, request):
             raise ValueError(f"{request} does not fit on node {self.names[node]!r}")
         chosen = self._check_gpus(node, request, gpus)
-        if any(self.gpu_free[node, i] < request.gpu_milli for i in chosen):
+        row = self.gpu_free[node].tolist()
+        if any(row[i] < request.gpu_milli for i in chosen):
             raise ValueError(f"GPUs {list(chosen)} of node {self.names[node]!r} cannot fit {request}")
         self._apply(node, request, chosen, sign=-1)
+
+    def commit(self, node: int, request: GpuRequest, gpus: tuple[int, ...]) -> None:
+        """:meth:`place` without its checks, for the placement engine: ``node`` passed the
+        engine's filter for ``request`` and a reserve plugin chose ``gpus`` among its GPUs that fit
+        (distinct ``int`` indices). Anything else corrupts the inventory."""
+        self._apply(node, request, gpus, sign=-1)
+
+    def uncommit(self, node: int, request: GpuRequest, gpus: tuple[int, ...]) -> None:
+        """:meth:`release` without its checks: undo a :meth:`commit` of the same pod."""
+        self._apply(node, request, gpus, sign=+1)
 
     def release(self, node: int, request: GpuRequest, gpus: Sequence[int]) -> None:
         """Undo :meth:`place` of the same pod. Raises ``ValueError`` if it was not placed there."""
         chosen = self._check_gpus(node, request, gpus)
+        row = self.gpu_free[node].tolist()
         if (
             self.cpu_free[node] + request.cpu > self.cpu_capacity[node]
             or self.memory_free[node] + request.memory > self.memory_capacity[node]
             or self.pods[node] == 0
-            or any(self.gpu_free[node, i] + request.gpu_milli > MILLI_PER_GPU for i in chosen)
+            or any(row[i] + request.gpu_milli > MILLI_PER_GPU for i in chosen)
         ):
             raise ValueError(f"{request} is not placed on node {self.names[node]!r}")
         self._apply(node, request, chosen, sign=+1)
@@ -245,20 +281,46 @@ class GpuCluster:
         chosen = tuple(int(i) for i in gpus)
         if len(chosen) != request.gpus or len(set(chosen)) != len(chosen):
             raise ValueError(f"{request} needs {request.gpus} distinct GPUs, got {list(chosen)}")
-        if any(not 0 <= i < self.gpu_count[node] for i in chosen):
+        count = int(self.gpu_count[node])
+        if any(not 0 <= i < count for i in chosen):
             raise ValueError(f"GPU index out of range on node {self.names[node]!r}: {list(chosen)}")
         return chosen
+
+    def set_free(self, node: int, cpu: int, memory: int, pods: int, gpu_free: Sequence[int]) -> None:
+        """Mirror a node whose state another inventory keeps (gang placement's device model).
+
+        Sets what is free and how many pods run, and gives the node a new ``version``.
+        """
+        count = int(self.gpu_count[node])
+        if len(gpu_free) != count or not all(0 <= g <= MILLI_PER_GPU for g in gpu_free):
+            raise ValueError(f"node {self.names[node]!r} has {count} GPUs: {list(gpu_free)}")
+        self.cpu_free[node] = cpu
+        self.memory_free[node] = memory
+        self.pods[node] = pods
+        self.gpu_free[node, :count] = gpu_free
+        self.gpu_free_total[node] = sum(gpu_free)
+        self.full_gpus[node] = (
+            gpu_free.count(MILLI_PER_GPU)
+            if isinstance(gpu_free, list)
+            else sum(1 for g in gpu_free if g == MILLI_PER_GPU)
+        )
+        self.max_gpu_free[node] = max(gpu_free, default=0)
+        self.version[node] = self._next_version
+        self._next_version += 1
 
     def _apply(self, node: int, request: GpuRequest, gpus: tuple[int, ...], sign: int) -> None:
         self.cpu_free[node] += sign * request.cpu
         self.memory_free[node] += sign * request.memory
         self.pods[node] -= sign
         if gpus:
-            row = self.gpu_free[node]
+            # A node has a few GPUs: plain integers are cheaper than numpy reductions here.
+            free = self.gpu_free
+            row = free[node].tolist()
             for i in gpus:
                 row[i] += sign * request.gpu_milli
-            self.gpu_free_total[node] = row.sum()
-            self.full_gpus[node] = np.count_nonzero(row == MILLI_PER_GPU)
-            self.max_gpu_free[node] = row.max()
+                free[node, i] = row[i]
+            self.gpu_free_total[node] = sum(row)
+            self.full_gpus[node] = row.count(MILLI_PER_GPU)
+            self.max_gpu_free[node] = max(row)
         self.version[node] = self._next_version
         self._next_version += 1

@@ -33,6 +33,8 @@ from typing import Protocol
 
 import numpy as np
 
+from gpuplane.core.placement import engine
+from gpuplane.core.placement.engine import Placement, Profile, pick_node
 from gpuplane.core.placement.fragmentation import (
     FragmentationMeasure,
     NodeMeasure,
@@ -73,6 +75,9 @@ class ScorePolicy(Protocol):
         ...
 
 
+__all__ = ["Placement", "pick_node"]  # re-exported from the engine for earlier callers
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
     """What a policy may know besides the cluster: the target workload, and its randomness."""
@@ -81,36 +86,13 @@ class PolicyContext:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
 
-def pick_node(scores: IntArray, nodes: IntArray, rank: IntArray) -> int:
-    """The node with the highest score; ties to the smallest ``rank[node]``."""
-    tied = nodes[scores == scores.max()]
-    return int(tied[np.argmin(rank[tied])])
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where one pod went: a node index and the GPUs it took there."""
-
-    node: int
-    gpus: tuple[int, ...]
-
-
 def schedule_one(
     policy: ScorePolicy, cluster: GpuCluster, request: GpuRequest, rank: IntArray
 ) -> Placement | None:
-    """Place one pod: filter, score, pick (ties by ``rank``), choose GPUs, and commit to ``cluster``.
-
-    Returns ``None`` (and changes nothing) when no node fits. With a single feasible node that
-    node is taken without scoring, as the Kubernetes scheduler does.
-    """
-    nodes = np.flatnonzero(cluster.feasible(request))
-    if nodes.size == 0:
-        return None
-    single = nodes.size == 1
-    node = int(nodes[0]) if single else pick_node(policy.score(cluster, request, nodes), nodes, rank)
-    gpus = policy.choose_gpus(cluster, request, node)
-    cluster.place(node, request, gpus)
-    return Placement(node, gpus)
+    """Place one pod with ``policy`` alone: :func:`gpuplane.core.placement.engine.schedule_one`
+    with a profile of that one plugin (weight 1). Returns ``None`` (and changes nothing) when no
+    node fits."""
+    return engine.schedule_one(Profile(policy.name, ((policy, 1),), policy), cluster, request, rank)
 
 
 def _trunc_score(values: FloatArray) -> IntArray:
