@@ -22,15 +22,16 @@ from dataclasses import dataclass, field
 
 from gpuplane.core.inventory import DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
 from gpuplane.core.karpenter import disrupted
+from gpuplane.core.lifecycle import Reason
 from gpuplane.model.objects import Node, PodTemplate, ResourceFlavor, Toleration
 
 # Why a gang cannot be placed (most specific first).
-NO_NODE_ADVERTISES = "NoNodeAdvertisesResource"
-NO_NODE_MATCHES_SELECTOR = "NoNodeMatchesSelector"
-UNTOLERATED_TAINT = "UntoleratedTaint"
-EXCEEDS_CLUSTER = "ExceedsClusterCapacity"
-FRAGMENTED = "Fragmented"
-WAITING_FOR_GANG_CAPACITY = "WaitingForGangCapacity"
+NO_NODE_ADVERTISES = Reason.NO_NODE_ADVERTISES
+NO_NODE_MATCHES_SELECTOR = Reason.NO_NODE_MATCHES_SELECTOR
+UNTOLERATED_TAINT = Reason.UNTOLERATED_TAINT
+EXCEEDS_CLUSTER = Reason.EXCEEDS_CLUSTER
+FRAGMENTED = Reason.FRAGMENTED
+WAITING_FOR_GANG_CAPACITY = Reason.WAITING_FOR_GANG_CAPACITY
 
 
 @dataclass(frozen=True, slots=True)

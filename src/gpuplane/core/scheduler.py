@@ -27,6 +27,7 @@ from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssign
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.inventory import pod_needs
 from gpuplane.core.karpenter import capacity_to_come
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import (
     AdmissionDecision,
     PendingDecision,
@@ -43,16 +44,16 @@ from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
-QUEUED = "Queued"
-WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
+QUEUED = Reason.QUEUED
+WAITING_FOR_PREEMPTED = Reason.WAITING_FOR_PREEMPTED
 # A reference that does not resolve: no LocalQueue, no ClusterQueue (getQueueBlocker).
-MISCONFIGURED = "Misconfigured"
+MISCONFIGURED = Reason.MISCONFIGURED
 # A queue that exists but is inactive: stopped, or naming a missing flavor.
-SUSPENDED = "Suspended"
-NAMESPACE_MISMATCH = "NamespaceMismatch"
+SUSPENDED = Reason.SUSPENDED
+NAMESPACE_MISMATCH = Reason.NAMESPACE_MISMATCH
 WORKLOAD_LABEL = "kueue.x-k8s.io/workload-name"
-DEACTIVATED = "Deactivated"
-WAITING_FOR_QUOTA = "WaitingForQuota"
+DEACTIVATED = Reason.DEACTIVATED
+WAITING_FOR_QUOTA = Reason.WAITING_FOR_QUOTA
 
 
 @dataclass(slots=True)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.lifecycle import ConditionType
 from gpuplane.core.plan import PendingDecision
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
@@ -74,7 +75,7 @@ def declared_runtime(wl: Workload) -> float | None:
 
 
 def _started(wl: Workload) -> float | None:
-    for ctype in ("Admitted", "QuotaReserved"):
+    for ctype in (ConditionType.ADMITTED, ConditionType.QUOTA_RESERVED):
         cond = wl.condition(ctype)
         if cond is not None and cond.status:
             return cond.last_transition
@@ -96,7 +97,7 @@ def learn_runtimes(state: ClusterState, now: float | None = None) -> dict[str, t
         start = _started(wl)
         if start is None:
             continue
-        finished = wl.condition("Finished")
+        finished = wl.condition(ConditionType.FINISHED)
         if finished is not None and finished.status:
             if finished.last_transition < start:
                 continue

@@ -31,6 +31,7 @@ from gpuplane.core import scheduler as core_scheduler
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.gang import GangPlacement, GangPodSet
 from gpuplane.core.inventory import pod_needs
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import PendingDecision, Plan
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
@@ -303,19 +304,19 @@ def _explain_one(ctx: _Context, key: str) -> Explanation:
     cq = admitted.cluster_queue if admitted else (wl.admission.cluster_queue if wl.admission else None)
     lq = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
     if wl.finished:
-        reason, message = "Finished", "the workload has finished"
+        reason, message = Reason.FINISHED, "the workload has finished"
     elif cq is not None:
-        reason, message = "Admitted", f"admitted to ClusterQueue {cq}"
+        reason, message = Reason.ADMITTED, f"admitted to ClusterQueue {cq}"
     else:
-        reason, message = "Unknown", "the workload is not pending in this plan"
+        reason, message = Reason.UNKNOWN, "the workload is not pending in this plan"
     eta = (
         Estimate(0.0, 0.0, 0.0, "already admitted")
-        if reason == "Admitted"
+        if reason == Reason.ADMITTED
         else Estimate(None, None, None, message)
     )
     fix = "nothing to fix"
     stall = wl.condition(DATA_STALL_CONDITION)
-    if reason == "Admitted" and stall is not None and stall.status:
+    if reason == Reason.ADMITTED and stall is not None and stall.status:
         # The reaper's data-stall hint (insight.idle): running, but starved of input, not of GPUs.
         message = f"{message}; data stall suspected: {stall.message}"
         fix = "not a scheduling problem: check its input pipeline (data loaders, storage, network)"

@@ -42,6 +42,14 @@ from typing import Any
 from gpuplane.core.admission_checks import CheckEviction
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.inventory import DeviceGrant, NodeState, node_state, pod_needs
+from gpuplane.core.lifecycle import (
+    CONDITIONS,
+    ConditionType,
+    Reason,
+    WorkloadState,
+    condition,
+    with_conditions,
+)
 from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
@@ -74,6 +82,8 @@ log = logging.getLogger(__name__)
 
 DEVICES_ANNOTATION = "gpuplane.dev/devices"
 HOSTNAME = "kubernetes.io/hostname"
+# The conditions an admission sets, in the order they are written.
+_ADMISSION_ORDER = (ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED)
 
 STATE_RESOURCES = (
     k8s.NAMESPACES,
@@ -368,22 +378,23 @@ class Controller:
         updated: dict[str, Any] = json.loads(json.dumps(wl))
         status = updated.setdefault("status", {})
         status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
-        conditions = [
-            c
-            for c in status.get("conditions", [])
-            if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
-        ]
         # A reservation whose checks have all passed keeps its QuotaReserved time; Admitted is new.
         reserved = (wl.get("status") or {}).get("admission") and next(
-            (c for c in wl["status"].get("conditions", []) if c.get("type") == "QuotaReserved"), None
+            (c for c in wl["status"].get("conditions", []) if c.get("type") == ConditionType.QUOTA_RESERVED),
+            None,
         )
-        conditions.extend(
-            reserved
-            if ctype == "QuotaReserved" and reserved
-            else {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
-            for ctype in (("QuotaReserved",) if decision.checks else ("QuotaReserved", "Admitted"))
+        state = WorkloadState.QUOTA_RESERVED if decision.checks else WorkloadState.ADMITTED
+        status["conditions"] = with_conditions(
+            status.get("conditions", []),
+            *(
+                reserved
+                if ctype == ConditionType.QUOTA_RESERVED and reserved
+                else condition(ctype, Reason(ctype), now)
+                for ctype in _ADMISSION_ORDER
+                if ctype in CONDITIONS[state]
+            ),
+            drop=(ConditionType.ADMITTED, ConditionType.EVICTED, ConditionType.PREEMPTED),
         )
-        status["conditions"] = conditions
         if decision.checks:  # quota reserved; admitted once every check is Ready
             status["admissionChecks"] = pending_checks(decision.checks, now)
         return updated
@@ -402,13 +413,15 @@ class Controller:
             raise
         self.cache.upsert("Workload", written)
         self.counters.add("admitted")
-        self._event(written, "Normal", "QuotaReserved", f"Admitted by ClusterQueue {decision.cluster_queue}")
+        self._event(
+            written, "Normal", Reason.QUOTA_RESERVED, f"Admitted by ClusterQueue {decision.cluster_queue}"
+        )
 
     def _write_check_eviction(self, eviction: CheckEviction) -> None:
         """A Retry check evicts the workload (its quota goes back once its job has stopped, as for
         a preemption victim, and it is queued again); a Rejected one also deactivates it."""
         wl = self.cache.get("Workload", eviction.workload)
-        if wl is None or _condition(wl, "Evicted") or not wl.get("status", {}).get("admission"):
+        if wl is None or _condition(wl, ConditionType.EVICTED) or not wl.get("status", {}).get("admission"):
             return
         updated = evicted_by_check(wl, eviction, micro_time(self.clock()))
         try:
@@ -441,7 +454,7 @@ class Controller:
         writes = []
         for victim in plan.preempted:
             wl = self.cache.get("Workload", victim.workload)
-            if wl is None or _condition(wl, "Evicted"):
+            if wl is None or _condition(wl, ConditionType.EVICTED):
                 continue
             message = f"Preempted to accommodate {victim.preemptor} ({victim.reason})"
             if self.config.dry_run_preemption:
@@ -466,14 +479,14 @@ class Controller:
             raise
         self.cache.upsert("Workload", written)
         self.counters.add("preempted")
-        self._event(written, "Normal", "Preempted", message)
+        self._event(written, "Normal", Reason.PREEMPTED, message)
 
     def _stop_evicted(self) -> None:
         """Stop the jobs of evicted workloads that still hold quota; give the quota back once they
         are no longer active."""
         writes = []
         for wl in self.cache.items("Workload"):
-            if not wl.get("status", {}).get("admission") or not _condition(wl, "Evicted"):
+            if not wl.get("status", {}).get("admission") or not _condition(wl, ConditionType.EVICTED):
                 continue
             if self._still_active(wl):
                 writes.append(partial(self._stop_job, wl))
@@ -537,22 +550,21 @@ class Controller:
         updated: dict[str, Any] = json.loads(json.dumps(wl))
         status = updated.setdefault("status", {})
         status.pop("admission", None)
-        evicted = next(c for c in status.get("conditions", []) if c.get("type") == "Evicted")
+        evicted = next(c for c in status.get("conditions", []) if c.get("type") == ConditionType.EVICTED)
         now = micro_time(self.clock())
-        conditions = [
-            c for c in status.get("conditions", []) if c.get("type") not in ("QuotaReserved", "Admitted")
-        ]
-        conditions += [
-            {
-                "type": ctype,
-                "status": "False",
-                "reason": evicted.get("reason", "Preempted"),
-                "message": evicted.get("message", ""),
-                "lastTransitionTime": now,
-            }
-            for ctype in ("QuotaReserved", "Admitted")
-        ]
-        status["conditions"] = conditions
+        status["conditions"] = with_conditions(
+            status.get("conditions", []),
+            *(
+                condition(
+                    ctype,
+                    evicted.get("reason", Reason.PREEMPTED),
+                    now,
+                    evicted.get("message", ""),
+                    status=False,
+                )
+                for ctype in _ADMISSION_ORDER
+            ),
+        )
         try:
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
         except ApiError:
@@ -614,7 +626,7 @@ class Controller:
             (wl, wl["status"]["admission"])
             for wl in self.cache.items("Workload")
             if wl.get("status", {}).get("admission")
-            and not _condition(wl, "Evicted")
+            and not _condition(wl, ConditionType.EVICTED)
             and not awaiting_checks(wl)
         ]
         releases: list[Callable[[], None]] = []
@@ -813,7 +825,11 @@ class Controller:
             if wl is None or wl.get("status", {}).get("admission"):
                 continue
             current = next(
-                (c for c in wl.get("status", {}).get("conditions", []) if c.get("type") == "QuotaReserved"),
+                (
+                    c
+                    for c in wl.get("status", {}).get("conditions", [])
+                    if c.get("type") == ConditionType.QUOTA_RESERVED
+                ),
                 None,
             )
             if (
@@ -826,17 +842,16 @@ class Controller:
                 continue
             updated: dict[str, Any] = json.loads(json.dumps(wl))
             status = updated.setdefault("status", {})
-            conditions = [c for c in status.get("conditions", []) if c.get("type") != "QuotaReserved"]
-            conditions.append(
-                {
-                    "type": "QuotaReserved",
-                    "status": "False",
-                    "reason": pending.reason,
-                    "message": pending.message or pending.reason,
-                    "lastTransitionTime": micro_time(self.clock()),
-                }
+            status["conditions"] = with_conditions(
+                status.get("conditions", []),
+                condition(
+                    ConditionType.QUOTA_RESERVED,
+                    pending.reason,
+                    micro_time(self.clock()),
+                    pending.message or pending.reason,
+                    status=False,
+                ),
             )
-            status["conditions"] = conditions
             writes.append(partial(self._write_pending, pending, updated))
         self._each(writes)
 
@@ -850,7 +865,7 @@ class Controller:
         where = ""
         if pending.position is not None:
             where = f" (position {pending.position} in ClusterQueue {pending.cluster_queue})"
-        self._event(written, "Normal", "Pending", f"{pending.reason}{where}: {pending.message}")
+        self._event(written, "Normal", Reason.PENDING, f"{pending.reason}{where}: {pending.message}")
 
     # --- events ----------------------------------------------------------------------
 
@@ -934,24 +949,11 @@ def _evicted_workload(wl: dict[str, Any], message: str, reason: str, now: str) -
     its admission and QuotaReserved condition stay until its job is no longer active."""
     updated: dict[str, Any] = json.loads(json.dumps(wl))
     status = updated.setdefault("status", {})
-    conditions = [c for c in status.get("conditions", []) if c.get("type") not in ("Evicted", "Preempted")]
-    conditions += [
-        {
-            "type": "Evicted",
-            "status": "True",
-            "reason": "Preempted",
-            "message": message,
-            "lastTransitionTime": now,
-        },
-        {
-            "type": "Preempted",
-            "status": "True",
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now,
-        },
-    ]
-    status["conditions"] = conditions
+    status["conditions"] = with_conditions(
+        status.get("conditions", []),
+        condition(ConditionType.EVICTED, Reason.PREEMPTED, now, message),
+        condition(ConditionType.PREEMPTED, reason, now, message),
+    )
     return updated
 
 

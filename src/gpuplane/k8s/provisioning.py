@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplane.core.admission_checks import EVICTED_BY_CHECK, CheckEviction
+from gpuplane.core.lifecycle import ConditionType, Reason, condition, with_conditions
 from gpuplane.core.plan import AdmissionDecision, Plan
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
@@ -129,13 +130,17 @@ def awaiting_checks(wl: Mapping[str, Any]) -> bool:
     """Whether the workload holds quota but is not admitted for its admission checks: some check
     is not Ready yet, or all are and the core has not placed it yet."""
     states = check_states(wl)
-    return bool(states) and (any(s.get("state") != "Ready" for s in states) or not _true(wl, "Admitted"))
+    return bool(states) and (
+        any(s.get("state") != "Ready" for s in states) or not _true(wl, ConditionType.ADMITTED)
+    )
 
 
 def checks_passed(wl: Mapping[str, Any], decision: AdmissionDecision) -> bool:
     """Whether ``decision`` admits a workload that holds quota and is not admitted yet (its
     checks have all passed); any other decision about a reserved workload is old news."""
-    return not decision.checks and not _true(wl, "Admitted") and not _true(wl, "Evicted")
+    return (
+        not decision.checks and not _true(wl, ConditionType.ADMITTED) and not _true(wl, ConditionType.EVICTED)
+    )
 
 
 def pending_checks(names: tuple[str, ...], now: str) -> list[dict[str, Any]]:
@@ -152,12 +157,10 @@ def evicted_by_check(wl: Mapping[str, Any], eviction: CheckEviction, now: str) -
     message = f"admission check {eviction.check} {verb}" + (
         f": {eviction.message}" if eviction.message else ""
     )
-    reason = EVICTED_BY_CHECK if eviction.state == CheckState.RETRY else "Deactivated"
-    conditions = [c for c in status.get("conditions", []) if c.get("type") != "Evicted"]
-    conditions.append(
-        {"type": "Evicted", "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
+    reason = EVICTED_BY_CHECK if eviction.state == CheckState.RETRY else Reason.DEACTIVATED
+    status["conditions"] = with_conditions(
+        status.get("conditions", []), condition(ConditionType.EVICTED, reason, now, message)
     )
-    status["conditions"] = conditions
     return updated
 
 
@@ -210,8 +213,8 @@ class Provisioner:
             wl
             for wl in self.cache.items("Workload")
             if (wl.get("status") or {}).get("admission")
-            and not _true(wl, "Evicted")
-            and not _true(wl, "Finished")
+            and not _true(wl, ConditionType.EVICTED)
+            and not _true(wl, ConditionType.FINISHED)
             and any(s.get("name") in checks for s in check_states(wl))
         ]
         if not todo:
@@ -248,7 +251,7 @@ class Provisioner:
     ) -> None:
         name = state["name"]
         latest = attempts[-1] if attempts else None
-        admitted = _true(wl, "Admitted") is not None
+        admitted = _true(wl, ConditionType.ADMITTED) is not None
         config = self._config(check)
         if state.get("state") == "Ready":
             if latest is None:
@@ -456,7 +459,7 @@ class Provisioner:
 
 
 def _reserved_at(wl: Mapping[str, Any]) -> str:
-    reserved = _true(wl, "QuotaReserved")
+    reserved = _true(wl, ConditionType.QUOTA_RESERVED)
     return str(reserved.get("lastTransitionTime", "")) if reserved is not None else ""
 
 

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuplane.core.lifecycle import ConditionType, condition, with_conditions
 from gpuplane.core.spot import NODE_INTERRUPTED
 from gpuplane.core.workloads import CHECKPOINT_ANNOTATION
 from gpuplane.k8s import api as k8s
@@ -101,7 +102,7 @@ class InterruptionGuard:
             if REQUESTED in annotations and not admitted:
                 self._annotate(wl, {REQUESTED: None, DEADLINE: None})  # queued again: done
                 continue
-            if key not in hit or not admitted or _true(wl, "Evicted"):
+            if key not in hit or not admitted or _true(wl, ConditionType.EVICTED):
                 continue
             node, pods = hit[key]
             if REQUESTED not in annotations:
@@ -161,17 +162,10 @@ class InterruptionGuard:
         message = f"node {node} is being taken back ({signal}); {why}; requeued at the head of its queue"
         updated: dict[str, Any] = json.loads(json.dumps(wl))
         status = updated.setdefault("status", {})
-        conditions = [c for c in status.get("conditions", []) if c.get("type") != "Evicted"]
-        conditions.append(
-            {
-                "type": "Evicted",
-                "status": "True",
-                "reason": NODE_INTERRUPTED,
-                "message": message,
-                "lastTransitionTime": micro_time(self.clock()),
-            }
+        status["conditions"] = with_conditions(
+            status.get("conditions", []),
+            condition(ConditionType.EVICTED, NODE_INTERRUPTED, micro_time(self.clock()), message),
         )
-        status["conditions"] = conditions
         try:
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
         except ApiError as err:

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.lifecycle import ConditionType, Reason
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.objects import (
-    INTERRUPTED_REASON,
     ClusterQueue,
     ClusterState,
     Condition,
@@ -401,7 +401,7 @@ class CapacitySim:
             job = self.jobs[j]
             conditions: tuple[Condition, ...] = ()
             if job.interrupted:
-                conditions = (Condition("Evicted", True, INTERRUPTED_REASON, "", now),)
+                conditions = (Condition(ConditionType.EVICTED, True, Reason.NODE_INTERRUPTED, "", now),)
             workloads.append(
                 Workload(
                     namespace="sim",

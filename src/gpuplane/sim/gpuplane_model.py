@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.inventory import DeviceConfig, DeviceGrant, PodNeeds
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.model.objects import (
@@ -66,7 +67,7 @@ BACKFILL = "backfill"  # the tier, its ClusterQueue and its LocalQueue in every 
 COHORT = "org"
 MIB = 1024 * 1024
 MAX_CYCLES = 1_000_000
-QUOTA_REASONS = frozenset({"WaitingForQuota", "ExceedsMaxQuota"})
+QUOTA_REASONS = frozenset({Reason.WAITING_FOR_QUOTA, Reason.EXCEEDS_MAX_QUOTA})
 
 
 @dataclass(frozen=True, slots=True)
