@@ -40,6 +40,7 @@ from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
 from gpuplane.core.quota import DRS, AdmittedWorkload, ClusterQueueNode, CohortNode, QuotaTree, compare_drs
 from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
+from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
 
@@ -51,7 +52,7 @@ MISCONFIGURED = Reason.MISCONFIGURED
 # A queue that exists but is inactive: stopped, or naming a missing flavor.
 SUSPENDED = Reason.SUSPENDED
 NAMESPACE_MISMATCH = Reason.NAMESPACE_MISMATCH
-WORKLOAD_LABEL = "kueue.x-k8s.io/workload-name"
+WORKLOAD_LABEL = keys.KUEUE_WORKLOAD_LABEL  # alias; the key lives in model.labels
 DEACTIVATED = Reason.DEACTIVATED
 WAITING_FOR_QUOTA = Reason.WAITING_FOR_QUOTA
 

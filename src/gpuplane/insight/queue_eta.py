@@ -41,9 +41,10 @@ from gpuplane.core.plan import PendingDecision
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.insight.eta import EPSILON, predict_start
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
 
-EXPECTED_RUNTIME_ANNOTATION = "gpuplane.dev/expected-runtime"
+EXPECTED_RUNTIME_ANNOTATION = keys.EXPECTED_RUNTIME_ANNOTATION
 DEFAULT_RUNTIME_SECONDS = 3600.0
 QUANTILES = (0.25, 0.5, 0.75)
 SCENARIOS = 32  # plays of the queue per estimate

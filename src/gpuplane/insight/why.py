@@ -45,11 +45,12 @@ from gpuplane.insight.queue_eta import (
     runtime_model,
     with_one_node,
 )
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Node, Pod, Workload
 
-WORKLOAD_NAME_LABEL = core_scheduler.WORKLOAD_LABEL
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+WORKLOAD_NAME_LABEL = keys.KUEUE_WORKLOAD_LABEL
+QUEUE_NAME_LABEL = keys.QUEUE_NAME_LABEL
+POD_GROUP_LABEL = keys.POD_GROUP_LABEL
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 # kubectl's spellings of the kinds a NAME may carry, to the kind a Workload is named after.
 KIND_ALIASES = {

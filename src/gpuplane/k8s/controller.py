@@ -69,6 +69,7 @@ from gpuplane.k8s.provisioning import (
 )
 from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.k8s.warm import WarmBuffer
+from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
 from gpuplane.model.karpenter import DO_NOT_DISRUPT
@@ -80,8 +81,8 @@ from gpuplane.model.topology import assigned_domains, topology_assignment
 
 log = logging.getLogger(__name__)
 
-DEVICES_ANNOTATION = "gpuplane.dev/devices"
-HOSTNAME = "kubernetes.io/hostname"
+DEVICES_ANNOTATION = keys.DEVICES_ANNOTATION
+HOSTNAME = keys.HOSTNAME_LABEL
 # The conditions an admission sets, in the order they are written.
 _ADMISSION_ORDER = (ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED)
 
@@ -276,7 +277,7 @@ class Controller:
     def _workloads_by_owner(self) -> dict[str, dict[str, Any]]:
         out = {}
         for wl in self.cache.items("Workload"):
-            uid = (wl.get("metadata", {}).get("labels") or {}).get(jobs.JOB_UID_LABEL)
+            uid = (wl.get("metadata", {}).get("labels") or {}).get(keys.JOB_UID_LABEL)
             if uid:
                 out[uid] = wl
         return out
@@ -307,14 +308,14 @@ class Controller:
         for pod in self.cache.items("Pod"):
             spec = pod.get("spec", {})
             gates = [g.get("name") for g in spec.get("schedulingGates", []) or []]
-            if jobs.GATE not in gates:
+            if keys.ADMISSION_GATE not in gates:
                 continue
             meta = pod["metadata"]
-            group = (meta.get("labels") or {}).get(jobs.POD_GROUP_LABEL) or meta["name"]
+            group = (meta.get("labels") or {}).get(keys.POD_GROUP_LABEL) or meta["name"]
             groups.setdefault(f"{meta.get('namespace')}/{group}", []).append(pod)
         for pods in groups.values():
             body = jobs.pod_group_workload(pods, priorities)
-            if body is not None and body["metadata"]["labels"][jobs.JOB_UID_LABEL] not in owned:
+            if body is not None and body["metadata"]["labels"][keys.JOB_UID_LABEL] not in owned:
                 bodies.append(body)
         self._each(partial(self._create_workload, body) for body in bodies)
 
@@ -605,12 +606,12 @@ class Controller:
         """The workload's pods as cached now: by its workload label, or for plain pods and pod
         groups (no owner) by group label or pod name."""
         ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
-        uid = (wl["metadata"].get("labels") or {}).get(jobs.JOB_UID_LABEL)
-        keys = list(self._pods_by.get((ns, "workload", name), []))
+        uid = (wl["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
+        pod_keys = list(self._pods_by.get((ns, "workload", name), []))
         if uid and not wl["metadata"].get("ownerReferences"):
-            keys += self._pods_by.get((ns, "group", uid), []) + self._pods_by.get((ns, "name", uid), [])
+            pod_keys += self._pods_by.get((ns, "group", uid), []) + self._pods_by.get((ns, "name", uid), [])
         out = []
-        for key in sorted(set(keys)):
+        for key in sorted(set(pod_keys)):
             pod = self.cache.get("Pod", key)
             if pod is not None:
                 out.append(pod)
@@ -663,14 +664,14 @@ class Controller:
         writes: list[Callable[[], None]] = []
         for pod in self._pods_of(wl):  # plain pods and pod groups: lift the gate
             gates = pod.get("spec", {}).get("schedulingGates") or []
-            if not any(g.get("name") == jobs.GATE for g in gates):
+            if not any(g.get("name") == keys.ADMISSION_GATE for g in gates):
                 continue
             updated = json.loads(json.dumps(pod))
-            updated["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != jobs.GATE]
-            updated["spec"]["schedulerName"] = jobs.SCHEDULER_NAME
-            updated["metadata"].setdefault("labels", {})[jobs.WORKLOAD_LABEL] = wl["metadata"]["name"]
-            updated["metadata"]["labels"][jobs.CORE_WORKLOAD_LABEL] = wl["metadata"]["name"]
-            updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
+            updated["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != keys.ADMISSION_GATE]
+            updated["spec"]["schedulerName"] = keys.SCHEDULER_NAME
+            updated["metadata"].setdefault("labels", {})[keys.WORKLOAD_LABEL] = wl["metadata"]["name"]
+            updated["metadata"]["labels"][keys.KUEUE_WORKLOAD_LABEL] = wl["metadata"]["name"]
+            updated["metadata"]["labels"][keys.PODSET_LABEL] = "main"
             updated["metadata"]["labels"].update(_queue_labels(wl, admission))
             updated["metadata"].setdefault("annotations", {}).update(pod_set_updates(wl).get("main", {}))
             writes.append(partial(self._write, "Pod", updated))
@@ -695,7 +696,7 @@ class Controller:
         While pods are missing, each one that waits gets an Event (once) saying so.
         """
         pods = [
-            p for p in self._pods_of(wl) if (p.get("spec", {}).get("schedulerName") == jobs.SCHEDULER_NAME)
+            p for p in self._pods_of(wl) if (p.get("spec", {}).get("schedulerName") == keys.SCHEDULER_NAME)
         ]
         expected = sum(int(psa.get("count", 0)) for psa in admission.get("podSetAssignments", []))
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -721,14 +722,14 @@ class Controller:
             targets[psa["name"]] = slots
         for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
             node = pod.get("spec", {}).get("nodeName")
-            podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
+            podset = (pod["metadata"].get("labels") or {}).get(keys.PODSET_LABEL, "main")
             slots = targets.get(podset, [])
             if node and node in slots:
                 slots.remove(node)
         self.warm.clear({n for slots in targets.values() for n in slots})  # placeholders make room
         writes: list[Callable[[], None]] = []
         for pod in sorted(waiting, key=lambda p: p["metadata"]["name"]):
-            podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
+            podset = (pod["metadata"].get("labels") or {}).get(keys.PODSET_LABEL, "main")
             slots = targets.get(podset, [])
             if not slots:
                 continue  # quota-only admission (no nodes known) or more pods than planned
@@ -904,16 +905,16 @@ class Controller:
             self.counters.add("event_failures")
 
 
-_POD_TIES = (("workload", jobs.WORKLOAD_LABEL), ("group", jobs.POD_GROUP_LABEL))
+_POD_TIES = (("workload", keys.WORKLOAD_LABEL), ("group", keys.POD_GROUP_LABEL))
 _FRACTION = re.compile(r"(\d+)m(?:/(\d+)Mi)?")
 
 
 def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, str]:
     """Kueue's queue labels for the pods of an admitted workload, so DCGM series join to queues."""
-    out = {jobs.CLUSTER_QUEUE_LABEL: str(admission.get("clusterQueue", ""))}
+    out = {keys.CLUSTER_QUEUE_LABEL: str(admission.get("clusterQueue", ""))}
     queue = wl.get("spec", {}).get("queueName")
     if queue:
-        out[jobs.LOCAL_QUEUE_LABEL] = str(queue)
+        out[keys.LOCAL_QUEUE_LABEL] = str(queue)
     return out
 
 

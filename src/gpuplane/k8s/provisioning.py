@@ -40,21 +40,22 @@ from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.informer import Cache, object_key
 from gpuplane.k8s.leader import micro_time
+from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import PROVISIONING_CONTROLLER, CheckState
 from gpuplane.model.fields import lenient_timestamp
 
 log = logging.getLogger(__name__)
 
-CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
-CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
+CONSUME_ANNOTATION = keys.CONSUME_PROVISIONING_REQUEST_ANNOTATION
+CLASS_ANNOTATION = keys.PROVISIONING_CLASS_ANNOTATION
 ATOMIC_SCALE_UP = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 CHECK_CAPACITY = "check-capacity.autoscaling.x-k8s.io"
-WORKLOAD_LABEL = "gpuplane.dev/provisioning-workload"
-CHECK_LABEL = "gpuplane.dev/provisioning-check"
-ATTEMPT_LABEL = "gpuplane.dev/provisioning-attempt"
+WORKLOAD_LABEL = keys.PROVISIONING_WORKLOAD_LABEL
+CHECK_LABEL = keys.PROVISIONING_CHECK_LABEL
+ATTEMPT_LABEL = keys.PROVISIONING_ATTEMPT_LABEL
 # The QuotaReserved time of the reservation a request was made for: a failed request of an
 # earlier reservation calls for a new attempt, one of the current reservation for a Retry.
-RESERVATION_ANNOTATION = "gpuplane.dev/reserved-at"
+RESERVATION_ANNOTATION = keys.RESERVED_AT_ANNOTATION
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,10 +27,10 @@ from gpuplane.core.lifecycle import ConditionType, condition, with_conditions
 from gpuplane.core.spot import NODE_INTERRUPTED
 from gpuplane.core.workloads import CHECKPOINT_ANNOTATION
 from gpuplane.k8s import api as k8s
-from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.informer import Cache, object_key
 from gpuplane.k8s.leader import micro_time
+from gpuplane.model import labels as keys
 from gpuplane.model.fields import lenient_timestamp
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,9 @@ INTERRUPTION_TAINTS = (
     "node.cloudprovider.kubernetes.io/shutdown",
     "ToBeDeletedByClusterAutoscaler",
 )
-REQUESTED = "gpuplane.dev/checkpoint-requested"
-DEADLINE = "gpuplane.dev/checkpoint-deadline"
-GRACE = "gpuplane.dev/checkpoint-grace-seconds"
+REQUESTED = keys.CHECKPOINT_REQUESTED_ANNOTATION
+DEADLINE = keys.CHECKPOINT_DEADLINE_ANNOTATION
+GRACE = keys.CHECKPOINT_GRACE_ANNOTATION
 
 
 def interruption(node: dict[str, Any]) -> str | None:
@@ -87,7 +87,7 @@ class InterruptionGuard:
             for pod in self.cache.items("Pod"):
                 node = (pod.get("spec") or {}).get("nodeName")
                 labels = pod["metadata"].get("labels") or {}
-                owner = labels.get(jobs.CORE_WORKLOAD_LABEL) or labels.get(jobs.WORKLOAD_LABEL)
+                owner = labels.get(keys.KUEUE_WORKLOAD_LABEL) or labels.get(keys.WORKLOAD_LABEL)
                 if node not in signals or not owner:
                     continue
                 if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

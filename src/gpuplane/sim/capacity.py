@@ -36,6 +36,7 @@ import numpy as np
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.lifecycle import ConditionType, Reason
 from gpuplane.core.scheduler import schedule
+from gpuplane.model.labels import HOSTNAME_LABEL
 from gpuplane.model.objects import (
     ClusterQueue,
     ClusterState,
@@ -392,7 +393,7 @@ class CapacitySim:
             Node(
                 name=n.name,
                 allocatable=frozen_map({GPU: self.s.gpus_per_node, "pods": 110}),
-                labels=frozen_map({"kubernetes.io/hostname": n.name}),
+                labels=frozen_map({HOSTNAME_LABEL: n.name}),
             )
             for n in sorted(free, key=lambda n: (n.booked is None, n.name))
         )

@@ -35,6 +35,7 @@ from gpuplane.core.inventory import DeviceConfig, DeviceGrant, PodNeeds
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import (
     ClusterQueue,
     ClusterState,
@@ -57,7 +58,7 @@ from gpuplane.sim.cluster import ClusterSpec, NodeSpec
 from gpuplane.sim.engine import HOLD, NODE_FAILURE, PREEMPTED, START, STOP, Change, EtaView
 from gpuplane.sim.workloads import MILLI, Job, Request
 
-POOL_LABEL = "gpuplane.dev/pool"
+POOL_LABEL = keys.POOL_LABEL
 GPU_MILLI = "gpuplane.dev/gpu-milli"
 GPU = "nvidia.com/gpu"
 FRACTION = "gpuplane.dev/gpu-fraction"

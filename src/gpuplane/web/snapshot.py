@@ -24,6 +24,7 @@ from gpuplane.core.inventory import MILLI, NodeState, PodNeeds, pod_needs
 from gpuplane.core.plan import AdmissionDecision, Plan
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.insight.why import Explanation, explain_all
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
 
 # Label keys that group nodes on the node map when no Topology object names its levels.
@@ -34,7 +35,7 @@ TOPOLOGY_LABELS = (
     "network.topology.kubernetes.io/rack",
     "rack",
 )
-HOSTNAME = "kubernetes.io/hostname"
+HOSTNAME = keys.HOSTNAME_LABEL
 
 
 @dataclass(frozen=True, slots=True)
