@@ -167,6 +167,18 @@ class Cluster:
         self._eligible_names[key] = {s.name for s in out}
         return out
 
+    def node_changed(self, node: Node) -> None:
+        """``node`` (same name, same allocatable) has new labels, taints or schedulability: what
+        is placed on it stays, and the eligible-node lists and topology indexes are rebuilt."""
+        self.nodes[node.name].node = node
+        self._eligible.clear()
+        self._eligible_names.clear()
+        self._members.clear()
+        levels, self._levels = self._levels, set()
+        self._domain_free.clear()
+        for level in sorted(levels):
+            self._track_level(level)
+
     def eligible_names(self, ps: GangPodSet) -> set[str]:
         self.eligible(ps)
         return self._eligible_names[self._eligibility_key(ps)]

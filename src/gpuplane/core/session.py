@@ -1,0 +1,371 @@
+"""The one entry point drivers use: a long-lived scheduling session fed with events.
+
+A :class:`Session` holds the core's working state (quota tree, queues, device inventory) for as
+long as a driver runs: ``gpuplane schedule`` for one decision, the simulator for one run. Drivers
+tell it what happened and ask it to decide; they never reach into the state behind it::
+
+    events in                          decisions out                     read-only views
+    ---------                          -------------                     ---------------
+    submit / update / withdraw         cycle(now) -> Plan (one cycle)    pending(), admitted()
+    finish / evict                     drain(now, stop=...) -> Plan      usage(), lifecycle(key)
+    node_down / node_up / node_changed   (cycles until nothing changes,  has_pending()
+    record_checkpoint                     the stop rule says so, or      waiting_for(reasons)
+                                          the bound is hit)
+
+Every call that changes something takes the current time (seconds, the driver's clock); time never
+runs backwards, and nothing here reads a clock. Plans are frozen; each admission carries, per pod,
+the node and the devices it was given (``PodPlacement.devices``), which are the devices a driver
+binds.
+
+Every workload's state follows :mod:`gpuplane.core.lifecycle`: the session moves it through the
+transition table on each event and on each cycle's admissions, preemptions and check evictions,
+so its history (state, time, reason) is there for insight and metrics to read. With
+``track_reasons`` the pending reasons are recorded too, after every cycle (it costs one pass over
+the queues per cycle, so the simulator turns it off and asks :meth:`Session.waiting_for` instead).
+
+Idempotency: ``finish``, ``evict``, ``withdraw``, ``node_down`` and ``node_up`` return what they
+changed, and a repeated call changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+
+from gpuplane.core.admission_checks import CheckEviction, Verdict
+from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.inventory import DeviceGrant, PodNeeds
+from gpuplane.core.lifecycle import Lifecycle, Reason, Step, WorkloadState
+from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
+from gpuplane.core.scheduler import Scheduler
+from gpuplane.model.admission_checks import CheckState
+from gpuplane.model.objects import ClusterState, Node, Workload
+
+__all__ = ["CycleOutcome", "Lifecycle", "Reason", "Session", "Step", "Usage", "WorkloadState"]
+
+_NODE_DOWN = "node-down/"  # the holder of a failed node's capacity in the device inventory
+_S = WorkloadState
+
+
+@dataclass(frozen=True, slots=True)
+class CycleOutcome:
+    """What one cycle of a :meth:`Session.drain` decided, for the driver's stop rule."""
+
+    admitted: tuple[AdmissionDecision, ...]
+    preempted: tuple[PreemptionDecision, ...]
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What one ClusterQueue holds now: per (flavor, resource), in the resource's units."""
+
+    cluster_queue: str
+    used: Mapping[tuple[str, str], int]
+    admitted: int
+
+
+StopRule = Callable[[CycleOutcome], bool]
+
+
+def _reason(text: str) -> Reason:
+    """The core reports only :class:`Reason` spellings; anything else reads as plain Pending."""
+    try:
+        return Reason(text)
+    except ValueError:
+        return Reason.PENDING
+
+
+class Session:
+    """A long-lived scheduling session over one cluster (see the module docstring).
+
+    ``state`` gives the queues, flavors, nodes and the workloads known at the start: admitted ones
+    hold their quota and devices, pending ones are queued. The set of nodes is fixed for the
+    session's life: a node goes down and comes back, or changes its labels and taints.
+    """
+
+    def __init__(
+        self, state: ClusterState, config: SchedulerConfig, now: float, *, track_reasons: bool = True
+    ) -> None:
+        self._scheduler = Scheduler(state, config, now)
+        self._now = now
+        self._track_reasons = track_reasons
+        self._lifecycles: dict[str, Lifecycle] = {}
+        self._evictions_seen = 0
+        for wl in state.workloads:
+            created = min(wl.creation, now)
+            if wl.finished:  # observed finished: its history starts there
+                life = Lifecycle(created, [Step(_S.FINISHED, created, Reason.FINISHED)])
+            else:
+                life = Lifecycle(created)
+                if wl.key in self._scheduler.tree.admitted:
+                    self._initial_hold(life, wl, now)
+            self._lifecycles[wl.key] = life
+        if track_reasons:
+            self._note_pending()
+
+    def _initial_hold(self, life: Lifecycle, wl: Workload, now: float) -> None:
+        """The state of a workload that holds quota when the session starts."""
+        verdict, _ = self._scheduler.gate.verdict(wl)
+        if verdict in (Verdict.WAITING, Verdict.READY):
+            life.transition(_S.QUOTA_RESERVED, now, Reason.QUOTA_RESERVED)
+            return
+        life.transition(_S.ADMITTED, now, Reason.ADMITTED)
+        if wl.evicted:  # holds its quota until its pods are gone
+            life.transition(_S.EVICTING, now, Reason.PREEMPTED)
+
+    # --- time and state ----------------------------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        if now < self._now:
+            raise ValueError(f"time runs backwards: {now} < {self._now}")
+        self._now = now
+        self._scheduler.advance(now)
+
+    def _move(self, key: str, to: WorkloadState, reason: Reason, message: str = "") -> None:
+        life = self._lifecycles.get(key)
+        if life is None:
+            life = self._lifecycles[key] = Lifecycle(created=self._now)
+        life.transition(to, self._now, reason, message)
+
+    # --- workloads ---------------------------------------------------------------------------
+
+    def submit(self, wl: Workload, now: float) -> None:
+        """A new workload arrives and is queued by its LocalQueue. Raises on a key still live."""
+        self._advance(now)
+        known = self._lifecycles.get(wl.key)
+        if known is not None and known.state not in (_S.FINISHED, _S.DELETED):
+            raise ValueError(f"workload {wl.key} is already known; use update()")
+        self._lifecycles[wl.key] = Lifecycle(created=now)
+        self._scheduler.submit(wl)
+
+    def update(self, wl: Workload, now: float) -> None:
+        """A workload object changed. A pending one is queued again with its new spec; an admitted
+        one keeps its admission, and only its object (annotations, checkpoint) changes."""
+        self._advance(now)
+        if wl.key in self._scheduler.tree.admitted:
+            self._scheduler.workloads[wl.key] = wl
+            return
+        if self._scheduler.withdraw(wl.key):
+            self._scheduler.submit(wl)
+            return
+        self.submit(wl, now)
+
+    def withdraw(self, key: str, now: float) -> bool:
+        """A pending workload was deleted before admission; False when it was not pending."""
+        self._advance(now)
+        if not self._scheduler.withdraw(key):
+            return False
+        self._move(key, _S.DELETED, Reason.DELETED)
+        return True
+
+    def finish(self, key: str, now: float, reason: Reason = Reason.SUCCEEDED) -> bool:
+        """An admitted workload completed: its quota and devices are free. False if not admitted."""
+        self._advance(now)
+        if not self._scheduler.finish(key):
+            return False
+        self._move(key, _S.FINISHED, reason)
+        return True
+
+    def evict(self, key: str, now: float, reason: Reason, message: str = "") -> bool:
+        """Evict an admitted workload outside preemption (reaper, node failure): its quota and
+        devices are free and it is queued again. False if it was not admitted."""
+        self._advance(now)
+        if not self._scheduler.evict(key, message or reason):
+            return False
+        self._move(key, _S.PENDING, reason, message)
+        return True
+
+    def record_checkpoint(self, key: str, at: float) -> bool:
+        """An admitted workload checkpointed at ``at``: preemption counts the work since then.
+        False when the workload holds no admission."""
+        held = self._scheduler.tree.admitted.get(key)
+        if held is None:
+            return False
+        held.last_checkpoint = at
+        return True
+
+    # --- nodes -------------------------------------------------------------------------------
+
+    def node_down(self, name: str, now: float) -> tuple[str, ...]:
+        """A node failed: every workload placed on it is evicted and requeued (reason
+        ``NodeFailures``), and all its capacity is held until :meth:`node_up`. Returns the
+        evicted workloads, by key (empty when the node is unknown or already down)."""
+        self._advance(now)
+        cluster = self._scheduler.cluster
+        if cluster is None or name not in cluster.nodes or _NODE_DOWN + name in cluster.owners:
+            return ()
+        on_node = sorted(
+            owner for owner, items in cluster.owners.items() if any(node == name for node, _, _ in items)
+        )
+        evicted = tuple(
+            key for key in on_node if self.evict(key, now, Reason.NODE_FAILURES, f"node {name} failed")
+        )
+        state = cluster.nodes[name]
+        grants: list[DeviceGrant] = []
+        for device in state.devices:
+            if device.sharing == "mig":
+                grants += [DeviceGrant(device.index, "mig", instance=slot.instance) for slot in device.mig]
+            else:
+                grants.append(DeviceGrant(device.index, "whole"))
+        free = {res: q - state.used.get(res, 0) for res, q in state.allocatable.items()}
+        free["pods"] = state.allocatable.get("pods", 110) - state.used.get("pods", 0)
+        cluster.hold(_NODE_DOWN + name, name, PodNeeds(free), grants)
+        self._scheduler.capacity_changed(freed=False)
+        return evicted
+
+    def node_up(self, name: str, now: float) -> bool:
+        """A node that was down is back: its capacity is free again, and every parked workload
+        gets another look. False when the node was not down."""
+        self._advance(now)
+        cluster = self._scheduler.cluster
+        if cluster is None or _NODE_DOWN + name not in cluster.owners:
+            return False
+        cluster.release(_NODE_DOWN + name)
+        self._scheduler.capacity_changed(freed=True)
+        return True
+
+    def node_changed(self, node: Node, now: float) -> None:
+        """A node's labels, taints or schedulability changed. Its allocatable resources must stay
+        the same (a node with new hardware is a new session). Nothing placed on it moves; the next
+        cycle sees the node as it is now."""
+        self._advance(now)
+        cluster = self._scheduler.cluster
+        if cluster is None or node.name not in cluster.nodes:
+            raise ValueError(f"node {node.name} is not part of this session")
+        if dict(cluster.nodes[node.name].node.allocatable) != dict(node.allocatable):
+            raise ValueError(f"node {node.name}: allocatable resources changed; start a new session")
+        cluster.node_changed(node)
+        self._scheduler.capacity_changed(freed=True)
+
+    # --- deciding ----------------------------------------------------------------------------
+
+    def cycle(self, now: float) -> Plan:
+        """Run one scheduling cycle (Kueue's semantics) and return what it decided."""
+        return self.drain(now, max_cycles=1)
+
+    def drain(
+        self,
+        now: float,
+        *,
+        stop: StopRule | None = None,
+        max_cycles: int | None = None,
+        until_quiet: bool = True,
+        with_pending: bool = True,
+    ) -> Plan:
+        """Run cycles at ``now`` until one changes nothing (``until_quiet``), ``stop`` says so
+        after a cycle, or ``max_cycles`` have run.
+
+        The default bound is the one :func:`gpuplane.core.scheduler.schedule` uses:
+        ``config.max_cycles``, at most ten cycles per known workload. ``until_quiet=False`` with
+        ``max_cycles=N`` runs exactly N cycles (``gpuplane schedule --cycles N``). Returns the
+        admissions made in this drain that still stand, every preemption it issued, the pending
+        workloads now (left out with ``with_pending=False``: a pass over every queue, which a
+        driver that drains at every event may not need), and the notes and admission-check
+        outcomes of its cycles.
+        """
+        self._advance(now)
+        scheduler = self._scheduler
+        if max_cycles is None:
+            max_cycles = min(scheduler.config.max_cycles, 10 * (len(self._lifecycles) + 10))
+        preempted_from, notes_from = len(scheduler.preempted), len(scheduler.notes)
+        evictions_from = len(scheduler.gate.evictions)
+        admitted: list[AdmissionDecision] = []
+        ran = 0
+        while ran < max_cycles:
+            result = scheduler.cycle()
+            ran += 1
+            self._apply(result.admitted, result.preempted)
+            admitted += result.admitted
+            if stop is not None and stop(
+                CycleOutcome(tuple(result.admitted), tuple(result.preempted), result.changed)
+            ):
+                break
+            if until_quiet and not result.changed:
+                break
+        standing = [d for d in admitted if scheduler.admitted.get(d.workload) is d]
+        return Plan(
+            admitted=tuple(sorted(standing, key=lambda d: d.workload)),
+            preempted=tuple(scheduler.preempted[preempted_from:]),
+            pending=tuple(scheduler.pending_decisions()) if with_pending else (),
+            cycles=ran,
+            notes=tuple(scheduler.notes[notes_from:]),
+            reserved=tuple(scheduler.gate.reserved.values()),
+            check_evictions=tuple(scheduler.gate.evictions[evictions_from:]),
+        )
+
+    def _apply(self, admitted: list[AdmissionDecision], preempted: list[PreemptionDecision]) -> None:
+        """Move the lifecycles by what one cycle decided."""
+        evictions = self._scheduler.gate.evictions
+        for ended in evictions[self._evictions_seen :]:
+            self._check_ended(ended)
+        self._evictions_seen = len(evictions)
+        for decision in admitted:
+            if decision.checks:
+                self._move(decision.workload, _S.QUOTA_RESERVED, Reason.QUOTA_RESERVED)
+            else:
+                self._move(decision.workload, _S.ADMITTED, Reason.ADMITTED)
+        for victim in preempted:
+            # The core requeues a victim at once: its capacity counts as free in the next cycle.
+            self._move(victim.workload, _S.PENDING, Reason.PREEMPTED, victim.reason)
+        if self._track_reasons:
+            self._note_pending()
+
+    def _check_ended(self, ended: CheckEviction) -> None:
+        life = self._lifecycles.get(ended.workload)
+        if life is None or life.state == _S.PENDING:
+            return
+        reason = Reason.DEACTIVATED if ended.state == CheckState.REJECTED else Reason.ADMISSION_CHECK
+        self._move(ended.workload, _S.PENDING, reason, ended.message)
+
+    def _note_pending(self) -> None:
+        for decision in self._scheduler.pending_decisions():
+            life = self._lifecycles.get(decision.workload)
+            if life is not None and life.state == _S.PENDING:
+                life.transition(_S.PENDING, self._now, _reason(decision.reason), decision.message)
+
+    # --- views -------------------------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        """The session's clock: the latest time a call passed in."""
+        return self._now
+
+    def pending(self) -> tuple[PendingDecision, ...]:
+        """Every workload not admitted, with its reason and position."""
+        return tuple(self._scheduler.pending_decisions())
+
+    def has_pending(self) -> bool:
+        """Whether any workload waits in a ClusterQueue."""
+        return self._scheduler.pending_count() > 0
+
+    def waiting_for(self, reasons: Collection[str]) -> list[str]:
+        """Queued workloads whose last attempt failed for one of ``reasons``, in queue order
+        (ClusterQueues by name, then position). Cheaper than :meth:`pending`: no messages."""
+        status = self._scheduler.status
+        out = []
+        for queue in self._scheduler.queues.values():
+            for queued in queue:
+                got = status.get(queued.key)
+                if got is not None and got.reason in reasons:
+                    out.append(queued.key)
+        return out
+
+    def admitted(self) -> tuple[AdmissionDecision, ...]:
+        """Every admission made in this session that still stands, by workload."""
+        return tuple(sorted(self._scheduler.admitted.values(), key=lambda d: d.workload))
+
+    def usage(self) -> tuple[Usage, ...]:
+        """Per ClusterQueue: what its admitted workloads hold, and how many there are."""
+        counts: dict[str, int] = {}
+        for held in self._scheduler.tree.admitted.values():
+            counts[held.cluster_queue] = counts.get(held.cluster_queue, 0) + 1
+        return tuple(
+            Usage(name, {fr: q for fr, q in sorted(node.usage.items()) if q}, counts.get(name, 0))
+            for name, node in sorted(self._scheduler.tree.queues.items())
+        )
+
+    def lifecycle(self, key: str) -> Lifecycle | None:
+        """The workload's state and history (a copy: the session keeps the original)."""
+        life = self._lifecycles.get(key)
+        return None if life is None else replace(life, history=list(life.history))
