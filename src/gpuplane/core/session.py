@@ -41,7 +41,7 @@ from gpuplane.core.scheduler import Scheduler
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.objects import ClusterState, Node, Workload
 
-__all__ = ["CycleOutcome", "Lifecycle", "Reason", "Session", "Step", "Usage", "WorkloadState"]
+__all__ = ["CycleOutcome", "DeviceUse", "Lifecycle", "Reason", "Session", "Step", "Usage", "WorkloadState"]
 
 _NODE_DOWN = "node-down/"  # the holder of a failed node's capacity in the device inventory
 _S = WorkloadState
@@ -63,6 +63,16 @@ class Usage:
     cluster_queue: str
     used: Mapping[tuple[str, str], int]
     admitted: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUse:
+    """One device of a node, as the session's inventory holds it now."""
+
+    node: str
+    index: int
+    milli_used: int  # fractions held on it, in thousandths of the device
+    whole_by: str | None  # the workload that holds it whole, if one does
 
 
 StopRule = Callable[[CycleOutcome], bool]
@@ -363,6 +373,17 @@ class Session:
         return tuple(
             Usage(name, {fr: q for fr, q in sorted(node.usage.items()) if q}, counts.get(name, 0))
             for name, node in sorted(self._scheduler.tree.queues.items())
+        )
+
+    def device_use(self) -> tuple[DeviceUse, ...]:
+        """Every device of every node, by node name and index (empty without nodes)."""
+        cluster = self._scheduler.cluster
+        if cluster is None:
+            return ()
+        return tuple(
+            DeviceUse(name, device.index, device.milli_used, device.whole_by)
+            for name, state in cluster.nodes.items()
+            for device in state.devices
         )
 
     def lifecycle(self, key: str) -> Lifecycle | None:
