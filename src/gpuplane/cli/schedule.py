@@ -17,9 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuplane.core.config import config_from_kueue
-from gpuplane.core.plan import Plan
-from gpuplane.core.session import Session
+from gpuplane.core.session import Plan, Session, config_from_kueue
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import timestamp
 from gpuplane.model.loader import load_files, state_from_objects

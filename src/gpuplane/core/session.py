@@ -32,16 +32,74 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
-from gpuplane.core.admission_checks import CheckEviction, Verdict
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.inventory import DeviceGrant, PodNeeds
-from gpuplane.core.lifecycle import Lifecycle, Reason, Step, WorkloadState
-from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
-from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.admission_checks import CheckEviction, ReservedDecision, Verdict
+from gpuplane.core.config import SchedulerConfig, config_from_kueue
+from gpuplane.core.inventory import MILLI, DeviceConfig, DeviceGrant, PodNeeds
+from gpuplane.core.lifecycle import (
+    CONDITIONS,
+    TERMINAL,
+    TRANSITIONS,
+    ConditionType,
+    IllegalTransitionError,
+    Lifecycle,
+    Reason,
+    Step,
+    WorkloadState,
+    can_transition,
+    condition,
+    transition,
+    with_conditions,
+)
+from gpuplane.core.plan import (
+    AdmissionDecision,
+    PendingDecision,
+    Plan,
+    PodPlacement,
+    PodSetDecision,
+    PreemptionDecision,
+)
+from gpuplane.core.scheduler import Scheduler, schedule
+from gpuplane.core.workloads import last_checkpoint
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.objects import ClusterState, Node, Workload
 
-__all__ = ["CycleOutcome", "DeviceUse", "Lifecycle", "Reason", "Session", "Step", "Usage", "WorkloadState"]
+# The core's public surface: drivers import these from here and nothing else from the core
+# (an import-linter contract checks it). The configuration, the plan's types, the lifecycle and
+# the pure one-shot ``schedule`` are re-exported; the session is the long-lived form.
+__all__ = [
+    "CONDITIONS",
+    "MILLI",
+    "TERMINAL",
+    "TRANSITIONS",
+    "AdmissionDecision",
+    "CheckEviction",
+    "ConditionType",
+    "CycleOutcome",
+    "DeviceConfig",
+    "DeviceUse",
+    "IllegalTransitionError",
+    "Lifecycle",
+    "PendingDecision",
+    "Plan",
+    "PodPlacement",
+    "PodSetDecision",
+    "PreemptionDecision",
+    "Reason",
+    "ReservedDecision",
+    "SchedulerConfig",
+    "Session",
+    "Step",
+    "StopRule",
+    "Usage",
+    "WorkloadState",
+    "can_transition",
+    "condition",
+    "config_from_kueue",
+    "last_checkpoint",
+    "schedule",
+    "transition",
+    "with_conditions",
+]
 
 _NODE_DOWN = "node-down/"  # the holder of a failed node's capacity in the device inventory
 _S = WorkloadState

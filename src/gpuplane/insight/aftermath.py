@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.lifecycle import ConditionType, Reason
-from gpuplane.core.plan import Plan
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import ConditionType, Plan, Reason, SchedulerConfig
 from gpuplane.model.objects import (
     Admission,
     ClusterState,

@@ -35,11 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.lifecycle import ConditionType
-from gpuplane.core.plan import PendingDecision
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import ConditionType, PendingDecision, SchedulerConfig
 from gpuplane.insight.eta import EPSILON, predict_start
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload

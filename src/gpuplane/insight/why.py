@@ -28,13 +28,11 @@ from typing import Any
 from gpuplane.core import flavors as core_flavors
 from gpuplane.core import gang as core_gang
 from gpuplane.core import scheduler as core_scheduler
-from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.gang import GangPlacement, GangPodSet
 from gpuplane.core.inventory import pod_needs
-from gpuplane.core.lifecycle import Reason
-from gpuplane.core.plan import PendingDecision, Plan
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig, config_from_kueue
 from gpuplane.insight.aftermath import world_after
 from gpuplane.insight.idle import DATA_STALL_CONDITION
 from gpuplane.insight.queue_eta import (

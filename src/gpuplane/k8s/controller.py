@@ -39,19 +39,23 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from gpuplane.core.admission_checks import CheckEviction
-from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.inventory import DeviceGrant, NodeState, node_state, pod_needs
-from gpuplane.core.lifecycle import (
+from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import (
     CONDITIONS,
+    AdmissionDecision,
+    CheckEviction,
     ConditionType,
+    PendingDecision,
+    Plan,
+    PreemptionDecision,
     Reason,
+    SchedulerConfig,
     WorkloadState,
     condition,
+    config_from_kueue,
     with_conditions,
 )
-from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
-from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi

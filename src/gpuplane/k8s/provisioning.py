@@ -32,9 +32,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplane.core.admission_checks import EVICTED_BY_CHECK, CheckEviction
-from gpuplane.core.lifecycle import ConditionType, Reason, condition, with_conditions
-from gpuplane.core.plan import AdmissionDecision, Plan
+from gpuplane.core.session import (
+    AdmissionDecision,
+    CheckEviction,
+    ConditionType,
+    Plan,
+    Reason,
+    condition,
+    with_conditions,
+)
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
@@ -158,7 +164,7 @@ def evicted_by_check(wl: Mapping[str, Any], eviction: CheckEviction, now: str) -
     message = f"admission check {eviction.check} {verb}" + (
         f": {eviction.message}" if eviction.message else ""
     )
-    reason = EVICTED_BY_CHECK if eviction.state == CheckState.RETRY else Reason.DEACTIVATED
+    reason = Reason.ADMISSION_CHECK if eviction.state == CheckState.RETRY else Reason.DEACTIVATED
     status["conditions"] = with_conditions(
         status.get("conditions", []), condition(ConditionType.EVICTED, reason, now, message)
     )

@@ -23,9 +23,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuplane.core.lifecycle import ConditionType, condition, with_conditions
-from gpuplane.core.spot import NODE_INTERRUPTED
-from gpuplane.core.workloads import CHECKPOINT_ANNOTATION
+from gpuplane.core.session import ConditionType, Reason, condition, with_conditions
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.informer import Cache, object_key
@@ -164,7 +162,7 @@ class InterruptionGuard:
         status = updated.setdefault("status", {})
         status["conditions"] = with_conditions(
             status.get("conditions", []),
-            condition(ConditionType.EVICTED, NODE_INTERRUPTED, micro_time(self.clock()), message),
+            condition(ConditionType.EVICTED, Reason.NODE_INTERRUPTED, micro_time(self.clock()), message),
         )
         try:
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
@@ -184,7 +182,7 @@ def _true(obj: dict[str, Any], ctype: str) -> bool:
 
 
 def _checkpoint_time(annotations: dict[str, str]) -> float | None:
-    text = annotations.get(CHECKPOINT_ANNOTATION)
+    text = annotations.get(keys.CHECKPOINT_ANNOTATION)
     if not text:
         return None
     try:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplane.core.lifecycle import ConditionType, Reason, condition, with_conditions
+from gpuplane.core.session import ConditionType, Reason, condition, with_conditions
 from gpuplane.insight import idle
 from gpuplane.reaper.cluster import (
     NOTEBOOK_STOPPED,

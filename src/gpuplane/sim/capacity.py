@@ -33,9 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.lifecycle import ConditionType, Reason
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.session import ConditionType, Reason, SchedulerConfig, schedule
 from gpuplane.model.labels import HOSTNAME_LABEL
 from gpuplane.model.objects import (
     ClusterQueue,

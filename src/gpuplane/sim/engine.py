@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpuplane.core.lifecycle import Reason
+from gpuplane.core.session import Reason
 from gpuplane.insight import idle
 from gpuplane.insight.eta import Ahead, latest_start, predict_start
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger

@@ -30,11 +30,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.inventory import DeviceConfig
-from gpuplane.core.lifecycle import Reason
-from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
-from gpuplane.core.session import CycleOutcome, Session
+from gpuplane.core.session import (
+    AdmissionDecision,
+    CycleOutcome,
+    DeviceConfig,
+    PreemptionDecision,
+    Reason,
+    SchedulerConfig,
+    Session,
+)
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import (
     ClusterQueue,

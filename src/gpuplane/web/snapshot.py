@@ -19,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.inventory import MILLI, NodeState, PodNeeds, pod_needs
-from gpuplane.core.plan import AdmissionDecision, Plan
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import AdmissionDecision, Plan, SchedulerConfig
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
