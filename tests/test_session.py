@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+import test_admission_checks as checks
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.scheduler import schedule
 from gpuplane.core.session import Reason, Session, WorkloadState
@@ -251,3 +252,61 @@ def test_preempted_victim_goes_back_to_pending_with_the_preemption_reason() -> N
     assert (WorkloadState.ADMITTED, Reason.ADMITTED) in steps
     assert (WorkloadState.PENDING, Reason.PREEMPTED) in steps
     assert low.history[steps.index((WorkloadState.PENDING, Reason.PREEMPTED))].message == "InClusterQueue"
+
+
+@dataclass(frozen=True)
+class CheckCase:
+    id: str
+    objects: list[Manifest]
+    want_path: list[tuple[WorkloadState, Reason]]
+
+
+CHECK_CASES = [
+    CheckCase(
+        "checks-pending-reserve-quota",
+        checks.base(checks.gang("train")),
+        [(WorkloadState.PENDING, Reason.QUEUED), (WorkloadState.QUOTA_RESERVED, Reason.QUOTA_RESERVED)],
+    ),
+    CheckCase(
+        "checks-ready-admit",
+        checks.base(checks.reserved(checks.gang("train"), {"prov": "Ready"})),
+        [
+            (WorkloadState.PENDING, Reason.QUEUED),
+            (WorkloadState.QUOTA_RESERVED, Reason.QUOTA_RESERVED),
+            (WorkloadState.ADMITTED, Reason.ADMITTED),
+        ],
+    ),
+    CheckCase(
+        "retry-releases-and-requeues",
+        checks.base(checks.reserved(checks.gang("train"), {"prov": "Retry"})),
+        [
+            (WorkloadState.PENDING, Reason.QUEUED),
+            (WorkloadState.QUOTA_RESERVED, Reason.QUOTA_RESERVED),
+            (WorkloadState.PENDING, Reason.ADMISSION_CHECK),
+            # Queued again, it reserves quota again in the same cycle: its checks start over.
+            (WorkloadState.QUOTA_RESERVED, Reason.QUOTA_RESERVED),
+        ],
+    ),
+    CheckCase(
+        "rejected-deactivates",
+        checks.base(checks.reserved(checks.gang("train"), {"prov": "Rejected"})),
+        [
+            (WorkloadState.PENDING, Reason.QUEUED),
+            (WorkloadState.QUOTA_RESERVED, Reason.QUOTA_RESERVED),
+            (WorkloadState.PENDING, Reason.DEACTIVATED),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CHECK_CASES, ids=lambda c: c.id)
+def test_admission_checks_move_the_lifecycle(case: CheckCase) -> None:
+    state = load_state([("state.yaml", documents(*case.objects))])
+    s = Session(state, config_from_kueue(state.configuration), T)
+    s.drain(T, max_cycles=2, until_quiet=False)
+    life = s.lifecycle("default/train")
+    assert life is not None
+    got = [(st.state, st.reason) for st in life.history]
+    # Pending reason updates in between are recorded too; the moves between states are the path.
+    moves = [step for i, step in enumerate(got) if i == 0 or step[0] != got[i - 1][0]]
+    assert moves == case.want_path

@@ -175,7 +175,8 @@ class Session:
     def _initial_hold(self, life: Lifecycle, wl: Workload, now: float) -> None:
         """The state of a workload that holds quota when the session starts."""
         verdict, _ = self._scheduler.gate.verdict(wl)
-        if verdict in (Verdict.WAITING, Verdict.READY):
+        leaving = verdict in (Verdict.RETRY, Verdict.REJECTED)
+        if verdict in (Verdict.WAITING, Verdict.READY) or (leaving and not wl.condition_true("Admitted")):
             life.transition(_S.QUOTA_RESERVED, now, Reason.QUOTA_RESERVED)
             return
         life.transition(_S.ADMITTED, now, Reason.ADMITTED)
