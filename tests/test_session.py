@@ -310,3 +310,48 @@ def test_admission_checks_move_the_lifecycle(case: CheckCase) -> None:
     # Pending reason updates in between are recorded too; the moves between states are the path.
     moves = [step for i, step in enumerate(got) if i == 0 or step[0] != got[i - 1][0]]
     assert moves == case.want_path
+
+
+def test_a_workload_evicted_before_the_session_starts_is_evicting_with_its_reason() -> None:
+    wl = checks.gang("train")
+    wl.admitted(
+        "gpu",
+        {
+            "name": "main",
+            "count": 2,
+            "flavors": {"nvidia.com/gpu": "h100"},
+            "resourceUsage": {"nvidia.com/gpu": "8"},
+        },
+    )
+    wl.set(
+        "status.conditions",
+        [
+            {
+                "type": "QuotaReserved",
+                "status": "True",
+                "reason": "QuotaReserved",
+                "lastTransitionTime": checks.T0,
+            },
+            {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": checks.T0},
+            {
+                "type": "Evicted",
+                "status": "True",
+                "reason": "IdleReclaimed",
+                "message": "idle for 2h",
+                "lastTransitionTime": checks.T0,
+            },
+        ],
+    )
+    state = load_state([("state.yaml", documents(*checks.base(wl, queues=(checks.gpu_queue(),))))])
+    s = Session(state, config_from_kueue(state.configuration), T)
+    life = s.lifecycle("default/train")
+    assert life is not None
+    assert (life.state, life.reason, life.history[-1].message) == (
+        WorkloadState.EVICTING,
+        Reason.IDLE_RECLAIMED,
+        "idle for 2h",
+    )
+    assert s.finish("default/train", T + 1)  # its pods are gone and the job completed meanwhile
+    life = s.lifecycle("default/train")
+    assert life is not None
+    assert life.state == WorkloadState.FINISHED

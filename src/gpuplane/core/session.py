@@ -136,12 +136,13 @@ class DeviceUse:
 StopRule = Callable[[CycleOutcome], bool]
 
 
-def _reason(text: str) -> Reason:
-    """The core reports only :class:`Reason` spellings; anything else reads as plain Pending."""
+def _reason(text: str, default: Reason = Reason.PENDING) -> Reason:
+    """``text`` as a :class:`Reason`. The core reports only these spellings; a reason written by
+    someone else (an object read from a cluster) reads as ``default``."""
     try:
         return Reason(text)
     except ValueError:
-        return Reason.PENDING
+        return default
 
 
 class Session:
@@ -180,8 +181,9 @@ class Session:
             life.transition(_S.QUOTA_RESERVED, now, Reason.QUOTA_RESERVED)
             return
         life.transition(_S.ADMITTED, now, Reason.ADMITTED)
-        if wl.evicted:  # holds its quota until its pods are gone
-            life.transition(_S.EVICTING, now, Reason.PREEMPTED)
+        evicted = wl.condition(ConditionType.EVICTED)
+        if evicted is not None and evicted.status:  # holds its quota until its pods are gone
+            life.transition(_S.EVICTING, now, _reason(evicted.reason, Reason.PREEMPTED), evicted.message)
 
     # --- time and state ----------------------------------------------------------------------
 
