@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from gpuplane.core.admission_checks import CheckEviction, ReservedDecision, Verdict
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.inventory import MILLI, DeviceConfig, DeviceGrant, PodNeeds
+from gpuplane.core.inventory import MILLI, DeviceConfig, DeviceGrant, NodeState, PodNeeds
 from gpuplane.core.lifecycle import (
     CONDITIONS,
     TERMINAL,
@@ -446,6 +446,12 @@ class Session:
             for name, state in cluster.nodes.items()
             for device in state.devices
         )
+
+    def inventory(self) -> Mapping[str, NodeState]:
+        """Each node's device inventory as the session holds it now, by node name (empty without
+        nodes). A view for display: the caller must not change it."""
+        cluster = self._scheduler.cluster
+        return {} if cluster is None else dict(cluster.nodes)
 
     def lifecycle(self, key: str) -> Lifecycle | None:
         """The workload's state and history (a copy: the session keeps the original)."""
