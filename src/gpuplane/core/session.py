@@ -112,6 +112,10 @@ class CycleOutcome:
     admitted: tuple[AdmissionDecision, ...]
     preempted: tuple[PreemptionDecision, ...]
     changed: bool
+    # A preemptor waits for victims evicted earlier (they still hold their quota).
+    waiting_on_victims: bool = False
+    # Reservations that admission checks ended so far in this drain.
+    check_evictions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +353,13 @@ class Session:
             self._apply(result.admitted, result.preempted)
             admitted += result.admitted
             if stop is not None and stop(
-                CycleOutcome(tuple(result.admitted), tuple(result.preempted), result.changed)
+                CycleOutcome(
+                    tuple(result.admitted),
+                    tuple(result.preempted),
+                    result.changed,
+                    bool(scheduler.preemptor_of),
+                    len(scheduler.gate.evictions) - evictions_from,
+                )
             ):
                 break
             if until_quiet and not result.changed:

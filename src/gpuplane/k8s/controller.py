@@ -40,17 +40,17 @@ from functools import partial
 from typing import Any
 
 from gpuplane.core.inventory import DeviceGrant, NodeState, node_state, pod_needs
-from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import (
     CONDITIONS,
     AdmissionDecision,
     CheckEviction,
     ConditionType,
+    CycleOutcome,
     PendingDecision,
     Plan,
-    PreemptionDecision,
     Reason,
     SchedulerConfig,
+    Session,
     WorkloadState,
     condition,
     config_from_kueue,
@@ -975,32 +975,16 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
     admission that a later cycle of the same drain preempted again is dropped together with that
     preemption.
     """
-    scheduler = Scheduler(state, config, now)
-    admitted: list[AdmissionDecision] = []
-    preempted: list[PreemptionDecision] = []
-    cycles = 0
-    limit = min(config.max_cycles, 10 * (len(state.workloads) + 10))  # as the core bounds a drain
-    while cycles < limit:
-        result = scheduler.cycle()
-        cycles += 1
-        admitted += result.admitted
-        if result.preempted or scheduler.preemptor_of or scheduler.gate.evictions:
-            preempted = list(result.preempted)
-            break
-        if not result.changed:
-            break
-    new = {d.workload for d in admitted}
-    return Plan(
-        admitted=tuple(
-            sorted((d for d in admitted if scheduler.admitted.get(d.workload) is d), key=lambda d: d.workload)
-        ),
-        preempted=tuple(p for p in preempted if p.workload not in new),
-        pending=tuple(scheduler.pending_decisions()),
-        cycles=cycles,
-        notes=tuple(scheduler.notes),
-        reserved=tuple(scheduler.gate.reserved.values()),
-        check_evictions=tuple(scheduler.gate.evictions),
-    )
+    new: set[str] = set()  # admitted in this drain, whether or not the admission still stands
+
+    def preempts(cycle: CycleOutcome) -> bool:
+        new.update(d.workload for d in cycle.admitted)
+        return bool(cycle.preempted or cycle.waiting_on_victims or cycle.check_evictions)
+
+    plan = Session(state, config, now, track_reasons=False).drain(now, stop=preempts)
+    # Only the last cycle can preempt (it ends the drain); a victim admitted earlier in the same
+    # drain is dropped together with that preemption.
+    return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new))
 
 
 def _condition(obj: dict[str, Any], ctype: str) -> bool:
