@@ -58,7 +58,7 @@ from gpuplane.core.plan import (
     PodSetDecision,
     PreemptionDecision,
 )
-from gpuplane.core.scheduler import Scheduler, schedule
+from gpuplane.core.scheduler import CycleResult, Scheduler, drain, drain_bound, plan_after, schedule
 from gpuplane.core.workloads import last_checkpoint
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.objects import ClusterState, Node, Workload
@@ -342,38 +342,25 @@ class Session:
         self._advance(now)
         scheduler = self._scheduler
         if max_cycles is None:
-            max_cycles = min(scheduler.config.max_cycles, 10 * (len(self._lifecycles) + 10))
-        preempted_from, notes_from = len(scheduler.preempted), len(scheduler.notes)
-        evictions_from = len(scheduler.gate.evictions)
-        admitted: list[AdmissionDecision] = []
-        ran = 0
-        while ran < max_cycles:
-            result = scheduler.cycle()
-            ran += 1
+            max_cycles = drain_bound(scheduler.config, len(self._lifecycles))
+        since = (len(scheduler.preempted), len(scheduler.notes), len(scheduler.gate.evictions))
+
+        def after_cycle(result: CycleResult) -> bool:
             self._apply(result.admitted, result.preempted)
-            admitted += result.admitted
-            if stop is not None and stop(
+            if stop is None:
+                return False
+            return stop(
                 CycleOutcome(
                     tuple(result.admitted),
                     tuple(result.preempted),
                     result.changed,
                     bool(scheduler.preemptor_of),
-                    len(scheduler.gate.evictions) - evictions_from,
+                    len(scheduler.gate.evictions) - since[2],
                 )
-            ):
-                break
-            if until_quiet and not result.changed:
-                break
-        standing = [d for d in admitted if scheduler.admitted.get(d.workload) is d]
-        return Plan(
-            admitted=tuple(sorted(standing, key=lambda d: d.workload)),
-            preempted=tuple(scheduler.preempted[preempted_from:]),
-            pending=tuple(scheduler.pending_decisions()) if with_pending else (),
-            cycles=ran,
-            notes=tuple(scheduler.notes[notes_from:]),
-            reserved=tuple(scheduler.gate.reserved.values()),
-            check_evictions=tuple(scheduler.gate.evictions[evictions_from:]),
-        )
+            )
+
+        admitted, ran = drain(scheduler, max_cycles, until_quiet=until_quiet, after_cycle=after_cycle)
+        return plan_after(scheduler, admitted, ran, since=since, with_pending=with_pending)
 
     def _apply(self, admitted: list[AdmissionDecision], preempted: list[PreemptionDecision]) -> None:
         """Move the lifecycles by what one cycle decided."""
