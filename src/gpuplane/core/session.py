@@ -365,9 +365,10 @@ class Session:
     def _apply(self, admitted: list[AdmissionDecision], preempted: list[PreemptionDecision]) -> None:
         """Move the lifecycles by what one cycle decided."""
         evictions = self._scheduler.gate.evictions
-        for ended in evictions[self._evictions_seen :]:
-            self._check_ended(ended)
-        self._evictions_seen = len(evictions)
+        if len(evictions) > self._evictions_seen:
+            for ended in evictions[self._evictions_seen :]:
+                self._check_ended(ended)
+            self._evictions_seen = len(evictions)
         for decision in admitted:
             if decision.checks:
                 self._move(decision.workload, _S.QUOTA_RESERVED, Reason.QUOTA_RESERVED)
