@@ -355,3 +355,13 @@ def test_a_workload_evicted_before_the_session_starts_is_evicting_with_its_reaso
     life = s.lifecycle("default/train")
     assert life is not None
     assert life.state == WorkloadState.FINISHED
+
+
+def test_without_history_the_plans_are_the_same_and_no_lifecycle_is_kept() -> None:
+    state = cluster(*(queued(f"w{i}", i, count=1 + i % 2, gpu=4) for i in range(6)), nodes=3)
+    config = config_from_kueue(state.configuration)
+    with_history = Session(state, config, T).drain(T)
+    bare = Session(state, config, T, history=False)
+    assert bare.drain(T) == with_history
+    assert bare.lifecycle("default/w0") is None
+    assert bare.finish(with_history.admitted[0].workload, T + 1)

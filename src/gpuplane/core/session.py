@@ -21,7 +21,9 @@ Every workload's state follows :mod:`gpuplane.core.lifecycle`: the session moves
 transition table on each event and on each cycle's admissions, preemptions and check evictions,
 so its history (state, time, reason) is there for insight and metrics to read. With
 ``track_reasons`` the pending reasons are recorded too, after every cycle (it costs one pass over
-the queues per cycle, so the simulator turns it off and asks :meth:`Session.waiting_for` instead).
+the queues per cycle). ``history=False`` keeps no lifecycles at all (:meth:`Session.lifecycle` is
+``None``): the simulator, which replays a hundred thousand workloads and reads none of them, runs
+that way and asks :meth:`Session.waiting_for` instead.
 
 Idempotency: ``finish``, ``evict``, ``withdraw``, ``node_down`` and ``node_up`` return what they
 changed, and a repeated call changes nothing.
@@ -158,14 +160,21 @@ class Session:
     """
 
     def __init__(
-        self, state: ClusterState, config: SchedulerConfig, now: float, *, track_reasons: bool = True
+        self,
+        state: ClusterState,
+        config: SchedulerConfig,
+        now: float,
+        *,
+        track_reasons: bool = True,
+        history: bool = True,
     ) -> None:
         self._scheduler = Scheduler(state, config, now)
         self._now = now
-        self._track_reasons = track_reasons
+        self._history = history
+        self._track_reasons = track_reasons and history
         self._lifecycles: dict[str, Lifecycle] = {}
         self._evictions_seen = 0
-        for wl in state.workloads:
+        for wl in state.workloads if history else ():
             created = min(wl.creation, now)
             if wl.finished:  # observed finished: its history starts there
                 life = Lifecycle(created, [Step(_S.FINISHED, created, Reason.FINISHED)])
@@ -174,7 +183,7 @@ class Session:
                 if wl.key in self._scheduler.tree.admitted:
                     self._initial_hold(life, wl, now)
             self._lifecycles[wl.key] = life
-        if track_reasons:
+        if self._track_reasons:
             self._note_pending()
 
     def _initial_hold(self, life: Lifecycle, wl: Workload, now: float) -> None:
@@ -198,6 +207,8 @@ class Session:
         self._scheduler.advance(now)
 
     def _move(self, key: str, to: WorkloadState, reason: Reason, message: str = "") -> None:
+        if not self._history:
+            return
         life = self._lifecycles.get(key)
         if life is None:
             life = self._lifecycles[key] = Lifecycle(created=self._now)
@@ -206,12 +217,14 @@ class Session:
     # --- workloads ---------------------------------------------------------------------------
 
     def submit(self, wl: Workload, now: float) -> None:
-        """A new workload arrives and is queued by its LocalQueue. Raises on a key still live."""
+        """A new workload arrives and is queued by its LocalQueue. With ``history``, raises on a
+        key still live (without, the caller keeps keys unique)."""
         self._advance(now)
-        known = self._lifecycles.get(wl.key)
-        if known is not None and known.state not in (_S.FINISHED, _S.DELETED):
-            raise ValueError(f"workload {wl.key} is already known; use update()")
-        self._lifecycles[wl.key] = Lifecycle(created=now)
+        if self._history:
+            known = self._lifecycles.get(wl.key)
+            if known is not None and known.state not in (_S.FINISHED, _S.DELETED):
+                raise ValueError(f"workload {wl.key} is already known; use update()")
+            self._lifecycles[wl.key] = Lifecycle(created=now)
         self._scheduler.submit(wl)
 
     def update(self, wl: Workload, now: float) -> None:
@@ -342,11 +355,12 @@ class Session:
         self._advance(now)
         scheduler = self._scheduler
         if max_cycles is None:
-            max_cycles = drain_bound(scheduler.config, len(self._lifecycles))
+            max_cycles = drain_bound(scheduler.config, len(scheduler.workloads))
         since = (len(scheduler.preempted), len(scheduler.notes), len(scheduler.gate.evictions))
 
         def after_cycle(result: CycleResult) -> bool:
-            self._apply(result.admitted, result.preempted)
+            if self._history:
+                self._apply(result.admitted, result.preempted)
             if stop is None:
                 return False
             return stop(
@@ -359,7 +373,10 @@ class Session:
                 )
             )
 
-        admitted, ran = drain(scheduler, max_cycles, until_quiet=until_quiet, after_cycle=after_cycle)
+        watch = self._history or stop is not None
+        admitted, ran = drain(
+            scheduler, max_cycles, until_quiet=until_quiet, after_cycle=after_cycle if watch else None
+        )
         return plan_after(scheduler, admitted, ran, since=since, with_pending=with_pending)
 
     def _apply(self, admitted: list[AdmissionDecision], preempted: list[PreemptionDecision]) -> None:

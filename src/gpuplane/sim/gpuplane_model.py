@@ -104,8 +104,9 @@ class GpuplaneModel:
         self.team_milli = cluster.team_milli()
         state = self._state()
         config = SchedulerConfig(checkpoint_aware=options.checkpoint_aware, devices=DeviceConfig())
-        # One session for the whole run; pending reasons are read on demand (quota_blocked).
-        self.session = Session(state, config, start, track_reasons=False)
+        # One session for the whole run, keeping no lifecycles (nothing here reads them); pending
+        # reasons are read on demand (quota_blocked).
+        self.session = Session(state, config, start, history=False)
         self.jobs: dict[str, Job] = {}
         self.placed: dict[str, tuple[str, ...]] = {}
         self.node_jobs: dict[str, set[str]] = {n.name: set() for n in cluster.nodes}
