@@ -271,12 +271,11 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 
 
 def _check_gpuplane(model: GpuplaneModel) -> None:
-    cluster = model.scheduler.cluster
-    assert cluster is not None
-    for state in cluster.nodes.values():
-        for device in state.devices:
-            assert 0 <= device.milli_used <= 1000
-            assert device.whole_by is None or device.milli_used == 0
+    devices = model.session.device_use()
+    assert devices
+    for device in devices:
+        assert 0 <= device.milli_used <= 1000
+        assert device.whole_by is None or device.milli_used == 0
     used: dict[str, float] = {}
     for key, nodes in model.placed.items():
         job = model.jobs[key]

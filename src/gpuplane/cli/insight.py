@@ -18,7 +18,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
-from gpuplane.core.plan import Plan
+from gpuplane.core.session import Plan
 from gpuplane.exporter.metrics import SchedulerMetrics
 from gpuplane.exporter.server import serve_metrics
 from gpuplane.k8s.controller import Controller

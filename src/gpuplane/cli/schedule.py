@@ -1,6 +1,6 @@
 """`gpuplane schedule`: decide on cluster state files and print the plan.
 
-Thin edge: read files, build the configuration, call ``core.schedule``, print. Bad
+Thin edge: read files, build the configuration, drain a ``core.session.Session``, print. Bad
 input is one line on stderr and exit status 2; nothing else ever prints a traceback.
 """
 
@@ -17,9 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuplane.core.config import config_from_kueue
-from gpuplane.core.plan import Plan
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.session import Plan, Session, config_from_kueue
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import timestamp
 from gpuplane.model.loader import load_files, state_from_objects
@@ -223,7 +221,9 @@ def run_schedule(
     config = config_from_kueue(state.configuration)
     started = time.perf_counter()
     try:
-        plan = schedule(state, config, at, cycles=cycles)
+        # One session, drained once: to a fixed point, or exactly ``cycles`` cycles.
+        session = Session(state, config, at, track_reasons=False)
+        plan = session.drain(at, max_cycles=cycles, until_quiet=cycles is None)
     except InputError as problem:  # found while building node inventories (e.g. a MIG layout)
         origin = state.locate(problem.obj)
         if origin is not None:

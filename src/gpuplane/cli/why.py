@@ -18,8 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplane.cli.schedule import OutputFormat, default_now
-from gpuplane.core.config import config_from_kueue
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.session import config_from_kueue, schedule
 from gpuplane.insight.why import Explanation, NotFoundError, explain, resolve
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import timestamp

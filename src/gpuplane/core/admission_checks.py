@@ -27,12 +27,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpuplane.core.lifecycle import Reason
 from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import ClusterQueue, ClusterState, Workload
 
-EVICTED_BY_CHECK = "AdmissionCheck"
-REJECTED_BY_CHECK = "AdmissionCheckRejected"
-WAITING_FOR_CHECKS = "WaitingForAdmissionChecks"
+EVICTED_BY_CHECK = Reason.ADMISSION_CHECK
+REJECTED_BY_CHECK = Reason.ADMISSION_CHECK_REJECTED
+WAITING_FOR_CHECKS = Reason.WAITING_FOR_CHECKS
 
 
 class Verdict(StrEnum):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.preemption import PreemptionContext, Preemptor, lowest_subtree_that_fits
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource
 from gpuplane.core.workloads import PendingWorkload, pod_set_requests
@@ -28,9 +29,9 @@ G_NO_FIT, G_NO_CANDIDATES, G_PREEMPT, G_RECLAIM, G_FIT = range(5)
 _COARSE = {G_NO_FIT: NO_FIT, G_NO_CANDIDATES: PREEMPT, G_PREEMPT: PREEMPT, G_RECLAIM: PREEMPT, G_FIT: FIT}
 
 # Why a workload does not fit (most severe last).
-WAITING_FOR_QUOTA = "WaitingForQuota"
-EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
-NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+WAITING_FOR_QUOTA = Reason.WAITING_FOR_QUOTA
+EXCEEDS_MAX_QUOTA = Reason.EXCEEDS_MAX_QUOTA
+NO_MATCHING_FLAVOR = Reason.NO_MATCHING_FLAVOR
 _SEVERITY = {"": 0, WAITING_FOR_QUOTA: 2, EXCEEDS_MAX_QUOTA: 3, NO_MATCHING_FLAVOR: 4}
 
 

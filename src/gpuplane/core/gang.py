@@ -56,15 +56,16 @@ from gpuplane.core.placement.fragmentation import typical_pods
 from gpuplane.core.placement.gpu_cluster import GpuCluster, GpuRequest, NodeSpec
 from gpuplane.core.placement.profiles import DEFAULT_PROFILE, get_profile
 from gpuplane.core.placement.scoring import PolicyContext
+from gpuplane.core.lifecycle import Reason
 from gpuplane.model.objects import Node, PodTemplate, ResourceFlavor, Toleration
 
 # Why a gang cannot be placed (most specific first).
-NO_NODE_ADVERTISES = "NoNodeAdvertisesResource"
-NO_NODE_MATCHES_SELECTOR = "NoNodeMatchesSelector"
-UNTOLERATED_TAINT = "UntoleratedTaint"
-EXCEEDS_CLUSTER = "ExceedsClusterCapacity"
-FRAGMENTED = "Fragmented"
-WAITING_FOR_GANG_CAPACITY = "WaitingForGangCapacity"
+NO_NODE_ADVERTISES = Reason.NO_NODE_ADVERTISES
+NO_NODE_MATCHES_SELECTOR = Reason.NO_NODE_MATCHES_SELECTOR
+UNTOLERATED_TAINT = Reason.UNTOLERATED_TAINT
+EXCEEDS_CLUSTER = Reason.EXCEEDS_CLUSTER
+FRAGMENTED = Reason.FRAGMENTED
+WAITING_FOR_GANG_CAPACITY = Reason.WAITING_FOR_GANG_CAPACITY
 
 # Feasible candidates scored per pod (the rest are tried tightest first if none of these fits).
 NODES_TO_SCORE = 16
@@ -343,6 +344,18 @@ class Cluster:
         self._eligible[key] = out
         self._eligible_names[key] = {s.name for s in out}
         return out
+
+    def node_changed(self, node: Node) -> None:
+        """``node`` (same name, same allocatable) has new labels, taints or schedulability: what
+        is placed on it stays, and the eligible-node lists and topology indexes are rebuilt."""
+        self.nodes[node.name].node = node
+        self._eligible.clear()
+        self._eligible_names.clear()
+        self._members.clear()
+        levels, self._levels = self._levels, set()
+        self._domain_free.clear()
+        for level in sorted(levels):
+            self._track_level(level)
 
     def eligible_names(self, ps: GangPodSet) -> set[str]:
         self.eligible(ps)

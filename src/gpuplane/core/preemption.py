@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.quota import (
     DRS,
     NEGATIVE_DRS,
@@ -33,10 +34,10 @@ from gpuplane.core.quota import (
 )
 from gpuplane.core.workloads import PendingWorkload
 
-IN_CLUSTER_QUEUE = "InClusterQueue"
-IN_COHORT_RECLAMATION = "InCohortReclamation"
-IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
-IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+IN_CLUSTER_QUEUE = Reason.IN_CLUSTER_QUEUE
+IN_COHORT_RECLAMATION = Reason.IN_COHORT_RECLAMATION
+IN_COHORT_FAIR_SHARING = Reason.IN_COHORT_FAIR_SHARING
+IN_COHORT_RECLAIM_WHILE_BORROWING = Reason.IN_COHORT_RECLAIM_WHILE_BORROWING
 
 # Candidate variants (classical preemption).
 NEVER, WITHIN_CQ, HIERARCHICAL_RECLAIM, RECLAIM_WITHOUT_BORROWING, RECLAIM_WHILE_BORROWING = range(5)

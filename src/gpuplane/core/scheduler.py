@@ -18,7 +18,7 @@ wait aside until capacity is freed in their cohort.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gpuplane.core.admission_checks import CheckGate, Verdict
@@ -35,6 +35,7 @@ from gpuplane.core.flavors import (
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.inventory import DEVICES_ANNOTATION, pod_needs, recorded_grants
 from gpuplane.core.karpenter import capacity_to_come
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import (
     PLACEMENT_ANNOTATION,
     AdmissionDecision,
@@ -57,20 +58,21 @@ from gpuplane.core.quota import (
 )
 from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
+from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
-QUEUED = "Queued"
-WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
+QUEUED = Reason.QUEUED
+WAITING_FOR_PREEMPTED = Reason.WAITING_FOR_PREEMPTED
 # A reference that does not resolve: no LocalQueue, no ClusterQueue (getQueueBlocker).
-MISCONFIGURED = "Misconfigured"
+MISCONFIGURED = Reason.MISCONFIGURED
 # A queue that exists but is inactive: stopped, or naming a missing flavor.
-SUSPENDED = "Suspended"
-NAMESPACE_MISMATCH = "NamespaceMismatch"
-WORKLOAD_LABEL = "kueue.x-k8s.io/workload-name"
-DEACTIVATED = "Deactivated"
-WAITING_FOR_QUOTA = "WaitingForQuota"
+SUSPENDED = Reason.SUSPENDED
+NAMESPACE_MISMATCH = Reason.NAMESPACE_MISMATCH
+WORKLOAD_LABEL = keys.KUEUE_WORKLOAD_LABEL  # alias; the key lives in model.labels
+DEACTIVATED = Reason.DEACTIVATED
+WAITING_FOR_QUOTA = Reason.WAITING_FOR_QUOTA
 
 
 @dataclass(slots=True)
@@ -1170,32 +1172,68 @@ class Scheduler:
         return out
 
 
-def schedule(state: ClusterState, config: SchedulerConfig, now: float, cycles: int | None = 1) -> Plan:
-    """Decide on a frozen cluster state.
+def drain_bound(config: SchedulerConfig, workloads: int) -> int:
+    """How many cycles a drain to a fixed point may run: one that still changes something after
+    ten cycles per workload is cut short (and never more than ``config.max_cycles``)."""
+    return min(config.max_cycles, 10 * (workloads + 10))
 
-    ``cycles=1`` runs exactly one Kueue cycle; ``cycles=N`` at most N; ``None`` runs
-    until a cycle changes nothing (bounded by ``config.max_cycles``). The same input
-    always gives the same plan.
-    """
-    scheduler = Scheduler(state, config, now)
-    # A drain that still changes something after ten cycles per workload is cut short.
-    bound = 10 * (len(state.workloads) + 10)
-    limit = min(config.max_cycles, bound) if cycles is None else cycles
-    admitted_ever: list[AdmissionDecision] = []
+
+def drain(
+    scheduler: Scheduler,
+    limit: int,
+    *,
+    until_quiet: bool,
+    after_cycle: Callable[[CycleResult], bool] | None = None,
+) -> tuple[list[AdmissionDecision], int]:
+    """The one drain loop: cycles until ``limit`` have run, a cycle changes nothing
+    (``until_quiet``), or ``after_cycle(result)`` returns True. Returns every admission made and
+    the number of cycles run; :func:`plan_after` turns them into a plan."""
+    admitted: list[AdmissionDecision] = []
     ran = 0
     while ran < limit:
         result = scheduler.cycle()
         ran += 1
-        admitted_ever += result.admitted
-        if cycles is None and not result.changed:
+        admitted += result.admitted
+        if after_cycle is not None and after_cycle(result):
             break
-    still = [d for d in admitted_ever if scheduler.admitted.get(d.workload) is d]
+        if until_quiet and not result.changed:
+            break
+    return admitted, ran
+
+
+def plan_after(
+    scheduler: Scheduler,
+    admitted: list[AdmissionDecision],
+    cycles: int,
+    *,
+    since: tuple[int, int, int] = (0, 0, 0),
+    with_pending: bool = True,
+) -> Plan:
+    """The plan of a drain: its admissions that still stand, by workload; the preemptions, notes
+    and check evictions recorded after ``since`` (their counts when the drain began); the
+    reservations held and, with ``with_pending``, the pending workloads now."""
+    preempted_from, notes_from, evictions_from = since
+    still = [d for d in admitted if scheduler.admitted.get(d.workload) is d]
     return Plan(
         admitted=tuple(sorted(still, key=lambda d: d.workload)),
-        preempted=tuple(scheduler.preempted),
-        pending=tuple(scheduler.pending_decisions()),
-        cycles=ran,
-        notes=tuple(scheduler.notes),
+        preempted=tuple(scheduler.preempted[preempted_from:]),
+        pending=tuple(scheduler.pending_decisions()) if with_pending else (),
+        cycles=cycles,
+        notes=tuple(scheduler.notes[notes_from:]),
         reserved=tuple(scheduler.gate.reserved.values()),
-        check_evictions=tuple(scheduler.gate.evictions),
+        check_evictions=tuple(scheduler.gate.evictions[evictions_from:]),
     )
+
+
+def schedule(state: ClusterState, config: SchedulerConfig, now: float, cycles: int | None = 1) -> Plan:
+    """Decide on a frozen cluster state.
+
+    ``cycles=N`` runs exactly N Kueue cycles (``1``: one cycle); ``None`` runs until a cycle
+    changes nothing (bounded by :func:`drain_bound`). The same input always gives the same plan.
+    A driver that lives longer keeps a :class:`gpuplane.core.session.Session`, which drains the
+    same way.
+    """
+    scheduler = Scheduler(state, config, now)
+    limit = drain_bound(config, len(state.workloads)) if cycles is None else cycles
+    admitted, ran = drain(scheduler, limit, until_quiet=cycles is None)
+    return plan_after(scheduler, admitted, ran)

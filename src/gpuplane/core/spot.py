@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuplane.model.objects import INTERRUPTED_REASON, ClusterQueue, ResourceFlavor, Workload
+from gpuplane.core.lifecycle import Reason
+from gpuplane.model import labels as keys
+from gpuplane.model.objects import ClusterQueue, ResourceFlavor, Workload
 
-WORKLOAD_CLASS = "gpuplane.dev/workload-class"
+WORKLOAD_CLASS = keys.WORKLOAD_CLASS_LABEL
 SERVING = "serving"
-SPOT_WITHOUT_FALLBACK = "SpotWithoutOnDemandFallback"
-NODE_INTERRUPTED = INTERRUPTED_REASON  # Evicted reason: its node is being taken back
+SPOT_WITHOUT_FALLBACK = Reason.SPOT_WITHOUT_FALLBACK
+NODE_INTERRUPTED = Reason.NODE_INTERRUPTED  # Evicted reason: its node is being taken back
 
 SPOT_LABELS: Mapping[str, tuple[str, ...]] = {
     "karpenter.sh/capacity-type": ("spot",),

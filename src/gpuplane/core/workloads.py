@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuplane.core.quota import AdmittedWorkload, FlavorResource
+from gpuplane.model import labels as keys
 from gpuplane.model.fields import lenient_timestamp
 from gpuplane.model.objects import Workload
 from gpuplane.model.quantity import MAX_BASE_UNITS
@@ -82,7 +83,7 @@ def admitted_usage(wl: Workload, priority: int, now: float) -> AdmittedWorkload 
     )
 
 
-CHECKPOINT_ANNOTATION = "gpuplane.dev/last-checkpoint"
+CHECKPOINT_ANNOTATION = keys.CHECKPOINT_ANNOTATION
 
 
 def last_checkpoint(wl: Workload) -> float | None:

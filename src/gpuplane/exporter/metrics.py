@@ -48,11 +48,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.gang import FRAGMENTED
-from gpuplane.core.plan import Plan
-from gpuplane.core.scheduler import QUEUED, WAITING_FOR_PREEMPTED
-from gpuplane.core.workloads import last_checkpoint
+from gpuplane.core.session import Plan, Reason, SchedulerConfig, config_from_kueue, last_checkpoint
 from gpuplane.insight.aftermath import state_after, world_after
 from gpuplane.insight.usage import allocations, pod_allocations, workload_gpus
 from gpuplane.insight.why import Explanation, explain_all
@@ -60,7 +56,7 @@ from gpuplane.model.objects import ClusterState
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
 PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
-ACTIVE = frozenset({QUEUED, WAITING_FOR_PREEMPTED})
+ACTIVE = frozenset({Reason.QUEUED, Reason.WAITING_FOR_PREEMPTED})
 PREEMPTION_REASONS = (
     "InClusterQueue",
     "InCohortReclamation",
@@ -416,7 +412,7 @@ def _gpuplane_gauges(snap: _Snapshot) -> Iterator[Metric]:
         cq = found.cluster_queue or ""
         gpus = workload_gpus(wl, snap.config.devices) if wl is not None else 0.0
         by_reason[(cq, found.reason)] = by_reason.get((cq, found.reason), 0.0) + gpus
-        if found.reason == FRAGMENTED:
+        if found.reason == Reason.FRAGMENTED:
             fragmented[cq] = fragmented.get(cq, 0.0) + gpus
         if found.eta.seconds is not None:
             ns, _, name = found.workload.partition("/")

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.plan import Plan
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import ConditionType, Plan, Reason, SchedulerConfig
 from gpuplane.model.objects import (
     Admission,
     ClusterState,
@@ -26,10 +25,13 @@ from gpuplane.model.objects import (
     frozen_map,
 )
 
+# Replaced whenever a plan admits or evicts a workload.
+_ADMISSION_CONDITIONS = (ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED, ConditionType.EVICTED)
+
 
 def _admitted(wl: Workload, plan_admission: Admission, now: float) -> Workload:
-    kept = tuple(c for c in wl.conditions if c.type not in ("QuotaReserved", "Admitted", "Evicted"))
-    reserved = Condition("QuotaReserved", True, "QuotaReserved", "", now)
+    kept = tuple(c for c in wl.conditions if c.type not in _ADMISSION_CONDITIONS)
+    reserved = Condition(ConditionType.QUOTA_RESERVED, True, Reason.QUOTA_RESERVED, "", now)
     return replace(wl, admission=plan_admission, conditions=(*kept, reserved))
 
 
@@ -63,8 +65,8 @@ def state_after(state: ClusterState, plan: Plan, now: float) -> ClusterState:
             )
             wl = _admitted(wl, Admission(decision.cluster_queue, assignments), now)
         elif wl.key in victims and wl.admission is not None:
-            evicted = Condition("Evicted", True, "Preempted", "", now)
-            kept = tuple(c for c in wl.conditions if c.type not in ("QuotaReserved", "Admitted", "Evicted"))
+            evicted = Condition(ConditionType.EVICTED, True, Reason.PREEMPTED, "", now)
+            kept = tuple(c for c in wl.conditions if c.type not in _ADMISSION_CONDITIONS)
             wl = replace(wl, admission=None, conditions=(*kept, evicted))
         workloads.append(wl)
     return replace(state, workloads=tuple(workloads))

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from gpuplane.core.inventory import DeviceConfig
 from gpuplane.core.karpenter import provides
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Node, ResourceFlavor, Toleration
 
-ISOLATION_LABEL = "gpuplane.dev/isolation"
+ISOLATION_LABEL = keys.ISOLATION_LABEL
 SEVERITY_ORDER = {"error": 0, "warning": 1}
 
 

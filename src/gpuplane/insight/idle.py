@@ -40,17 +40,19 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 
+from gpuplane.model import labels as keys
+
 # --- names the cluster uses ---------------------------------------------------------------------------
 
-OPT_OUT_ANNOTATION = "gpuplane.dev/reaper"  # "disabled" opts a pod or its owner out
-KEEP_UNTIL_ANNOTATION = "gpuplane.dev/keep-until"  # RFC 3339: no reclaim before this time
-RECLAIM_AT_ANNOTATION = "gpuplane.dev/reclaim-at"  # RFC 3339, written by the warning
-SESSION_LABEL = "gpuplane.dev/session"  # "true" marks a pod or owner as an interactive session
-INTERACTIVE_ANNOTATION = "gpuplane.dev/interactive"  # "true" on a LocalQueue/ClusterQueue
-KUBEFLOW_LAST_ACTIVITY = "notebooks.kubeflow.org/last-activity"  # RFC 3339, set by Kubeflow's culler
-WINDOW_ANNOTATION = "gpuplane.dev/reaper-window"
-GRACE_ANNOTATION = "gpuplane.dev/reaper-grace"
-THRESHOLD_ANNOTATION = "gpuplane.dev/reaper-threshold"
+OPT_OUT_ANNOTATION = keys.REAPER_OPT_OUT_ANNOTATION  # "disabled" opts a pod or its owner out
+KEEP_UNTIL_ANNOTATION = keys.KEEP_UNTIL_ANNOTATION  # RFC 3339: no reclaim before this time
+RECLAIM_AT_ANNOTATION = keys.RECLAIM_AT_ANNOTATION  # RFC 3339, written by the warning
+SESSION_LABEL = keys.SESSION_LABEL  # "true" marks a pod or owner as an interactive session
+INTERACTIVE_ANNOTATION = keys.INTERACTIVE_ANNOTATION  # "true" on a LocalQueue/ClusterQueue
+KUBEFLOW_LAST_ACTIVITY = keys.KUBEFLOW_LAST_ACTIVITY_ANNOTATION  # RFC 3339, set by Kubeflow's culler
+WINDOW_ANNOTATION = keys.REAPER_WINDOW_ANNOTATION
+GRACE_ANNOTATION = keys.REAPER_GRACE_ANNOTATION
+THRESHOLD_ANNOTATION = keys.REAPER_THRESHOLD_ANNOTATION
 
 DATA_STALL_CONDITION = "gpuplane.dev/DataStallSuspected"
 

@@ -35,14 +35,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.plan import PendingDecision
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import ConditionType, PendingDecision, SchedulerConfig
 from gpuplane.insight.eta import EPSILON, predict_start
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
 
-EXPECTED_RUNTIME_ANNOTATION = "gpuplane.dev/expected-runtime"
+EXPECTED_RUNTIME_ANNOTATION = keys.EXPECTED_RUNTIME_ANNOTATION
 DEFAULT_RUNTIME_SECONDS = 3600.0
 QUANTILES = (0.25, 0.5, 0.75)
 SCENARIOS = 32  # plays of the queue per estimate
@@ -74,7 +74,7 @@ def declared_runtime(wl: Workload) -> float | None:
 
 
 def _started(wl: Workload) -> float | None:
-    for ctype in ("Admitted", "QuotaReserved"):
+    for ctype in (ConditionType.ADMITTED, ConditionType.QUOTA_RESERVED):
         cond = wl.condition(ctype)
         if cond is not None and cond.status:
             return cond.last_transition
@@ -96,7 +96,7 @@ def learn_runtimes(state: ClusterState, now: float | None = None) -> dict[str, t
         start = _started(wl)
         if start is None:
             continue
-        finished = wl.condition("Finished")
+        finished = wl.condition(ConditionType.FINISHED)
         if finished is not None and finished.status:
             if finished.last_transition < start:
                 continue

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gpuplane.core import mig
 from gpuplane.core.inventory import DeviceConfig, PodNeeds, pod_needs
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, PodTemplate, Workload
 
 DEVICE_KINDS = ("whole", "mig", "fraction", "shared")
@@ -99,9 +100,9 @@ def _workload_allocations(wl: Workload, config: DeviceConfig) -> Iterable[Alloca
         )
 
 
-CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
-LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+CLUSTER_QUEUE_LABEL = keys.CLUSTER_QUEUE_LABEL
+LOCAL_QUEUE_LABEL = keys.LOCAL_QUEUE_LABEL
+QUEUE_NAME_LABEL = keys.QUEUE_NAME_LABEL
 WORKLOAD_LABELS = ("kueue.x-k8s.io/workload-name", "gpuplane.dev/workload")
 TEAM_LABEL = "team"
 NO_TEAM = "none"

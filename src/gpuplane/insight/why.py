@@ -28,12 +28,11 @@ from typing import Any
 from gpuplane.core import flavors as core_flavors
 from gpuplane.core import gang as core_gang
 from gpuplane.core import scheduler as core_scheduler
-from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.gang import GangPlacement, GangPodSet
 from gpuplane.core.inventory import pod_needs
-from gpuplane.core.plan import PendingDecision, Plan
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig, config_from_kueue
 from gpuplane.insight.aftermath import world_after
 from gpuplane.insight.idle import DATA_STALL_CONDITION
 from gpuplane.insight.queue_eta import (
@@ -44,11 +43,12 @@ from gpuplane.insight.queue_eta import (
     runtime_model,
     with_one_node,
 )
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Node, Pod, Workload
 
-WORKLOAD_NAME_LABEL = core_scheduler.WORKLOAD_LABEL
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+WORKLOAD_NAME_LABEL = keys.KUEUE_WORKLOAD_LABEL
+QUEUE_NAME_LABEL = keys.QUEUE_NAME_LABEL
+POD_GROUP_LABEL = keys.POD_GROUP_LABEL
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 # kubectl's spellings of the kinds a NAME may carry, to the kind a Workload is named after.
 KIND_ALIASES = {
@@ -303,19 +303,19 @@ def _explain_one(ctx: _Context, key: str) -> Explanation:
     cq = admitted.cluster_queue if admitted else (wl.admission.cluster_queue if wl.admission else None)
     lq = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
     if wl.finished:
-        reason, message = "Finished", "the workload has finished"
+        reason, message = Reason.FINISHED, "the workload has finished"
     elif cq is not None:
-        reason, message = "Admitted", f"admitted to ClusterQueue {cq}"
+        reason, message = Reason.ADMITTED, f"admitted to ClusterQueue {cq}"
     else:
-        reason, message = "Unknown", "the workload is not pending in this plan"
+        reason, message = Reason.UNKNOWN, "the workload is not pending in this plan"
     eta = (
         Estimate(0.0, 0.0, 0.0, "already admitted")
-        if reason == "Admitted"
+        if reason == Reason.ADMITTED
         else Estimate(None, None, None, message)
     )
     fix = "nothing to fix"
     stall = wl.condition(DATA_STALL_CONDITION)
-    if reason == "Admitted" and stall is not None and stall.status:
+    if reason == Reason.ADMITTED and stall is not None and stall.status:
         # The reaper's data-stall hint (insight.idle): running, but starved of input, not of GPUs.
         message = f"{message}; data stall suspected: {stall.message}"
         fix = "not a scheduling problem: check its input pipeline (data loaders, storage, network)"

@@ -17,6 +17,7 @@ from typing import Any
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
 
@@ -62,11 +63,11 @@ def state_objects(items: Items, *, unqueued_jobs: bool = False) -> list[dict[str
     objects += [typed(wl, "Workload") for wl in workloads]
     if unqueued_jobs:
         owned = {
-            (wl.get("metadata", {}).get("labels") or {}).get(jobs.JOB_UID_LABEL) for wl in items("Workload")
+            (wl.get("metadata", {}).get("labels") or {}).get(keys.JOB_UID_LABEL) for wl in items("Workload")
         }
         for job in items("Job"):
             meta = job.get("metadata", {})
-            queued = jobs.QUEUE_LABEL in (meta.get("labels") or {})
+            queued = keys.QUEUE_NAME_LABEL in (meta.get("labels") or {})
             if queued and jobs.is_suspended("Job", job) and meta.get("uid") not in owned:
                 objects.append(typed(job, "Job"))
     objects += [

@@ -38,19 +38,26 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from gpuplane.core.admission_checks import CheckEviction
-from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.inventory import DEVICES_ANNOTATION, node_state, pod_needs, recorded_grants
-from gpuplane.core.plan import (
+from gpuplane.core.inventory import node_state, pod_needs, recorded_grants
+from gpuplane.core.session import (
+    CONDITIONS,
     PLACEMENT_ANNOTATION,
     AdmissionDecision,
+    CheckEviction,
+    ConditionType,
+    CycleOutcome,
     PendingDecision,
     Plan,
-    PreemptionDecision,
+    Reason,
+    SchedulerConfig,
+    Session,
+    WorkloadState,
+    condition,
+    config_from_kueue,
     placement_annotation,
     recorded_placement,
+    with_conditions,
 )
-from gpuplane.core.scheduler import Scheduler
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
@@ -68,6 +75,7 @@ from gpuplane.k8s.provisioning import (
 )
 from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.k8s.warm import WarmBuffer
+from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
 from gpuplane.model.karpenter import DO_NOT_DISRUPT
@@ -79,7 +87,10 @@ from gpuplane.model.topology import assigned_domains, topology_assignment
 
 log = logging.getLogger(__name__)
 
-HOSTNAME = "kubernetes.io/hostname"
+DEVICES_ANNOTATION = keys.DEVICES_ANNOTATION
+HOSTNAME = keys.HOSTNAME_LABEL
+# The conditions an admission sets, in the order they are written.
+_ADMISSION_ORDER = (ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED)
 
 STATE_RESOURCES = (
     k8s.NAMESPACES,
@@ -272,7 +283,7 @@ class Controller:
     def _workloads_by_owner(self) -> dict[str, dict[str, Any]]:
         out = {}
         for wl in self.cache.items("Workload"):
-            uid = (wl.get("metadata", {}).get("labels") or {}).get(jobs.JOB_UID_LABEL)
+            uid = (wl.get("metadata", {}).get("labels") or {}).get(keys.JOB_UID_LABEL)
             if uid:
                 out[uid] = wl
         return out
@@ -303,14 +314,14 @@ class Controller:
         for pod in self.cache.items("Pod"):
             spec = pod.get("spec", {})
             gates = [g.get("name") for g in spec.get("schedulingGates", []) or []]
-            if jobs.GATE not in gates:
+            if keys.ADMISSION_GATE not in gates:
                 continue
             meta = pod["metadata"]
-            group = (meta.get("labels") or {}).get(jobs.POD_GROUP_LABEL) or meta["name"]
+            group = (meta.get("labels") or {}).get(keys.POD_GROUP_LABEL) or meta["name"]
             groups.setdefault(f"{meta.get('namespace')}/{group}", []).append(pod)
         for pods in groups.values():
             body = jobs.pod_group_workload(pods, priorities)
-            if body is not None and body["metadata"]["labels"][jobs.JOB_UID_LABEL] not in owned:
+            if body is not None and body["metadata"]["labels"][keys.JOB_UID_LABEL] not in owned:
                 bodies.append(body)
         self._each(partial(self._create_workload, body) for body in bodies)
 
@@ -382,22 +393,23 @@ class Controller:
             annotations[PLACEMENT_ANNOTATION] = planned
         status = updated.setdefault("status", {})
         status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
-        conditions = [
-            c
-            for c in status.get("conditions", [])
-            if c.get("type") not in ("QuotaReserved", "Admitted", "Evicted", "Preempted")
-        ]
         # A reservation whose checks have all passed keeps its QuotaReserved time; Admitted is new.
         reserved = (wl.get("status") or {}).get("admission") and next(
-            (c for c in wl["status"].get("conditions", []) if c.get("type") == "QuotaReserved"), None
+            (c for c in wl["status"].get("conditions", []) if c.get("type") == ConditionType.QUOTA_RESERVED),
+            None,
         )
-        conditions.extend(
-            reserved
-            if ctype == "QuotaReserved" and reserved
-            else {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": now}
-            for ctype in (("QuotaReserved",) if decision.checks else ("QuotaReserved", "Admitted"))
+        state = WorkloadState.QUOTA_RESERVED if decision.checks else WorkloadState.ADMITTED
+        status["conditions"] = with_conditions(
+            status.get("conditions", []),
+            *(
+                reserved
+                if ctype == ConditionType.QUOTA_RESERVED and reserved
+                else condition(ctype, Reason(ctype), now)
+                for ctype in _ADMISSION_ORDER
+                if ctype in CONDITIONS[state]
+            ),
+            drop=(ConditionType.ADMITTED, ConditionType.EVICTED, ConditionType.PREEMPTED),
         )
-        status["conditions"] = conditions
         if decision.checks:  # quota reserved; admitted once every check is Ready
             status["admissionChecks"] = pending_checks(decision.checks, now)
         return updated
@@ -428,13 +440,15 @@ class Controller:
             raise
         self.cache.upsert("Workload", written)
         self.counters.add("admitted")
-        self._event(written, "Normal", "QuotaReserved", f"Admitted by ClusterQueue {decision.cluster_queue}")
+        self._event(
+            written, "Normal", Reason.QUOTA_RESERVED, f"Admitted by ClusterQueue {decision.cluster_queue}"
+        )
 
     def _write_check_eviction(self, eviction: CheckEviction) -> None:
         """A Retry check evicts the workload (its quota goes back once its job has stopped, as for
         a preemption victim, and it is queued again); a Rejected one also deactivates it."""
         wl = self.cache.get("Workload", eviction.workload)
-        if wl is None or _condition(wl, "Evicted") or not wl.get("status", {}).get("admission"):
+        if wl is None or _condition(wl, ConditionType.EVICTED) or not wl.get("status", {}).get("admission"):
             return
         updated = evicted_by_check(wl, eviction, micro_time(self.clock()))
         try:
@@ -467,7 +481,7 @@ class Controller:
         writes = []
         for victim in plan.preempted:
             wl = self.cache.get("Workload", victim.workload)
-            if wl is None or _condition(wl, "Evicted"):
+            if wl is None or _condition(wl, ConditionType.EVICTED):
                 continue
             message = f"Preempted to accommodate {victim.preemptor} ({victim.reason})"
             if self.config.dry_run_preemption:
@@ -492,14 +506,14 @@ class Controller:
             raise
         self.cache.upsert("Workload", written)
         self.counters.add("preempted")
-        self._event(written, "Normal", "Preempted", message)
+        self._event(written, "Normal", Reason.PREEMPTED, message)
 
     def _stop_evicted(self) -> None:
         """Stop the jobs of evicted workloads that still hold quota; give the quota back once they
         are no longer active."""
         writes = []
         for wl in self.cache.items("Workload"):
-            if not wl.get("status", {}).get("admission") or not _condition(wl, "Evicted"):
+            if not wl.get("status", {}).get("admission") or not _condition(wl, ConditionType.EVICTED):
                 continue
             if self._still_active(wl):
                 writes.append(partial(self._stop_job, wl))
@@ -563,22 +577,21 @@ class Controller:
         updated: dict[str, Any] = json.loads(json.dumps(wl))
         status = updated.setdefault("status", {})
         status.pop("admission", None)
-        evicted = next(c for c in status.get("conditions", []) if c.get("type") == "Evicted")
+        evicted = next(c for c in status.get("conditions", []) if c.get("type") == ConditionType.EVICTED)
         now = micro_time(self.clock())
-        conditions = [
-            c for c in status.get("conditions", []) if c.get("type") not in ("QuotaReserved", "Admitted")
-        ]
-        conditions += [
-            {
-                "type": ctype,
-                "status": "False",
-                "reason": evicted.get("reason", "Preempted"),
-                "message": evicted.get("message", ""),
-                "lastTransitionTime": now,
-            }
-            for ctype in ("QuotaReserved", "Admitted")
-        ]
-        status["conditions"] = conditions
+        status["conditions"] = with_conditions(
+            status.get("conditions", []),
+            *(
+                condition(
+                    ctype,
+                    evicted.get("reason", Reason.PREEMPTED),
+                    now,
+                    evicted.get("message", ""),
+                    status=False,
+                )
+                for ctype in _ADMISSION_ORDER
+            ),
+        )
         try:
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
         except ApiError:
@@ -619,12 +632,12 @@ class Controller:
         """The workload's pods as cached now: by its workload label, or for plain pods and pod
         groups (no owner) by group label or pod name."""
         ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
-        uid = (wl["metadata"].get("labels") or {}).get(jobs.JOB_UID_LABEL)
-        keys = list(self._pods_by.get((ns, "workload", name), []))
+        uid = (wl["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
+        pod_keys = list(self._pods_by.get((ns, "workload", name), []))
         if uid and not wl["metadata"].get("ownerReferences"):
-            keys += self._pods_by.get((ns, "group", uid), []) + self._pods_by.get((ns, "name", uid), [])
+            pod_keys += self._pods_by.get((ns, "group", uid), []) + self._pods_by.get((ns, "name", uid), [])
         out = []
-        for key in sorted(set(keys)):
+        for key in sorted(set(pod_keys)):
             pod = self.cache.get("Pod", key)
             if pod is not None:
                 out.append(pod)
@@ -640,7 +653,7 @@ class Controller:
             (wl, wl["status"]["admission"])
             for wl in self.cache.items("Workload")
             if wl.get("status", {}).get("admission")
-            and not _condition(wl, "Evicted")
+            and not _condition(wl, ConditionType.EVICTED)
             and not awaiting_checks(wl)
         ]
         releases: list[Callable[[], None]] = []
@@ -677,14 +690,14 @@ class Controller:
         writes: list[Callable[[], None]] = []
         for pod in self._pods_of(wl):  # plain pods and pod groups: lift the gate
             gates = pod.get("spec", {}).get("schedulingGates") or []
-            if not any(g.get("name") == jobs.GATE for g in gates):
+            if not any(g.get("name") == keys.ADMISSION_GATE for g in gates):
                 continue
             updated = json.loads(json.dumps(pod))
-            updated["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != jobs.GATE]
-            updated["spec"]["schedulerName"] = jobs.SCHEDULER_NAME
-            updated["metadata"].setdefault("labels", {})[jobs.WORKLOAD_LABEL] = wl["metadata"]["name"]
-            updated["metadata"]["labels"][jobs.CORE_WORKLOAD_LABEL] = wl["metadata"]["name"]
-            updated["metadata"]["labels"][jobs.PODSET_LABEL] = "main"
+            updated["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != keys.ADMISSION_GATE]
+            updated["spec"]["schedulerName"] = keys.SCHEDULER_NAME
+            updated["metadata"].setdefault("labels", {})[keys.WORKLOAD_LABEL] = wl["metadata"]["name"]
+            updated["metadata"]["labels"][keys.KUEUE_WORKLOAD_LABEL] = wl["metadata"]["name"]
+            updated["metadata"]["labels"][keys.PODSET_LABEL] = "main"
             updated["metadata"]["labels"].update(_queue_labels(wl, admission))
             updated["metadata"].setdefault("annotations", {}).update(pod_set_updates(wl).get("main", {}))
             writes.append(partial(self._write, "Pod", updated))
@@ -709,7 +722,7 @@ class Controller:
         While pods are missing, each one that waits gets an Event (once) saying so.
         """
         pods = [
-            p for p in self._pods_of(wl) if (p.get("spec", {}).get("schedulerName") == jobs.SCHEDULER_NAME)
+            p for p in self._pods_of(wl) if (p.get("spec", {}).get("schedulerName") == keys.SCHEDULER_NAME)
         ]
         expected = sum(int(psa.get("count", 0)) for psa in admission.get("podSetAssignments", []))
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -732,7 +745,7 @@ class Controller:
             node = pod.get("spec", {}).get("nodeName")
             if not node:
                 continue
-            podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
+            podset = (pod["metadata"].get("labels") or {}).get(keys.PODSET_LABEL, "main")
             slots = targets.get(podset, [])
             devices = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION, "")
             # A bound pod fills its own slot: the one with its devices, else one on its node.
@@ -743,7 +756,7 @@ class Controller:
         self.warm.clear({n for slots in targets.values() for n, _ in slots})  # placeholders make room
         writes: list[Callable[[], None]] = []
         for pod in sorted(waiting, key=lambda p: p["metadata"]["name"]):
-            podset = (pod["metadata"].get("labels") or {}).get(jobs.PODSET_LABEL, "main")
+            podset = (pod["metadata"].get("labels") or {}).get(keys.PODSET_LABEL, "main")
             slots = targets.get(podset, [])
             if not slots:
                 continue  # quota-only admission (no nodes known) or more pods than planned
@@ -861,7 +874,11 @@ class Controller:
             if wl is None or wl.get("status", {}).get("admission"):
                 continue
             current = next(
-                (c for c in wl.get("status", {}).get("conditions", []) if c.get("type") == "QuotaReserved"),
+                (
+                    c
+                    for c in wl.get("status", {}).get("conditions", [])
+                    if c.get("type") == ConditionType.QUOTA_RESERVED
+                ),
                 None,
             )
             if (
@@ -874,17 +891,16 @@ class Controller:
                 continue
             updated: dict[str, Any] = json.loads(json.dumps(wl))
             status = updated.setdefault("status", {})
-            conditions = [c for c in status.get("conditions", []) if c.get("type") != "QuotaReserved"]
-            conditions.append(
-                {
-                    "type": "QuotaReserved",
-                    "status": "False",
-                    "reason": pending.reason,
-                    "message": pending.message or pending.reason,
-                    "lastTransitionTime": micro_time(self.clock()),
-                }
+            status["conditions"] = with_conditions(
+                status.get("conditions", []),
+                condition(
+                    ConditionType.QUOTA_RESERVED,
+                    pending.reason,
+                    micro_time(self.clock()),
+                    pending.message or pending.reason,
+                    status=False,
+                ),
             )
-            status["conditions"] = conditions
             writes.append(partial(self._write_pending, pending, updated))
         self._each(writes)
 
@@ -898,7 +914,7 @@ class Controller:
         where = ""
         if pending.position is not None:
             where = f" (position {pending.position} in ClusterQueue {pending.cluster_queue})"
-        self._event(written, "Normal", "Pending", f"{pending.reason}{where}: {pending.message}")
+        self._event(written, "Normal", Reason.PENDING, f"{pending.reason}{where}: {pending.message}")
 
     # --- events ----------------------------------------------------------------------
 
@@ -937,15 +953,15 @@ class Controller:
             self.counters.add("event_failures")
 
 
-_POD_TIES = (("workload", jobs.WORKLOAD_LABEL), ("group", jobs.POD_GROUP_LABEL))
+_POD_TIES = (("workload", keys.WORKLOAD_LABEL), ("group", keys.POD_GROUP_LABEL))
 
 
 def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, str]:
     """Kueue's queue labels for the pods of an admitted workload, so DCGM series join to queues."""
-    out = {jobs.CLUSTER_QUEUE_LABEL: str(admission.get("clusterQueue", ""))}
+    out = {keys.CLUSTER_QUEUE_LABEL: str(admission.get("clusterQueue", ""))}
     queue = wl.get("spec", {}).get("queueName")
     if queue:
-        out[jobs.LOCAL_QUEUE_LABEL] = str(queue)
+        out[keys.LOCAL_QUEUE_LABEL] = str(queue)
     return out
 
 
@@ -954,24 +970,11 @@ def _evicted_workload(wl: dict[str, Any], message: str, reason: str, now: str) -
     its admission and QuotaReserved condition stay until its job is no longer active."""
     updated: dict[str, Any] = json.loads(json.dumps(wl))
     status = updated.setdefault("status", {})
-    conditions = [c for c in status.get("conditions", []) if c.get("type") not in ("Evicted", "Preempted")]
-    conditions += [
-        {
-            "type": "Evicted",
-            "status": "True",
-            "reason": "Preempted",
-            "message": message,
-            "lastTransitionTime": now,
-        },
-        {
-            "type": "Preempted",
-            "status": "True",
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now,
-        },
-    ]
-    status["conditions"] = conditions
+    status["conditions"] = with_conditions(
+        status.get("conditions", []),
+        condition(ConditionType.EVICTED, Reason.PREEMPTED, now, message),
+        condition(ConditionType.PREEMPTED, reason, now, message),
+    )
     return updated
 
 
@@ -988,32 +991,16 @@ def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: f
     admission that a later cycle of the same drain preempted again is dropped together with that
     preemption.
     """
-    scheduler = Scheduler(state, config, now)
-    admitted: list[AdmissionDecision] = []
-    preempted: list[PreemptionDecision] = []
-    cycles = 0
-    limit = min(config.max_cycles, 10 * (len(state.workloads) + 10))  # as the core bounds a drain
-    while cycles < limit:
-        result = scheduler.cycle()
-        cycles += 1
-        admitted += result.admitted
-        if result.preempted or scheduler.preemptor_of or scheduler.gate.evictions:
-            preempted = list(result.preempted)
-            break
-        if not result.changed:
-            break
-    new = {d.workload for d in admitted}
-    return Plan(
-        admitted=tuple(
-            sorted((d for d in admitted if scheduler.admitted.get(d.workload) is d), key=lambda d: d.workload)
-        ),
-        preempted=tuple(p for p in preempted if p.workload not in new),
-        pending=tuple(scheduler.pending_decisions()),
-        cycles=cycles,
-        notes=tuple(scheduler.notes),
-        reserved=tuple(scheduler.gate.reserved.values()),
-        check_evictions=tuple(scheduler.gate.evictions),
-    )
+    new: set[str] = set()  # admitted in this drain, whether or not the admission still stands
+
+    def preempts(cycle: CycleOutcome) -> bool:
+        new.update(d.workload for d in cycle.admitted)
+        return bool(cycle.preempted or cycle.waiting_on_victims or cycle.check_evictions)
+
+    plan = Session(state, config, now, track_reasons=False).drain(now, stop=preempts)
+    # Only the last cycle can preempt (it ends the drain); a victim admitted earlier in the same
+    # drain is dropped together with that preemption.
+    return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new))
 
 
 def _condition(obj: dict[str, Any], ctype: str) -> bool:

@@ -21,12 +21,13 @@ from typing import Any
 from gpuplane.insight.why import Explanation
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
+from gpuplane.model import labels as keys
 from gpuplane.model.fields import lenient_timestamp
 
 log = logging.getLogger(__name__)
 
-ETA_ANNOTATION = "gpuplane.dev/eta"
-DETAIL_ANNOTATION = "gpuplane.dev/eta-detail"
+ETA_ANNOTATION = keys.ETA_ANNOTATION
+DETAIL_ANNOTATION = keys.ETA_DETAIL_ANNOTATION
 NEVER = "never"
 MOVE = 0.10  # rewrite when the wait moved by more than this share
 FLOOR_SECONDS = 60.0  # ... of at least this many seconds

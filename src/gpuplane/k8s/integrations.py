@@ -11,116 +11,52 @@ job is released.
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplane.core import scheduler as core_scheduler
 from gpuplane.k8s import api
+from gpuplane.model import labels as keys
+from gpuplane.model.jobs import (
+    Path,
+    PodSetRef,
+    batch_job,
+    jobset,
+    leader_worker_set,
+    pytorch_job,
+    ray_job,
+    train_job,
+    workload_document,
+    workload_name,
+)
+from gpuplane.model.jobs import get_path as _get
+from gpuplane.model.jobs import pod_group_document as pod_group_workload
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
-WORKLOAD_LABEL = "gpuplane.dev/workload"
-PODSET_LABEL = "gpuplane.dev/podset"
-# Ties a bound pod to its admitted workload for the core; without it the core counts an admitted
-# workload twice (its pods and its admission) and cannot free a victim's pods in a preemption search.
-CORE_WORKLOAD_LABEL = core_scheduler.WORKLOAD_LABEL
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
-LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
-GATE = "gpuplane.dev/admission"
-SCHEDULER_NAME = "gpuplane"
+QUEUE_LABEL = keys.QUEUE_NAME_LABEL
+PRIORITY_CLASS_LABEL = keys.PRIORITY_CLASS_LABEL
+POD_GROUP_LABEL = keys.POD_GROUP_LABEL
+POD_GROUP_COUNT = keys.POD_GROUP_COUNT
+WORKLOAD_LABEL = keys.WORKLOAD_LABEL
+PODSET_LABEL = keys.PODSET_LABEL
+CORE_WORKLOAD_LABEL = keys.KUEUE_WORKLOAD_LABEL
+JOB_UID_LABEL = keys.JOB_UID_LABEL
+CLUSTER_QUEUE_LABEL = keys.CLUSTER_QUEUE_LABEL
+LOCAL_QUEUE_LABEL = keys.LOCAL_QUEUE_LABEL
+GATE = keys.ADMISSION_GATE
+SCHEDULER_NAME = keys.SCHEDULER_NAME
 
-Path = tuple[str | int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PodSetRef:
-    name: str
-    count: int
-    template: Path  # where the pod template lives in the job object
-
-
-def _get(obj: Any, path: Path) -> Any:
-    for step in path:
-        obj = obj[step]
-    return obj
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _job_pods(spec: dict[str, Any]) -> int:
-    parallelism = _int(spec.get("parallelism"), 1)
-    completions = spec.get("completions")
-    return parallelism if completions is None else min(parallelism, _int(completions, parallelism))
-
-
-def batch_job(obj: dict[str, Any]) -> list[PodSetRef]:
-    return [PodSetRef("main", _job_pods(obj.get("spec", {})), ("spec", "template"))]
-
-
-def jobset(obj: dict[str, Any]) -> list[PodSetRef]:
-    out = []
-    for i, rj in enumerate(obj.get("spec", {}).get("replicatedJobs", [])):
-        job_spec = rj.get("template", {}).get("spec", {})
-        count = _int(rj.get("replicas"), 1) * _job_pods(job_spec)
-        out.append(
-            PodSetRef(
-                str(rj.get("name", f"job{i}")),
-                count,
-                ("spec", "replicatedJobs", i, "template", "spec", "template"),
-            )
-        )
-    return out
-
-
-def pytorch_job(obj: dict[str, Any]) -> list[PodSetRef]:
-    specs = obj.get("spec", {}).get("pytorchReplicaSpecs", {})
-    return [
-        PodSetRef(
-            role.lower(), _int(spec.get("replicas"), 1), ("spec", "pytorchReplicaSpecs", role, "template")
-        )
-        for role, spec in sorted(specs.items(), key=lambda kv: (kv[0] != "Master", kv[0]))
-    ]
-
-
-def ray_job(obj: dict[str, Any]) -> list[PodSetRef]:
-    cluster = obj.get("spec", {}).get("rayClusterSpec", {})
-    out = [PodSetRef("head", 1, ("spec", "rayClusterSpec", "headGroupSpec", "template"))]
-    for i, group in enumerate(cluster.get("workerGroupSpecs", [])):
-        out.append(
-            PodSetRef(
-                str(group.get("groupName", f"workers{i}")),
-                _int(group.get("replicas"), 1),
-                ("spec", "rayClusterSpec", "workerGroupSpecs", i, "template"),
-            )
-        )
-    return out
-
-
-def train_job(obj: dict[str, Any]) -> list[PodSetRef]:
-    return [
-        PodSetRef(
-            "node", _int(obj.get("spec", {}).get("trainer", {}).get("numNodes"), 1), ("spec", "trainer")
-        )
-    ]
-
-
-def leader_worker_set(obj: dict[str, Any]) -> list[PodSetRef]:
-    spec = obj.get("spec", {})
-    lwt = spec.get("leaderWorkerTemplate", {})
-    replicas, size = _int(spec.get("replicas"), 1), _int(lwt.get("size"), 1)
-    leader = ("spec", "leaderWorkerTemplate", "leaderTemplate") if "leaderTemplate" in lwt else None
-    worker = ("spec", "leaderWorkerTemplate", "workerTemplate")
-    out = [PodSetRef("leader", replicas, leader or worker)]
-    if size > 1:
-        out.append(PodSetRef("workers", replicas * (size - 1), worker))
-    return out
+# Re-exported: callers of this module keep their imports.
+__all__ = [
+    "PodSetRef",
+    "batch_job",
+    "jobset",
+    "leader_worker_set",
+    "pod_group_workload",
+    "pytorch_job",
+    "ray_job",
+    "train_job",
+    "workload_name",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,97 +76,9 @@ INTEGRATIONS: dict[str, Integration] = {
 }
 
 
-def workload_name(kind: str, name: str, uid: str) -> str:
-    digest = hashlib.sha256(f"{kind}/{name}/{uid}".encode()).hexdigest()[:5]
-    return f"{kind.lower()}-{name}"[:56] + f"-{digest}"
-
-
-def _template_for_workload(template: dict[str, Any], kind: str) -> dict[str, Any]:
-    if kind == "TrainJob":  # the trainer block carries per-node resources, not a pod template
-        resources = template.get("resourcesPerNode", {})
-        return {"spec": {"containers": [{"name": "node", "resources": resources}]}}
-    out = copy.deepcopy(template)
-    out.get("metadata", {}).pop("labels", None)
-    return out
-
-
 def workload_for(kind: str, obj: dict[str, Any], priorities: dict[str, int]) -> dict[str, Any] | None:
     """The Workload object for a queued job, or None if the job is not queued."""
-    meta = obj.get("metadata", {})
-    labels = meta.get("labels", {}) or {}
-    queue = labels.get(QUEUE_LABEL)
-    if not queue:
-        return None
-    integration = INTEGRATIONS[kind]
-    pod_sets = [
-        {"name": ps.name, "count": ps.count, "template": _template_for_workload(_get(obj, ps.template), kind)}
-        for ps in integration.pod_sets(obj)
-    ]
-    priority_class = labels.get(PRIORITY_CLASS_LABEL)
-    spec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets}
-    if priority_class:
-        spec["priorityClassRef"] = {
-            "group": api.KUEUE,
-            "kind": "WorkloadPriorityClass",
-            "name": priority_class,
-        }
-        spec["priority"] = priorities.get(priority_class, 0)
-    uid = str(meta.get("uid", ""))
-    return {
-        "apiVersion": f"{api.KUEUE}/v1beta2",
-        "kind": "Workload",
-        "metadata": {
-            "name": workload_name(kind, meta["name"], uid),
-            "namespace": meta.get("namespace", "default"),
-            "labels": {JOB_UID_LABEL: uid},
-            "ownerReferences": [
-                {
-                    "apiVersion": obj.get("apiVersion", integration.resource.api_version),
-                    "kind": kind,
-                    "name": meta["name"],
-                    "uid": uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": spec,
-    }
-
-
-def pod_group_workload(pods: list[dict[str, Any]], priorities: dict[str, int]) -> dict[str, Any] | None:
-    """The Workload of a plain pod or a pod group (all pods that have arrived)."""
-    first = pods[0]
-    meta = first.get("metadata", {})
-    labels = meta.get("labels", {}) or {}
-    queue = labels.get(QUEUE_LABEL)
-    if not queue:
-        return None
-    group = labels.get(POD_GROUP_LABEL)
-    annotations = meta.get("annotations", {}) or {}
-    count = int(annotations.get(POD_GROUP_COUNT, "1")) if group else 1
-    name = group or meta["name"]
-    template = {"metadata": {}, "spec": copy.deepcopy(first.get("spec", {}))}
-    template["spec"].pop("nodeName", None)
-    template["spec"].pop("schedulingGates", None)
-    spec: dict[str, Any] = {
-        "queueName": queue,
-        "podSets": [{"name": "main", "count": count, "template": template}],
-    }
-    pc = labels.get(PRIORITY_CLASS_LABEL)
-    if pc:
-        spec["priorityClassRef"] = {"group": api.KUEUE, "kind": "WorkloadPriorityClass", "name": pc}
-        spec["priority"] = priorities.get(pc, 0)
-    return {
-        "apiVersion": f"{api.KUEUE}/v1beta2",
-        "kind": "Workload",
-        "metadata": {
-            "name": workload_name("Pod" if not group else "PodGroup", name, meta.get("namespace", "default")),
-            "namespace": meta.get("namespace", "default"),
-            "labels": {JOB_UID_LABEL: name},
-        },
-        "spec": spec,
-    }
+    return workload_document(kind, obj, priorities, INTEGRATIONS[kind].resource.api_version)
 
 
 def released_job(

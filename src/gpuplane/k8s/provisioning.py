@@ -32,28 +32,36 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplane.core.admission_checks import EVICTED_BY_CHECK, CheckEviction
-from gpuplane.core.plan import AdmissionDecision, Plan
+from gpuplane.core.session import (
+    AdmissionDecision,
+    CheckEviction,
+    ConditionType,
+    Plan,
+    Reason,
+    condition,
+    with_conditions,
+)
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.informer import Cache, object_key
 from gpuplane.k8s.leader import micro_time
+from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import PROVISIONING_CONTROLLER, CheckState
 from gpuplane.model.fields import lenient_timestamp
 
 log = logging.getLogger(__name__)
 
-CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
-CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
+CONSUME_ANNOTATION = keys.CONSUME_PROVISIONING_REQUEST_ANNOTATION
+CLASS_ANNOTATION = keys.PROVISIONING_CLASS_ANNOTATION
 ATOMIC_SCALE_UP = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 CHECK_CAPACITY = "check-capacity.autoscaling.x-k8s.io"
-WORKLOAD_LABEL = "gpuplane.dev/provisioning-workload"
-CHECK_LABEL = "gpuplane.dev/provisioning-check"
-ATTEMPT_LABEL = "gpuplane.dev/provisioning-attempt"
+WORKLOAD_LABEL = keys.PROVISIONING_WORKLOAD_LABEL
+CHECK_LABEL = keys.PROVISIONING_CHECK_LABEL
+ATTEMPT_LABEL = keys.PROVISIONING_ATTEMPT_LABEL
 # The QuotaReserved time of the reservation a request was made for: a failed request of an
 # earlier reservation calls for a new attempt, one of the current reservation for a Retry.
-RESERVATION_ANNOTATION = "gpuplane.dev/reserved-at"
+RESERVATION_ANNOTATION = keys.RESERVED_AT_ANNOTATION
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +137,17 @@ def awaiting_checks(wl: Mapping[str, Any]) -> bool:
     """Whether the workload holds quota but is not admitted for its admission checks: some check
     is not Ready yet, or all are and the core has not placed it yet."""
     states = check_states(wl)
-    return bool(states) and (any(s.get("state") != "Ready" for s in states) or not _true(wl, "Admitted"))
+    return bool(states) and (
+        any(s.get("state") != "Ready" for s in states) or not _true(wl, ConditionType.ADMITTED)
+    )
 
 
 def checks_passed(wl: Mapping[str, Any], decision: AdmissionDecision) -> bool:
     """Whether ``decision`` admits a workload that holds quota and is not admitted yet (its
     checks have all passed); any other decision about a reserved workload is old news."""
-    return not decision.checks and not _true(wl, "Admitted") and not _true(wl, "Evicted")
+    return (
+        not decision.checks and not _true(wl, ConditionType.ADMITTED) and not _true(wl, ConditionType.EVICTED)
+    )
 
 
 def pending_checks(names: tuple[str, ...], now: str) -> list[dict[str, Any]]:
@@ -152,12 +164,10 @@ def evicted_by_check(wl: Mapping[str, Any], eviction: CheckEviction, now: str) -
     message = f"admission check {eviction.check} {verb}" + (
         f": {eviction.message}" if eviction.message else ""
     )
-    reason = EVICTED_BY_CHECK if eviction.state == CheckState.RETRY else "Deactivated"
-    conditions = [c for c in status.get("conditions", []) if c.get("type") != "Evicted"]
-    conditions.append(
-        {"type": "Evicted", "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
+    reason = Reason.ADMISSION_CHECK if eviction.state == CheckState.RETRY else Reason.DEACTIVATED
+    status["conditions"] = with_conditions(
+        status.get("conditions", []), condition(ConditionType.EVICTED, reason, now, message)
     )
-    status["conditions"] = conditions
     return updated
 
 
@@ -210,8 +220,8 @@ class Provisioner:
             wl
             for wl in self.cache.items("Workload")
             if (wl.get("status") or {}).get("admission")
-            and not _true(wl, "Evicted")
-            and not _true(wl, "Finished")
+            and not _true(wl, ConditionType.EVICTED)
+            and not _true(wl, ConditionType.FINISHED)
             and any(s.get("name") in checks for s in check_states(wl))
         ]
         if not todo:
@@ -248,7 +258,7 @@ class Provisioner:
     ) -> None:
         name = state["name"]
         latest = attempts[-1] if attempts else None
-        admitted = _true(wl, "Admitted") is not None
+        admitted = _true(wl, ConditionType.ADMITTED) is not None
         config = self._config(check)
         if state.get("state") == "Ready":
             if latest is None:
@@ -456,7 +466,7 @@ class Provisioner:
 
 
 def _reserved_at(wl: Mapping[str, Any]) -> str:
-    reserved = _true(wl, "QuotaReserved")
+    reserved = _true(wl, ConditionType.QUOTA_RESERVED)
     return str(reserved.get("lastTransitionTime", "")) if reserved is not None else ""
 
 

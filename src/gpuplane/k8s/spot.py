@@ -23,13 +23,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuplane.core.spot import NODE_INTERRUPTED
-from gpuplane.core.workloads import CHECKPOINT_ANNOTATION
+from gpuplane.core.session import ConditionType, Reason, condition, with_conditions
 from gpuplane.k8s import api as k8s
-from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.informer import Cache, object_key
 from gpuplane.k8s.leader import micro_time
+from gpuplane.model import labels as keys
 from gpuplane.model.fields import lenient_timestamp
 
 log = logging.getLogger(__name__)
@@ -46,9 +45,9 @@ INTERRUPTION_TAINTS = (
     "node.cloudprovider.kubernetes.io/shutdown",
     "ToBeDeletedByClusterAutoscaler",
 )
-REQUESTED = "gpuplane.dev/checkpoint-requested"
-DEADLINE = "gpuplane.dev/checkpoint-deadline"
-GRACE = "gpuplane.dev/checkpoint-grace-seconds"
+REQUESTED = keys.CHECKPOINT_REQUESTED_ANNOTATION
+DEADLINE = keys.CHECKPOINT_DEADLINE_ANNOTATION
+GRACE = keys.CHECKPOINT_GRACE_ANNOTATION
 
 
 def interruption(node: dict[str, Any]) -> str | None:
@@ -86,7 +85,7 @@ class InterruptionGuard:
             for pod in self.cache.items("Pod"):
                 node = (pod.get("spec") or {}).get("nodeName")
                 labels = pod["metadata"].get("labels") or {}
-                owner = labels.get(jobs.CORE_WORKLOAD_LABEL) or labels.get(jobs.WORKLOAD_LABEL)
+                owner = labels.get(keys.KUEUE_WORKLOAD_LABEL) or labels.get(keys.WORKLOAD_LABEL)
                 if node not in signals or not owner:
                     continue
                 if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -101,7 +100,7 @@ class InterruptionGuard:
             if REQUESTED in annotations and not admitted:
                 self._annotate(wl, {REQUESTED: None, DEADLINE: None})  # queued again: done
                 continue
-            if key not in hit or not admitted or _true(wl, "Evicted"):
+            if key not in hit or not admitted or _true(wl, ConditionType.EVICTED):
                 continue
             node, pods = hit[key]
             if REQUESTED not in annotations:
@@ -161,17 +160,10 @@ class InterruptionGuard:
         message = f"node {node} is being taken back ({signal}); {why}; requeued at the head of its queue"
         updated: dict[str, Any] = json.loads(json.dumps(wl))
         status = updated.setdefault("status", {})
-        conditions = [c for c in status.get("conditions", []) if c.get("type") != "Evicted"]
-        conditions.append(
-            {
-                "type": "Evicted",
-                "status": "True",
-                "reason": NODE_INTERRUPTED,
-                "message": message,
-                "lastTransitionTime": micro_time(self.clock()),
-            }
+        status["conditions"] = with_conditions(
+            status.get("conditions", []),
+            condition(ConditionType.EVICTED, Reason.NODE_INTERRUPTED, micro_time(self.clock()), message),
         )
-        status["conditions"] = conditions
         try:
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
         except ApiError as err:
@@ -190,7 +182,7 @@ def _true(obj: dict[str, Any], ctype: str) -> bool:
 
 
 def _checkpoint_time(annotations: dict[str, str]) -> float | None:
-    text = annotations.get(CHECKPOINT_ANNOTATION)
+    text = annotations.get(keys.CHECKPOINT_ANNOTATION)
     if not text:
         return None
     try:

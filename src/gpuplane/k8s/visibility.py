@@ -39,9 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from gpuplane.core.config import config_from_kueue
-from gpuplane.core.plan import Plan
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.session import Plan, config_from_kueue, schedule
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.k8s.api import SUBJECT_ACCESS_REVIEWS, ApiError, KubeApi
 from gpuplane.model.objects import ClusterState, Workload

@@ -18,7 +18,9 @@ import ssl
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gpuplane.k8s.integrations import GATE, QUEUE_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
+from gpuplane.model.labels import ADMISSION_GATE as GATE
+from gpuplane.model.labels import QUEUE_NAME_LABEL as QUEUE_LABEL
+from gpuplane.model.labels import SCHEDULER_NAME, WORKLOAD_LABEL
 
 
 def pod_patch(pod: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplane.model import fields as f
+from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.objects import EMPTY, SelectorRequirement, Taint, frozen_map
 
 KARPENTER_GROUP = "karpenter.sh"
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
-DISRUPTED_TAINT = "karpenter.sh/disrupted"
-DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+NODEPOOL_LABEL = keys.KARPENTER_NODEPOOL_LABEL
+DISRUPTED_TAINT = keys.KARPENTER_DISRUPTED_TAINT
+DO_NOT_DISRUPT = keys.KARPENTER_DO_NOT_DISRUPT
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte")
 
 

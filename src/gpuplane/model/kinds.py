@@ -8,13 +8,20 @@ input. Cross-object checks (references, cycles, duplicates) live in
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplane.model import fields as f
+from gpuplane.model import jobs
+from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import cluster_queue_checks, workload_check_states
 from gpuplane.model.errors import InputError
+from gpuplane.model.labels import (
+    MIN_PARALLELISM,
+    PREFERRED_TOPOLOGY,
+    PRIORITY_CLASS_LABEL,
+    REQUIRED_TOPOLOGY,
+)
 from gpuplane.model.objects import (
     WARM_NODE_GPUS_ANNOTATION,
     WARM_NODES_ANNOTATION,
@@ -47,13 +54,8 @@ from gpuplane.model.objects import (
     frozen_map,
 )
 
-KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_GROUP = keys.KUEUE_GROUP
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
-PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
-MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -681,10 +683,10 @@ def parse_pod(doc: Doc, version: str) -> Pod:
     )
 
 
-def job_workload_name(namespace: str, job_name: str) -> str:
-    """The name of the Workload that stands for a queued Job."""
-    digest = hashlib.sha256(f"batch/v1/Job/{namespace}/{job_name}".encode()).hexdigest()[:5]
-    return f"job-{job_name}-{digest}"
+def job_workload_name(namespace: str, job_name: str, uid: str = "") -> str:
+    """The name of the Workload that stands for a queued Job: the controller's name
+    (:func:`gpuplane.model.jobs.workload_name`), with ``namespace/name`` for a missing uid."""
+    return jobs.workload_name("Job", job_name, uid or f"{namespace}/{job_name}")
 
 
 def workload_identity(doc: Doc, kind: str) -> tuple[str, str, str | None] | None:
@@ -701,8 +703,8 @@ def workload_identity(doc: Doc, kind: str) -> tuple[str, str, str | None] | None
             annotations = f.string_map(meta, "annotations", "metadata")
             return (
                 namespace,
-                job_workload_name(namespace, name),
-                labels.get(QUEUE_NAME_LABEL) or (annotations.get(QUEUE_NAME_LABEL)),
+                job_workload_name(namespace, name, f.get_str(meta, "uid", "metadata") or ""),
+                jobs.queue_name(labels, annotations),
             )
         spec = f.get_map(doc, "spec", "")
         return namespace, name, f.get_str(spec, "queueName", "spec")
@@ -713,22 +715,22 @@ def workload_identity(doc: Doc, kind: str) -> tuple[str, str, str | None] | None
 def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | None:
     """Derive the Workload Kueue creates for a batch/v1 Job with a queue-name label.
 
-    Returns ``None`` for a Job that Kueue does not manage (no queue-name label).
+    Returns ``None`` for a Job that Kueue does not manage (no queue-name label). The name, pod
+    count and queue follow :mod:`gpuplane.model.jobs`, as the controller's do; this function adds
+    strict checks with located errors.
     """
     meta = f.get_map(doc, "metadata", "", required=True)
     name = metadata_name(doc)
     labels = f.string_map(meta, "labels", "metadata")
     annotations = f.string_map(meta, "annotations", "metadata")
-    queue = labels.get(QUEUE_NAME_LABEL) or annotations.get(QUEUE_NAME_LABEL)
+    queue = jobs.queue_name(labels, annotations)
     if not queue:
         return None
     spec = f.get_map(doc, "spec", "", required=True)
     parallelism = f.get_int(spec, "parallelism", "spec")
-    parallelism = 1 if parallelism is None else parallelism
-    completions = f.get_int(spec, "completions", "spec")
-    if parallelism < 0:
+    if parallelism is not None and parallelism < 0:
         raise InputError("must not be negative", field="spec.parallelism", invalid_value=True)
-    count = parallelism if completions is None else min(parallelism, completions)
+    count = jobs.job_pod_count(parallelism, f.get_int(spec, "completions", "spec"))
     template = _template(f.get_map(spec, "template", "spec", required=True), "spec.template")
     min_count = None
     if MIN_PARALLELISM in annotations:
@@ -752,7 +754,8 @@ def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | Non
             invalid_value=True,
         )
     namespace = metadata_namespace(doc)
-    wl_name = job_workload_name(namespace, name)
+    uid = f.get_str(meta, "uid", "metadata") or ""
+    wl_name = job_workload_name(namespace, name, uid)
     created = meta.get("creationTimestamp")
     pod_set = PodSet(
         name="main",
@@ -765,7 +768,7 @@ def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | Non
     return Workload(
         namespace=namespace,
         name=wl_name,
-        uid=f.get_str(meta, "uid", "metadata") or wl_name,
+        uid=uid or wl_name,
         creation=0.0 if created is None else f.timestamp(created, "metadata.creationTimestamp"),
         priority=priorities.get(pc_name, 0) if pc_name else 0,
         pod_sets=(pod_set,),

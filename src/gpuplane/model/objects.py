@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import AdmissionCheck, CheckRef, CheckStatus
 
 if TYPE_CHECKING:
@@ -23,9 +24,9 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
-WARM_NODES_ANNOTATION = "gpuplane.dev/warm-nodes"
-WARM_NODE_GPUS_ANNOTATION = "gpuplane.dev/warm-node-gpus"
-WARM_BUFFER_LABEL = "gpuplane.dev/warm-buffer"  # on placeholder pods: the flavor they keep warm
+WARM_NODES_ANNOTATION = keys.WARM_NODES_ANNOTATION
+WARM_NODE_GPUS_ANNOTATION = keys.WARM_NODE_GPUS_ANNOTATION
+WARM_BUFFER_LABEL = keys.WARM_BUFFER_LABEL  # on placeholder pods: the flavor they keep warm
 INTERRUPTED_REASON = "NodeInterrupted"  # Evicted reason when a workload's node is taken back
 
 

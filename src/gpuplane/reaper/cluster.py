@@ -18,15 +18,16 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from gpuplane.insight import idle
+from gpuplane.model import labels as keys
 
 log = logging.getLogger(__name__)
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+QUEUE_LABEL = keys.QUEUE_NAME_LABEL
+JOB_UID_LABEL = keys.JOB_UID_LABEL
 KUEUE_V1BETA2 = "kueue.x-k8s.io/v1beta2"
 NOTEBOOK_API = "kubeflow.org/v1"
 NOTEBOOK_STOPPED = "kubeflow-resource-stopped"
-REPLICAS_ANNOTATION = "gpuplane.dev/replicas-before-reclaim"
+REPLICAS_ANNOTATION = keys.REPLICAS_BEFORE_RECLAIM_ANNOTATION
 JUPYTERHUB_COMPONENT = "singleuser-server"  # zero-to-jupyterhub's label component=singleuser-server
 COMPONENT = "gpuplane-reaper"
 MERGE_PATCH = "application/merge-patch+json"

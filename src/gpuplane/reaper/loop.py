@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuplane.core.session import ConditionType, Reason, condition, with_conditions
 from gpuplane.insight import idle
 from gpuplane.reaper.cluster import (
     NOTEBOOK_STOPPED,
@@ -39,7 +40,7 @@ from gpuplane.reaper.subjects import Method, Subject, describe
 
 log = logging.getLogger(__name__)
 
-IDLE_REASON = "IdleReclaimed"  # Workload eviction reason and Event reason of a reclaim
+IDLE_REASON = Reason.IDLE_RECLAIMED  # Workload eviction reason and Event reason of a reclaim
 
 PodDecision = tuple[Subject, idle.Decision, idle.StallEvidence | None]
 
@@ -248,18 +249,12 @@ class Reaper:
         status = workload.get("status") or {}
         conditions = list(status.get("conditions") or [])
         if not status.get("admission") or any(
-            c.get("type") == "Evicted" and c.get("status") == "True" for c in conditions
+            c.get("type") == ConditionType.EVICTED and c.get("status") == "True" for c in conditions
         ):
             return False
-        evicted = {
-            "type": "Evicted",
-            "status": "True",
-            "reason": IDLE_REASON,
-            "message": message,
-            "lastTransitionTime": idle.format_time(now),
-        }
+        evicted = condition(ConditionType.EVICTED, IDLE_REASON, idle.format_time(now), message)
         body = json.loads(json.dumps(workload))
-        body["status"]["conditions"] = [c for c in conditions if c.get("type") != "Evicted"] + [evicted]
+        body["status"]["conditions"] = with_conditions(conditions, evicted)
         self.api.replace_status(body)
         return True
 

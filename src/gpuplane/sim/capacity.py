@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.session import ConditionType, Reason, SchedulerConfig, schedule
+from gpuplane.model.labels import HOSTNAME_LABEL
 from gpuplane.model.objects import (
-    INTERRUPTED_REASON,
     ClusterQueue,
     ClusterState,
     Condition,
@@ -392,7 +391,7 @@ class CapacitySim:
             Node(
                 name=n.name,
                 allocatable=frozen_map({GPU: self.s.gpus_per_node, "pods": 110}),
-                labels=frozen_map({"kubernetes.io/hostname": n.name}),
+                labels=frozen_map({HOSTNAME_LABEL: n.name}),
             )
             for n in sorted(free, key=lambda n: (n.booked is None, n.name))
         )
@@ -401,7 +400,7 @@ class CapacitySim:
             job = self.jobs[j]
             conditions: tuple[Condition, ...] = ()
             if job.interrupted:
-                conditions = (Condition("Evicted", True, INTERRUPTED_REASON, "", now),)
+                conditions = (Condition(ConditionType.EVICTED, True, Reason.NODE_INTERRUPTED, "", now),)
             workloads.append(
                 Workload(
                     namespace="sim",

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from gpuplane.core.session import Reason
 from gpuplane.insight import idle
 from gpuplane.insight.eta import Ahead, latest_start, predict_start
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
@@ -38,8 +39,9 @@ COMPLETE, END, REAP, NODE_DOWN, NODE_UP, ARRIVE, WAKE = range(7)
 # Change kinds a model reports.
 HOLD, START, STOP, DEADLOCK, RESTART = range(5)
 
-PREEMPTED = "preempted"
-NODE_FAILURE = "node-failure"
+# Why a model stopped a job (the lifecycle's eviction reasons).
+PREEMPTED = Reason.PREEMPTED
+NODE_FAILURE = Reason.NODE_FAILURES
 
 ProgressCallback = Callable[[float], None]
 

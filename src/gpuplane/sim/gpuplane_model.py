@@ -2,10 +2,10 @@
 
 Nothing here decides admission, placement or preemption. The simulator builds the Kueue objects
 once (a ClusterQueue per team in one cohort, a ResourceFlavor per pool, the nodes with their
-devices), keeps one :class:`gpuplane.core.scheduler.Scheduler` for the whole run, and only tells
+devices), keeps one :class:`gpuplane.core.session.Session` for the whole run, and only tells
 it what happened: ``submit`` on arrival, ``finish`` or ``withdraw`` on completion or deletion,
-``evict`` when a node fails; then runs ``cycle()`` until nothing changes and carries out what the
-cycles decided (admissions with placements, preemptions).
+``node_down`` when a node fails; then drains the session (its stop rule catches a preemption
+loop) and carries out what the cycles decided (admissions with placements, preemptions).
 
 How workloads are expressed (``sharing`` on):
 
@@ -30,10 +30,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.inventory import DeviceConfig, DeviceGrant, PodNeeds
-from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
-from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import (
+    AdmissionDecision,
+    CycleOutcome,
+    DeviceConfig,
+    PreemptionDecision,
+    Reason,
+    SchedulerConfig,
+    Session,
+)
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import (
     ClusterQueue,
     ClusterState,
@@ -56,7 +62,7 @@ from gpuplane.sim.cluster import ClusterSpec, NodeSpec
 from gpuplane.sim.engine import HOLD, NODE_FAILURE, PREEMPTED, START, STOP, Change, EtaView
 from gpuplane.sim.workloads import MILLI, Job, Request
 
-POOL_LABEL = "gpuplane.dev/pool"
+POOL_LABEL = keys.POOL_LABEL
 GPU_MILLI = "gpuplane.dev/gpu-milli"
 GPU = "nvidia.com/gpu"
 FRACTION = "gpuplane.dev/gpu-fraction"
@@ -66,7 +72,7 @@ BACKFILL = "backfill"  # the tier, its ClusterQueue and its LocalQueue in every 
 COHORT = "org"
 MIB = 1024 * 1024
 MAX_CYCLES = 1_000_000
-QUOTA_REASONS = frozenset({"WaitingForQuota", "ExceedsMaxQuota"})
+QUOTA_REASONS = frozenset({Reason.WAITING_FOR_QUOTA, Reason.EXCEEDS_MAX_QUOTA})
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +104,9 @@ class GpuplaneModel:
         self.team_milli = cluster.team_milli()
         state = self._state()
         config = SchedulerConfig(checkpoint_aware=options.checkpoint_aware, devices=DeviceConfig())
-        self.scheduler = Scheduler(state, config, start)
+        # One session for the whole run, keeping no lifecycles (nothing here reads them); pending
+        # reasons are read on demand (quota_blocked).
+        self.session = Session(state, config, start, history=False)
         self.jobs: dict[str, Job] = {}
         self.placed: dict[str, tuple[str, ...]] = {}
         self.node_jobs: dict[str, set[str]] = {n.name: set() for n in cluster.nodes}
@@ -272,51 +280,34 @@ class GpuplaneModel:
 
     # --- what happened ---------------------------------------------------------------------
 
-    def submit(self, job: Job, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
+    def submit(self, job: Job, now: float) -> None:
         key = self.key(job)
         self.jobs[key] = job
-        self.scheduler.submit(self._workload(job))
+        self.session.submit(self._workload(job), now)
         self.dirty = True
 
-    def release(self, job: Job, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
+    def release(self, job: Job, now: float) -> None:
         key = self.key(job)
         if key in self.placed:
-            self.scheduler.finish(key)
+            self.session.finish(key, now)
             self._unplace(key)
             self.changes.append(Change(HOLD, job.id, 0.0))
         else:
-            self.scheduler.withdraw(key)
+            self.session.withdraw(key, now)
         self.jobs.pop(key, None)
         self.dirty = True
 
-    def node_down(self, node: str, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
-        for key in sorted(self.node_jobs[node]):
+    def node_down(self, node: str, now: float) -> None:
+        for key in self.session.node_down(node, now):
             job = self.jobs[key]
-            self.scheduler.evict(key, f"node {node} failed")
             self._unplace(key)
             self.changes.append(Change(STOP, job.id, text=NODE_FAILURE))
             self.changes.append(Change(HOLD, job.id, 0.0))
-        cluster = self.scheduler.cluster
-        assert cluster is not None
-        state = cluster.nodes[node]
-        grants = []
-        for device in state.devices:
-            if device.sharing == "mig":
-                grants += [DeviceGrant(device.index, "mig", instance=slot.instance) for slot in device.mig]
-            else:
-                grants.append(DeviceGrant(device.index, "whole"))
-        free = {name: q - state.used.get(name, 0) for name, q in state.allocatable.items()}
-        free["pods"] = 110 - state.used.get("pods", 0)
-        cluster.hold(f"node-down/{node}", node, PodNeeds(free), grants)
-        self.scheduler.capacity_changed(freed=False)
         self.dirty = True
 
-    def node_up(self, node: str, now: float) -> None:  # noqa: ARG002 - the engine's Model protocol
-        cluster = self.scheduler.cluster
-        assert cluster is not None
-        cluster.release(f"node-down/{node}")
+    def node_up(self, node: str, now: float) -> None:
         # Capacity came back: every parked workload gets another look, as after a finish.
-        self.scheduler.capacity_changed(freed=True)
+        self.session.node_up(node, now)
         self.dirty = True
 
     def _unplace(self, key: str) -> None:
@@ -328,24 +319,18 @@ class GpuplaneModel:
     def schedule(self, now: float, checkpoints: Callable[[], Iterable[tuple[Job, float]]]) -> int:
         if not self.dirty:
             return 0
-        scheduler = self.scheduler
-        scheduler.advance(now)
-        if self.options.checkpoint_aware and self.options.preemption and scheduler.pending_count():
-            admitted = scheduler.tree.admitted
+        session = self.session
+        if self.options.checkpoint_aware and self.options.preemption and session.has_pending():
             for job, at in checkpoints():
-                held = admitted.get(self.key(job))
-                if held is not None:
-                    held.last_checkpoint = at
-        cycles = 0
+                session.record_checkpoint(self.key(job), at)
         preempted_now: set[str] = set()
         self.dirty = False
-        while cycles < MAX_CYCLES:
-            result = scheduler.cycle()
-            cycles += 1
-            for admitted_decision in result.admitted:
+
+        def livelock(outcome: CycleOutcome) -> bool:
+            for admitted_decision in outcome.admitted:
                 self._admitted(admitted_decision)
             again = False
-            for preempted in result.preempted:
+            for preempted in outcome.preempted:
                 again = again or preempted.workload in preempted_now
                 preempted_now.add(preempted.workload)
                 self._preempted(preempted)
@@ -355,10 +340,10 @@ class GpuplaneModel:
                 self.livelocks += 1
                 self.dirty = True
                 self._wakes.append(now + self.grace)
-                break
-            if not result.changed:
-                break
-        return cycles
+            return again
+
+        plan = session.drain(now, stop=livelock, max_cycles=MAX_CYCLES, with_pending=False)
+        return plan.cycles
 
     def _admitted(self, decision: AdmissionDecision) -> None:
         key = decision.workload
@@ -404,14 +389,10 @@ class GpuplaneModel:
 
     def quota_blocked(self) -> float:
         """GPU-equivalents of queued workloads whose last attempt found no quota."""
-        status = self.scheduler.status
         total = 0.0
-        for queue in self.scheduler.queues.values():
-            for pending in queue:
-                reason = status.get(pending.key)
-                if reason is not None and reason.reason in QUOTA_REASONS:
-                    job = self.jobs[pending.key]
-                    total += self.allocation(job)[0] * job.pods
+        for key in self.session.waiting_for(QUOTA_REASONS):
+            job = self.jobs[key]
+            total += self.allocation(job)[0] * job.pods
         return total
 
     def node_gpus(self, node: str) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from gpuplane.core.inventory import MILLI
+from gpuplane.core.session import MILLI
 from gpuplane.model.objects import ClusterQueue, Workload
 from gpuplane.model.quantity import format_quantity
 from gpuplane.web import charts

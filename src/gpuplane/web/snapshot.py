@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.inventory import MILLI, NodeState, PodNeeds, pod_needs
-from gpuplane.core.plan import AdmissionDecision, Plan
-from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.session import AdmissionDecision, Plan, SchedulerConfig, Session
 from gpuplane.insight.why import Explanation, explain_all
+from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
 
 # Label keys that group nodes on the node map when no Topology object names its levels.
@@ -34,7 +33,7 @@ TOPOLOGY_LABELS = (
     "network.topology.kubernetes.io/rack",
     "rack",
 )
-HOSTNAME = "kubernetes.io/hostname"
+HOSTNAME = keys.HOSTNAME_LABEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,31 +174,14 @@ def workload_gpus(wl: Workload, config: SchedulerConfig) -> float:
     return total / MILLI
 
 
-def drain(state: ClusterState, config: SchedulerConfig, now: float) -> tuple[Plan, Scheduler]:
+def drain(state: ClusterState, config: SchedulerConfig, now: float) -> tuple[Plan, Session]:
     """Cycles to a fixed point, as ``core.schedule(..., cycles=None)`` runs them.
 
-    Returns the plan and the scheduler after the last cycle, whose node inventories show
+    Returns the plan and the session after the last cycle, whose node inventories show
     who holds each device once the plan is carried out.
     """
-    scheduler = Scheduler(state, config, now)
-    limit = min(config.max_cycles, 10 * (len(state.workloads) + 10))
-    admitted_ever: list[AdmissionDecision] = []
-    ran = 0
-    while ran < limit:
-        result = scheduler.cycle()
-        ran += 1
-        admitted_ever += result.admitted
-        if not result.changed:
-            break
-    still = [d for d in admitted_ever if scheduler.admitted.get(d.workload) is d]
-    plan = Plan(
-        admitted=tuple(sorted(still, key=lambda d: d.workload)),
-        preempted=tuple(scheduler.preempted),
-        pending=tuple(scheduler.pending_decisions()),
-        cycles=ran,
-        notes=tuple(scheduler.notes),
-    )
-    return plan, scheduler
+    session = Session(state, config, now, track_reasons=False)
+    return session.drain(now), session
 
 
 def latest_time(state: ClusterState) -> float:
@@ -220,7 +202,8 @@ def build_snapshot(
     source: str = "",
 ) -> ConsoleSnapshot:
     """Schedule ``state`` and derive every page's data. Pure: same input, same snapshot."""
-    plan, scheduler = drain(state, config, now)
+    plan, session = drain(state, config, now)
+    inventory = session.inventory()
     gpus = {wl.key: workload_gpus(wl, config) for wl in state.workloads}
     evicted = {p.workload for p in plan.preempted}
     held = {
@@ -254,12 +237,12 @@ def build_snapshot(
     levels = _topology_levels(state)
     pending_needs = _distinct_needs([by_key[r.workload] for r in rows if r.workload in by_key], config)
     nodes: tuple[NodeCell, ...] = ()
-    if scheduler.cluster is not None:
+    if inventory:
         fractions = _fraction_holders(plan, state)
         planned = {a.workload for a in plan.admitted}
         nodes = tuple(
             _node_cell(ns_state, levels, pending_needs, fractions.get(name, {}), planned)
-            for name, ns_state in sorted(scheduler.cluster.nodes.items())
+            for name, ns_state in sorted(inventory.items())
             if ns_state.devices
         )
     by_object: dict[str, list[EventRecord]] = {}
@@ -272,7 +255,7 @@ def build_snapshot(
         version=version,
         workload_gpus=gpus,
         held_gpus=held,
-        queue_usage={name: dict(cq.usage) for name, cq in scheduler.tree.queues.items()},
+        queue_usage={u.cluster_queue: dict(u.used) for u in session.usage()},
         pending=tuple(rows),
         pending_by_key={r.workload: r for r in rows},
         admitted_by_key={a.workload: a for a in plan.admitted},

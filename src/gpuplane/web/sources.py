@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuplane.core.config import config_from_kueue
+from gpuplane.core.session import config_from_kueue
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi
 from gpuplane.k8s.controller import STATE_RESOURCES
