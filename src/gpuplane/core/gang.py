@@ -51,12 +51,12 @@ from gpuplane.core.inventory import (
     recorded_grants,
 )
 from gpuplane.core.karpenter import disrupted
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.placement import engine
 from gpuplane.core.placement.fragmentation import typical_pods
 from gpuplane.core.placement.gpu_cluster import GpuCluster, GpuRequest, NodeSpec
 from gpuplane.core.placement.profiles import DEFAULT_PROFILE, get_profile
 from gpuplane.core.placement.scoring import PolicyContext
-from gpuplane.core.lifecycle import Reason
 from gpuplane.model.objects import Node, PodTemplate, ResourceFlavor, Toleration
 
 # Why a gang cannot be placed (most specific first).
