@@ -218,10 +218,13 @@ class _Book:
         ]
         backlog = sum(self.group_work[k] for k in keys) - sum(a.amount * a.expected_duration for a in ahead)
         only, floor = view.team, view.min_priority
+        lists = [entries for p in view.pools if (entries := self.running.get(p))]
+        # One pool's list is already in order of expected end: merging it would only add a step.
+        running = lists[0] if len(lists) == 1 else heapq.merge(*lists)
         releases = (
-            (max(now, end), amount)
-            for end, _, amount, owner, priority in heapq.merge(*(self.running.get(p, []) for p in view.pools))
-            if (only is None or owner == only) and priority >= floor
+            (end if end > now else now, amount)
+            for end, _, amount, owner, priority in running
+            if priority >= floor and (only is None or owner == only)
         )
         return predict_start(
             now,
