@@ -10,7 +10,8 @@ One reconcile pass (only on the leader, once every informer has synced)::
          victim marked Evicted and Preempted while it keeps its admission and quota
       4. evicted workloads: while the job is active, it is suspended and its pods evicted
          (Eviction API, the pod's grace period); once it is no longer active the
-         admission is cleared and the workload is queued again
+         admission is cleared and the workload is queued again (those already stopped are
+         released before step 2, so an admission never shows beside the quota it replaces)
       5. admitted jobs are released: templates stamped (scheduler name, flavor node
          selector, workload/pod-set labels), then unsuspended or ungated
       6. pods of admitted workloads are bound, a whole gang at a time, to the planned
@@ -252,6 +253,9 @@ class Controller:
         if plan is None:
             return None
         self._index_pods()
+        # Quota that evicted, stopped workloads give back is released before any admission that the
+        # plan made with it is written: the API never shows both holding it at once.
+        self._stop_evicted(stop_jobs=False)
         self._apply_admissions(plan)
         self._each(partial(self._write_check_eviction, e) for e in plan.check_evictions)
         self.provisioner.reconcile(plan)
@@ -508,15 +512,16 @@ class Controller:
         self.counters.add("preempted")
         self._event(written, "Normal", Reason.PREEMPTED, message)
 
-    def _stop_evicted(self) -> None:
-        """Stop the jobs of evicted workloads that still hold quota; give the quota back once they
-        are no longer active."""
+    def _stop_evicted(self, stop_jobs: bool = True) -> None:
+        """Stop the jobs of evicted workloads that still hold quota (unless ``stop_jobs`` is False);
+        give the quota back once they are no longer active."""
         writes = []
         for wl in self.cache.items("Workload"):
             if not wl.get("status", {}).get("admission") or not _condition(wl, ConditionType.EVICTED):
                 continue
             if self._still_active(wl):
-                writes.append(partial(self._stop_job, wl))
+                if stop_jobs:
+                    writes.append(partial(self._stop_job, wl))
             else:
                 writes.append(partial(self._release_quota, wl))
         self._each(writes)
