@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplane.core.inventory import DeviceConfig, DeviceGrant, NodeState, node_state, pod_needs
-from gpuplane.core.mig import (
+from gpuplane.model.mig import (
     Instance,
     MigError,
     MigProfile,

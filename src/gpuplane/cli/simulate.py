@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuplane.cli.simulate_scenario import ScenarioOptions, run_scenario
-from gpuplane.core.placement.scoring import POLICIES
+from gpuplane.core.session import POLICIES
 from gpuplane.sim.fgd import FgdRun, ProgressCallback, run_fgd_protocol
 from gpuplane.sim.traces import TraceError
 

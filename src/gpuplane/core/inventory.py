@@ -6,7 +6,7 @@ never per node. A device is one physical accelerator in one of four sharing mode
 * ``exclusive``: whole-GPU requests take it entirely; fractional requests
   (``gpuplane.dev/gpu-fraction``, ``gpuplane.dev/gpu-memory``, KAI's ``gpu-fraction``)
   share it by milli-GPU and memory;
-* ``mig``: a MIG layout (see :mod:`gpuplane.core.mig`) whose instances are taken one
+* ``mig``: a MIG layout (see :mod:`gpuplane.model.mig`) whose instances are taken one
   by one; with repartitioning on, a new layout may be chosen for a GPU whose affected
   slots hold no running instance;
 * ``time-slicing`` / ``mps``: ``replicas`` slots per GPU.
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from gpuplane.core import mig
+from gpuplane.model import mig
 from gpuplane.model.errors import InputError
 from gpuplane.model.objects import Node, PodTemplate, Taint
 from gpuplane.model.quantity import QuantityError, parse_quantity, parse_resource_quantity

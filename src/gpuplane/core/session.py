@@ -36,7 +36,16 @@ from dataclasses import dataclass, replace
 
 from gpuplane.core.admission_checks import CheckEviction, ReservedDecision, Verdict
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.inventory import MILLI, DeviceConfig, DeviceGrant, NodeState, PodNeeds
+from gpuplane.core.inventory import (
+    MILLI,
+    DeviceConfig,
+    DeviceGrant,
+    NodeState,
+    PodNeeds,
+    node_state,
+    pod_needs,
+    recorded_grants,
+)
 from gpuplane.core.lifecycle import (
     CONDITIONS,
     TERMINAL,
@@ -52,6 +61,20 @@ from gpuplane.core.lifecycle import (
     transition,
     with_conditions,
 )
+from gpuplane.core.placement.engine import Profile, pick_node, schedule_one
+from gpuplane.core.placement.engine import feasible as feasible_nodes
+from gpuplane.core.placement.engine import score as score_nodes
+from gpuplane.core.placement.fragmentation import node_fragmentation, typical_pods
+from gpuplane.core.placement.gpu_cluster import (
+    MILLI_PER_GPU,
+    FloatArray,
+    GpuCluster,
+    GpuRequest,
+    IntArray,
+    NodeSpec,
+)
+from gpuplane.core.placement.profiles import get_profile
+from gpuplane.core.placement.scoring import POLICIES, PolicyContext, policy_factory
 from gpuplane.core.plan import (
     PLACEMENT_ANNOTATION,
     AdmissionDecision,
@@ -70,11 +93,20 @@ from gpuplane.model.objects import ClusterState, Node, Workload
 
 # The core's public surface: drivers import these from here and nothing else from the core
 # (an import-linter contract checks it). The configuration, the plan's types, the lifecycle and
-# the pure one-shot ``schedule`` are re-exported; the session is the long-lived form.
+# the pure one-shot ``schedule`` are re-exported; the session is the long-lived form. So are two
+# narrower surfaces:
+# - the device inventory's read side (``node_state``, ``pod_needs``, ``recorded_grants``): the
+#   controller checks that a plan's recorded devices are still free before it binds them, and the
+#   console's node map shows each node's devices and what pending pods need of them;
+# - the placement engine's one-pod-at-a-time entry points (profiles, Filter/Score, the GPU
+#   cluster model, the fragmentation measure): the stock Kubernetes model and the FGD replay run
+#   on the same engine as gang admission, with no queues in front of it.
 __all__ = [
     "CONDITIONS",
     "MILLI",
+    "MILLI_PER_GPU",
     "PLACEMENT_ANNOTATION",
+    "POLICIES",
     "TERMINAL",
     "TRANSITIONS",
     "AdmissionDecision",
@@ -83,13 +115,22 @@ __all__ = [
     "CycleOutcome",
     "DeviceConfig",
     "DeviceUse",
+    "FloatArray",
+    "GpuCluster",
+    "GpuRequest",
     "IllegalTransitionError",
+    "IntArray",
     "Lifecycle",
+    "NodeSpec",
+    "NodeState",
     "PendingDecision",
     "Plan",
+    "PodNeeds",
     "PodPlacement",
     "PodSetDecision",
+    "PolicyContext",
     "PreemptionDecision",
+    "Profile",
     "Reason",
     "ReservedDecision",
     "SchedulerConfig",
@@ -101,11 +142,22 @@ __all__ = [
     "can_transition",
     "condition",
     "config_from_kueue",
+    "feasible_nodes",
+    "get_profile",
     "last_checkpoint",
+    "node_fragmentation",
+    "node_state",
+    "pick_node",
     "placement_annotation",
+    "pod_needs",
+    "policy_factory",
+    "recorded_grants",
     "recorded_placement",
     "schedule",
+    "schedule_one",
+    "score_nodes",
     "transition",
+    "typical_pods",
     "with_conditions",
 ]
 

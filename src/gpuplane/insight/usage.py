@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from gpuplane.core import mig
 from gpuplane.core.inventory import DeviceConfig, PodNeeds, pod_needs
 from gpuplane.model import labels as keys
+from gpuplane.model import mig
 from gpuplane.model.objects import ClusterState, PodTemplate, Workload
 
 DEVICE_KINDS = ("whole", "mig", "fraction", "shared")

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from gpuplane.core.inventory import node_state, pod_needs, recorded_grants
 from gpuplane.core.session import (
     CONDITIONS,
     PLACEMENT_ANNOTATION,
@@ -55,7 +54,10 @@ from gpuplane.core.session import (
     WorkloadState,
     condition,
     config_from_kueue,
+    node_state,
     placement_annotation,
+    pod_needs,
+    recorded_grants,
     recorded_placement,
     with_conditions,
 )

@@ -27,11 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuplane.core.placement.engine import schedule_one
-from gpuplane.core.placement.fragmentation import node_fragmentation, typical_pods
-from gpuplane.core.placement.gpu_cluster import FloatArray, GpuCluster, GpuRequest, IntArray, NodeSpec
-from gpuplane.core.placement.profiles import get_profile
-from gpuplane.core.placement.scoring import PolicyContext, policy_factory
+from gpuplane.core.session import (
+    FloatArray,
+    GpuCluster,
+    GpuRequest,
+    IntArray,
+    NodeSpec,
+    PolicyContext,
+    get_profile,
+    node_fragmentation,
+    policy_factory,
+    schedule_one,
+    typical_pods,
+)
 from gpuplane.sim.traces import TraceError, TracePod, read_arrivals, read_node_names, read_nodes, read_pods
 
 TUNE_RATIO = 1.3

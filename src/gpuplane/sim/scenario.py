@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from gpuplane.core import mig
+from gpuplane.model import mig
 
 BUILTIN = "builtin.yaml"
 UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}

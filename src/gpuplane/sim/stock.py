@@ -35,9 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from gpuplane.core.placement import engine
-from gpuplane.core.placement.gpu_cluster import MILLI_PER_GPU, GpuCluster, GpuRequest, NodeSpec
-from gpuplane.core.placement.profiles import get_profile
+from gpuplane.core.session import (
+    MILLI_PER_GPU,
+    GpuCluster,
+    GpuRequest,
+    NodeSpec,
+    feasible_nodes,
+    get_profile,
+    pick_node,
+    score_nodes,
+)
 from gpuplane.sim.cluster import ClusterSpec
 from gpuplane.sim.engine import DEADLOCK, HOLD, NODE_FAILURE, RESTART, START, STOP, Change, EtaView
 from gpuplane.sim.workloads import Job
@@ -304,13 +311,13 @@ class StockModel:
         among = self._up_masks.get(id(sj.mask))
         if among is None:  # the job's pools' nodes that are up (kept until a node goes or comes)
             among = self._up_masks[id(sj.mask)] = sj.mask & self.up
-        candidates = engine.feasible(self.profile, self.inventory, sj.request, among=among)
+        candidates = feasible_nodes(self.profile, self.inventory, sj.request, among=among)
         if len(candidates) == 0:
             return -1
         if len(candidates) == 1:
             return int(candidates[0])
-        scores = engine.score(self.profile, self.inventory, sj.request, candidates)
-        return engine.pick_node(scores, candidates, None)  # ties: the first node by name
+        scores = score_nodes(self.profile, self.inventory, sj.request, candidates)
+        return pick_node(scores, candidates, None)  # ties: the first node by name
 
     def _bind(self, sj: _StockJob, node: int) -> None:
         gpus = self.profile.reserve.choose_gpus(self.inventory, sj.request, node)

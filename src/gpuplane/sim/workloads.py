@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplane.core import mig
+from gpuplane.model import mig
 from gpuplane.sim.scenario import Scenario, Shape, WorkloadClass
 
 MILLI = 1000

@@ -19,8 +19,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuplane.core.inventory import MILLI, NodeState, PodNeeds, pod_needs
-from gpuplane.core.session import AdmissionDecision, Plan, SchedulerConfig, Session
+from gpuplane.core.session import (
+    MILLI,
+    AdmissionDecision,
+    NodeState,
+    Plan,
+    PodNeeds,
+    SchedulerConfig,
+    Session,
+    pod_needs,
+)
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
