@@ -60,6 +60,7 @@ from gpuplane.k8s import integrations
 from gpuplane.k8s.api import ApiError, KubeApi, Resource, load_api_client
 from gpuplane.k8s.controller import Controller, ControllerConfig
 from gpuplane.k8s.webhook import review
+from gpuplane.model import labels as keys
 from gpuplane.model.loader import state_from_objects
 from gpuplane.model.quantity import parse_resource_quantity
 from manifests import GPU, Manifest, cluster_queue, job, local_queue, node, pod_spec, resource_flavor
@@ -631,13 +632,13 @@ class RegisteredWebhook:
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "probe", "labels": {integrations.QUEUE_LABEL: "probe"}},
+            "metadata": {"name": "probe", "labels": {keys.QUEUE_NAME_LABEL: "probe"}},
             "spec": {"containers": [{"name": "c", "image": "none"}]},
         }
 
         def gated() -> bool:
             created = self.api.request("POST", k8s.PODS.path(namespace), {"dryRun": "All"}, body=pod)
-            return created["spec"].get("schedulerName") == integrations.SCHEDULER_NAME
+            return created["spec"].get("schedulerName") == keys.SCHEDULER_NAME
 
         try:
             wait_until(gated, 30, "the API server calling the registered webhook")

@@ -24,10 +24,10 @@ from controller_harness import (
     wait_until,
 )
 from controller_harness import scene as make_scene
-from gpuplane.core.inventory import DEVICES_ANNOTATION
 from gpuplane.core.plan import PLACEMENT_ANNOTATION, recorded_placement
 from gpuplane.k8s import api as k8s
-from gpuplane.k8s.integrations import GATE, PODSET_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
+from gpuplane.model.labels import ADMISSION_GATE as GATE
+from gpuplane.model.labels import DEVICES_ANNOTATION, PODSET_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
 from gpuplane.model.topology import assigned_domains
 from manifests import GPU, Manifest, pod_spec
 

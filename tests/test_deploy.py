@@ -39,6 +39,7 @@ from gpuplane.k8s import spot as k8s_spot
 from gpuplane.k8s import warm as k8s_warm
 from gpuplane.k8s.api import Resource
 from gpuplane.k8s.webhook import pod_patch
+from gpuplane.model import labels as keys
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -519,7 +520,7 @@ def test_webhook_object_selectors_lose_no_pod_the_webhook_would_change() -> None
         (expression,) = hook["objectSelector"]["matchExpressions"]
         assert expression["operator"] == "Exists"
         selected.add(expression["key"])
-    assert selected == {integrations.QUEUE_LABEL, integrations.WORKLOAD_LABEL}
+    assert selected == {keys.QUEUE_NAME_LABEL, keys.WORKLOAD_LABEL}
     unselected = {"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": []}}
     assert pod_patch(unselected) == []
     for label in selected:

@@ -100,17 +100,12 @@ def test_unqueued_job_has_no_workload() -> None:
 def test_one_spelling_per_key() -> None:
     keys = {name: value for name, value in vars(labels).items() if name.isupper()}
     assert len(set(keys.values())) == len(keys), "two constants share one key"
-    assert integrations.WORKLOAD_LABEL == labels.WORKLOAD_LABEL
-    assert integrations.CORE_WORKLOAD_LABEL == labels.KUEUE_WORKLOAD_LABEL
-    assert integrations.QUEUE_LABEL == labels.QUEUE_NAME_LABEL
 
 
 @pytest.mark.parametrize(
     ("module", "name", "key"),
     [
         (core_scheduler, "WORKLOAD_LABEL", labels.KUEUE_WORKLOAD_LABEL),
-        (integrations, "CORE_WORKLOAD_LABEL", labels.KUEUE_WORKLOAD_LABEL),
-        (integrations, "WORKLOAD_LABEL", labels.WORKLOAD_LABEL),
         (k8s_controller, "DEVICES_ANNOTATION", labels.DEVICES_ANNOTATION),
         (k8s_controller, "HOSTNAME", labels.HOSTNAME_LABEL),
         (reaper_cluster, "QUEUE_LABEL", labels.QUEUE_NAME_LABEL),

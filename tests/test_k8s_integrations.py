@@ -10,6 +10,7 @@ import pytest
 
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.webhook import pod_patch, review
+from gpuplane.model import labels as keys
 
 
 def container(gpu: int = 1) -> dict[str, Any]:
@@ -21,7 +22,7 @@ def template(gpu: int = 1) -> dict[str, Any]:
 
 
 def obj(kind: str, spec: dict[str, Any], queue: str | None = "team") -> dict[str, Any]:
-    labels = {jobs.QUEUE_LABEL: queue} if queue else {}
+    labels = {keys.QUEUE_NAME_LABEL: queue} if queue else {}
     return {
         "apiVersion": jobs.INTEGRATIONS[kind].resource.api_version,
         "kind": kind,
@@ -108,7 +109,7 @@ def test_workload_for_each_integration(
     assert [(ps["name"], ps["count"]) for ps in wl["spec"]["podSets"]] == want_pod_sets
     assert wl["spec"]["queueName"] == "team"
     assert wl["metadata"]["ownerReferences"][0]["kind"] == kind
-    assert wl["metadata"]["labels"][jobs.JOB_UID_LABEL] == "u-1"
+    assert wl["metadata"]["labels"][keys.JOB_UID_LABEL] == "u-1"
 
 
 def test_unqueued_job_has_no_workload() -> None:
@@ -117,7 +118,7 @@ def test_unqueued_job_has_no_workload() -> None:
 
 def test_priority_class_resolves_to_its_value() -> None:
     job = obj("Job", {"suspend": True, "template": template()})
-    job["metadata"]["labels"][jobs.PRIORITY_CLASS_LABEL] = "prod"
+    job["metadata"]["labels"][keys.PRIORITY_CLASS_LABEL] = "prod"
     wl = jobs.workload_for("Job", job, {"prod": 1000})
     assert wl is not None
     assert wl["spec"]["priority"] == 1000
@@ -129,8 +130,8 @@ def test_release_stamps_templates_and_unsuspends() -> None:
     assert not jobs.is_suspended("JobSet", released)
     assert jobs.is_suspended("JobSet", job)  # the input is not mutated
     workers = released["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]
-    assert workers["metadata"]["labels"][jobs.WORKLOAD_LABEL] == "wl-1"
-    assert workers["metadata"]["labels"][jobs.PODSET_LABEL] == "workers"
+    assert workers["metadata"]["labels"][keys.WORKLOAD_LABEL] == "wl-1"
+    assert workers["metadata"]["labels"][keys.PODSET_LABEL] == "workers"
     assert "schedulerName" not in workers["spec"]  # immutable in a Job template: the webhook sets it
     assert workers["spec"]["nodeSelector"] == {"gpu": "h100"}
     assert jobs.is_suspended("JobSet", jobs.suspended_job("JobSet", released))
@@ -141,10 +142,10 @@ def test_pod_group_workload_counts_the_whole_group() -> None:
         "metadata": {
             "name": "p0",
             "namespace": "ml",
-            "labels": {jobs.QUEUE_LABEL: "team", jobs.POD_GROUP_LABEL: "g"},
-            "annotations": {jobs.POD_GROUP_COUNT: "4"},
+            "labels": {keys.QUEUE_NAME_LABEL: "team", keys.POD_GROUP_LABEL: "g"},
+            "annotations": {keys.POD_GROUP_COUNT: "4"},
         },
-        "spec": {"containers": [container()], "schedulingGates": [{"name": jobs.GATE}]},
+        "spec": {"containers": [container()], "schedulingGates": [{"name": keys.ADMISSION_GATE}]},
     }
     wl = jobs.pod_group_workload([pod], {})
     assert wl is not None
@@ -157,10 +158,13 @@ def test_pod_group_workload_counts_the_whole_group() -> None:
     [
         pytest.param({}, False, [], id="not-ours"),
         pytest.param(
-            {jobs.QUEUE_LABEL: "q"}, False, ["/spec/schedulerName", "/spec/schedulingGates"], id="plain"
+            {keys.QUEUE_NAME_LABEL: "q"},
+            False,
+            ["/spec/schedulerName", "/spec/schedulingGates"],
+            id="plain",
         ),
-        pytest.param({jobs.QUEUE_LABEL: "q"}, True, [], id="job-owned-waits-in-job"),
-        pytest.param({jobs.WORKLOAD_LABEL: "wl"}, True, ["/spec/schedulerName"], id="released-job-pod"),
+        pytest.param({keys.QUEUE_NAME_LABEL: "q"}, True, [], id="job-owned-waits-in-job"),
+        pytest.param({keys.WORKLOAD_LABEL: "wl"}, True, ["/spec/schedulerName"], id="released-job-pod"),
     ],
 )
 def test_webhook_patches(labels: dict[str, str], owned: bool, want_ops: list[str]) -> None:

@@ -27,9 +27,6 @@ from gpuplane.model.objects import Node, PodTemplate, Taint
 from gpuplane.model.quantity import QuantityError, parse_quantity, parse_resource_quantity
 
 MILLI = 1000
-# The pod annotation that records the devices a pod holds on its node (``DeviceGrant.describe``,
-# comma-separated): written with the binding, read back by the core and the controller.
-DEVICES_ANNOTATION = "gpuplane.dev/devices"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from gpuplane.core.flavors import (
     untolerated_taint,
 )
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
-from gpuplane.core.inventory import DEVICES_ANNOTATION, pod_needs, recorded_grants
+from gpuplane.core.inventory import pod_needs, recorded_grants
 from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import (
@@ -60,6 +60,7 @@ from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
 from gpuplane.core.workloads import PendingWorkload, admitted_usage, usage_from_assignment
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import CheckState, CheckStatus
+from gpuplane.model.labels import DEVICES_ANNOTATION
 from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).

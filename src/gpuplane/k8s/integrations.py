@@ -32,19 +32,6 @@ from gpuplane.model.jobs import (
 from gpuplane.model.jobs import get_path as _get
 from gpuplane.model.jobs import pod_group_document as pod_group_workload
 
-QUEUE_LABEL = keys.QUEUE_NAME_LABEL
-PRIORITY_CLASS_LABEL = keys.PRIORITY_CLASS_LABEL
-POD_GROUP_LABEL = keys.POD_GROUP_LABEL
-POD_GROUP_COUNT = keys.POD_GROUP_COUNT
-WORKLOAD_LABEL = keys.WORKLOAD_LABEL
-PODSET_LABEL = keys.PODSET_LABEL
-CORE_WORKLOAD_LABEL = keys.KUEUE_WORKLOAD_LABEL
-JOB_UID_LABEL = keys.JOB_UID_LABEL
-CLUSTER_QUEUE_LABEL = keys.CLUSTER_QUEUE_LABEL
-LOCAL_QUEUE_LABEL = keys.LOCAL_QUEUE_LABEL
-GATE = keys.ADMISSION_GATE
-SCHEDULER_NAME = keys.SCHEDULER_NAME
-
 # Re-exported: callers of this module keep their imports.
 __all__ = [
     "PodSetRef",
@@ -102,9 +89,9 @@ def released_job(
         meta = template.setdefault("metadata", {})
         meta.setdefault("labels", {}).update(
             {
-                WORKLOAD_LABEL: workload,
-                CORE_WORKLOAD_LABEL: workload,
-                PODSET_LABEL: ps.name,
+                keys.WORKLOAD_LABEL: workload,
+                keys.KUEUE_WORKLOAD_LABEL: workload,
+                keys.PODSET_LABEL: ps.name,
                 **(queue_labels or {}),
             }
         )
