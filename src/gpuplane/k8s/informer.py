@@ -210,7 +210,11 @@ class Informer:
         self._thread.start()
 
     def stop(self) -> None:
-        """End the informer: its open watch ends at once, and it neither lists nor watches again."""
+        """End the informer: it neither lists nor watches again, and its open watch ends at once.
+
+        (A stop that lands while a watch is being opened ends that watch at its next event or
+        at the server's timeout, whichever comes first.)
+        """
         self.stopped.set()
         watcher = self._watcher
         if watcher is not None:

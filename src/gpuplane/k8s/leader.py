@@ -19,9 +19,10 @@ same term: the loser gets 409 Conflict and stays a follower.
 # - test_a_clean_shutdown_hands_over_at_once fails: the client has no release.
 #   LeaderElection.run() blocks in its acquire and renew loops (time.sleep, no stop hook)
 #   and ends only when a renewal fails, so a stopped replica leaves its lease to expire.
-# - Besides: the client's LeaseLock calls a default CoordinationV1Api(), not the
-#   controller's configured ApiClient (its user agent, its rate limit), and
-#   electionconfig.Config calls sys.exit() for a retry period under 1 s.
+# - Besides: the client's LeaseLock builds a CoordinationV1Api() on the process-wide default
+#   configuration, not the controller's ApiClient (its kubeconfig, its user agent), and
+#   bypasses KubeApi's rate limit; electionconfig.Config calls sys.exit() for a retry
+#   period under 1 s.
 # Only test_failover_within_the_lease_duration_on_the_wall_clock passed with the client's
 # step. So the election stays here, as one step the reconcile loop calls each pass. The
 # informers' watch, which the client's kubernetes.watch.Watch does do, is the client's.
