@@ -9,12 +9,15 @@ server sends. Errors are :class:`ApiError` with the HTTP status.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
 
 from gpuplane.k8s.ratelimit import DEFAULT_BURST, DEFAULT_QPS, RateLimiter
 
@@ -222,28 +225,66 @@ class KubeApi:
     ) -> dict[str, Any]:
         return self.request("DELETE", res.path(namespace, name), body=options or None)
 
-    def watch(
-        self, res: Resource, resource_version: str, timeout_seconds: int = 60, namespace: str | None = None
-    ) -> Iterator[dict[str, Any]]:
-        """Watch events from ``resource_version`` (with bookmarks) until the server ends the stream."""
+    def open_watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str = "",
+        timeout_seconds: int = 60,
+        allow_watch_bookmarks: bool = True,
+        **client_flags: bool,
+    ) -> urllib3.BaseHTTPResponse:
+        """Open a watch of ``res``: the list call that ``kubernetes.watch.Watch.stream`` drives.
+
+        The client passes ``watch=True`` and ``_preload_content=False`` (``client_flags``), which is
+        what this call always does; it returns the open response, which the client reads line by
+        line and closes. A refused watch (4xx/5xx before the stream starts) raises :class:`ApiError`.
+        """
+        del client_flags
         query = {
             "watch": True,
             "resourceVersion": resource_version,
-            "allowWatchBookmarks": True,
+            "allowWatchBookmarks": allow_watch_bookmarks,
             "timeoutSeconds": timeout_seconds,
         }
         response = self._call("GET", res.path(namespace), query, timeout=(10.0, timeout_seconds + 10.0))
         if response.status >= 400:
             raise ApiError(response.status, str(response.reason), response.read().decode("utf-8", "replace"))
-        buffer = b""
+        raw: urllib3.BaseHTTPResponse = response.response
+        return raw
+
+    def watch(
+        self,
+        res: Resource,
+        resource_version: str,
+        timeout_seconds: int = 60,
+        namespace: str | None = None,
+        *,
+        watcher: k8s_watch.Watch | None = None,
+    ) -> Generator[dict[str, Any], None, None]:
+        """Watch events from ``resource_version`` (with bookmarks) until the server ends the stream.
+
+        The official client's :class:`kubernetes.watch.Watch` reads the stream; events come as the
+        server sent them (``type`` and ``object``, a plain dict). An ERROR event, such as ``410
+        Gone`` for a version the server no longer has, raises :class:`ApiError` (the client does
+        not retry a watch that has a timeout). ``watcher.stop()`` from another thread ends the
+        stream at once.
+        """
+        watcher = watcher or k8s_watch.Watch()  # type: ignore[no-untyped-call]  # the client ships no annotations here
+        stream = watcher.stream(  # type: ignore[no-untyped-call]
+            self.open_watch,
+            res,
+            namespace,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            allow_watch_bookmarks=True,
+        )
         try:
-            for chunk in response.response.stream(65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
-            if buffer.strip():
-                yield json.loads(buffer)
+            for event in stream:
+                if event is not None:  # the client yields None for a blank line
+                    yield {"type": event["type"], "object": event["raw_object"]}
+        except ApiException as err:
+            raise ApiError(int(err.status or 500), str(err.reason), str(err.body or "")) from err
         finally:
-            response.response.release_conn()
+            stream.close()

@@ -6,6 +6,13 @@ resumes where it stopped. ``410 Gone`` (the server no longer has that history) m
 relist. Other errors back off exponentially before retrying. All objects are plain
 dicts, exactly as the API server sent them.
 
+The watch stream is read by the official client's :class:`kubernetes.watch.Watch`
+(through :meth:`KubeApi.watch`); this module keeps the resume, relist and back-off
+policy, which the client leaves to its caller: with a timeout it does not retry, and a
+``410`` is raised for the caller to relist. :meth:`Informer.stop` stops the client's
+watch, which shuts its socket, so a stopped informer does not wait for the stream's
+timeout.
+
 The :class:`Cache` holds every informer's objects behind one lock and supports the
 scheduler's *assume*: a locally recorded write that shadows the informer's copy until
 the watch delivers the written version (or the assumption is forgotten).
@@ -20,6 +27,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kubernetes import watch as k8s_watch
 
 from gpuplane.k8s.api import ApiError, KubeApi, Resource
 
@@ -118,6 +127,7 @@ class Informer:
         self.relists = 0
         self.errors = 0
         self._thread: threading.Thread | None = None
+        self._watcher: k8s_watch.Watch | None = None
 
     @property
     def kind(self) -> str:
@@ -131,29 +141,34 @@ class Informer:
         self.synced.set()
 
     def watch_once(self) -> int:
-        """Consume one watch stream; returns how many events it applied."""
+        """Consume one watch stream; returns how many events it applied.
+
+        An ERROR event (``410 Gone`` among them) raises :class:`ApiError`.
+        """
         applied = 0
-        for event in self.api.watch(self.resource, self.resource_version, self.watch_timeout):
-            if self.stopped.is_set():
-                break
-            kind = event.get("type")
-            obj = event.get("object", {})
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    raise ApiError(410, "Gone", str(obj.get("message", "")))
-                raise ApiError(
-                    int(obj.get("code", 500)), str(obj.get("reason", "")), str(obj.get("message", ""))
-                )
-            rv = obj.get("metadata", {}).get("resourceVersion")
-            if rv:
-                self.resource_version = str(rv)
-            if kind == "BOOKMARK":
-                continue
-            if kind == "DELETED":
-                self.cache.remove(self.kind, obj)
-            else:
-                self.cache.upsert(self.kind, obj)
-            applied += 1
+        watcher = self._watcher = k8s_watch.Watch()  # type: ignore[no-untyped-call]  # no annotations
+        if self.stopped.is_set():  # stop() may have run before this watcher existed
+            return applied
+        events = self.api.watch(self.resource, self.resource_version, self.watch_timeout, watcher=watcher)
+        try:
+            for event in events:
+                if self.stopped.is_set():
+                    break
+                kind = event.get("type")
+                obj = event.get("object", {})
+                rv = obj.get("metadata", {}).get("resourceVersion")
+                if rv:
+                    self.resource_version = str(rv)
+                if kind == "BOOKMARK":
+                    continue
+                if kind == "DELETED":
+                    self.cache.remove(self.kind, obj)
+                else:
+                    self.cache.upsert(self.kind, obj)
+                applied += 1
+        finally:
+            events.close()  # closes the response even when the loop ended early
+            self._watcher = None
         return applied
 
     def run(self) -> None:
@@ -183,6 +198,8 @@ class Informer:
                 self.sleep(backoff * (1 + random.random()))
                 backoff = min(self.max_backoff, backoff * 2)
             except Exception as err:
+                if self.stopped.is_set():
+                    break  # stop() cut the stream
                 self.errors += 1
                 log.debug("informer %s stream: %s", self.kind, err)
                 self.sleep(backoff * (1 + random.random()))
@@ -193,4 +210,12 @@ class Informer:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the informer: it neither lists nor watches again, and its open watch ends at once.
+
+        (A stop that lands while a watch is being opened ends that watch at its next event or
+        at the server's timeout, whichever comes first.)
+        """
         self.stopped.set()
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.stop()  # type: ignore[no-untyped-call]  # the client ships no annotations here

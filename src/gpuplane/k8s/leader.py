@@ -6,6 +6,27 @@ write carries the lease's resourceVersion, so two replicas can never both win th
 same term: the loser gets 409 Conflict and stays a follower.
 """
 
+# Why this is not the Kubernetes client's own ``kubernetes.leaderelection``
+# (checked with client 37.0.2, which ships LeaderElection, electionconfig.Config and a
+# coordination.k8s.io Lease lock, resourcelock.leaselock.LeaseLock): with the client's
+# LeaderElection.try_acquire_or_renew() and its LeaseLock (bound to our ApiClient) in place
+# of this class's step, tests/test_controller_leader.py shows it falls short:
+# - test_only_the_leader_acts_and_a_standby_takes_over_once_the_lease_expires fails ("no
+#   takeover once the lease ran out"): the client reads time.time() itself, so the lease
+#   cannot be judged on the controller's clock, which that test steps. The same test
+#   reads spec.leaseTransitions, which the client's LeaseLock never writes (it stays unset
+#   after a takeover).
+# - test_a_clean_shutdown_hands_over_at_once fails: the client has no release.
+#   LeaderElection.run() blocks in its acquire and renew loops (time.sleep, no stop hook)
+#   and ends only when a renewal fails, so a stopped replica leaves its lease to expire.
+# - Besides: the client's LeaseLock builds a CoordinationV1Api() on the process-wide default
+#   configuration, not the controller's ApiClient (its kubeconfig, its user agent), and
+#   bypasses KubeApi's rate limit; electionconfig.Config calls sys.exit() for a retry
+#   period under 1 s.
+# Only test_failover_within_the_lease_duration_on_the_wall_clock passed with the client's
+# step. So the election stays here, as one step the reconcile loop calls each pass. The
+# informers' watch, which the client's kubernetes.watch.Watch does do, is the client's.
+
 from __future__ import annotations
 
 import time
