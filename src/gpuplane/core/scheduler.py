@@ -20,11 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuplane.core.admission_checks import Verdict
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.plan import AdmissionDecision, Plan
-from gpuplane.core.preemption import Target
-from gpuplane.core.quota import ClusterQueueNode
 from gpuplane.core.scheduling.admit import Admission
 from gpuplane.core.scheduling.order import Ordering
 from gpuplane.core.scheduling.state import (
@@ -37,11 +34,12 @@ from gpuplane.core.scheduling.state import (
     WAITING_FOR_QUOTA,
     WORKLOAD_LABEL,
     CycleResult,
+    CycleWork,
     Entry,
     ScanProgress,
     Status,
 )
-from gpuplane.core.workloads import PendingWorkload, admitted_usage
+from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import ClusterState
 
 __all__ = [
@@ -91,20 +89,7 @@ class Scheduler(Admission, Ordering):
             if wl.finished:
                 continue
             if wl.admission is not None:
-                verdict, check = self.gate.verdict(wl)
-                held = admitted_usage(wl, wl.priority, now)
-                if held is not None:
-                    self.tree.add_workload(held)
-                    if check is not None and verdict in (Verdict.RETRY, Verdict.REJECTED):
-                        # Like a preemption victim: it holds its quota this cycle, gone the next
-                        # (and its nodes, if it was admitted and has pods).
-                        if wl.condition_true("Admitted"):
-                            self._place_admitted(wl)
-                        self._leaving.append((wl, check))
-                    elif verdict == Verdict.NONE:
-                        self._place_admitted(wl)
-                    else:
-                        self._checked.append((wl, verdict))
+                self._hold_admitted(wl, now)
                 continue
             self._enqueue(wl, wl.queue_order_timestamp)
         for queue in self.queues.values():
@@ -118,6 +103,16 @@ class Scheduler(Admission, Ordering):
             self._settle_checked(result)
         generations = {name: self._generation(name) for name in self.queues}
         self.preemptor.clear_cache()
+        entries, shapes = self._nominate_heads(result)
+        self._decide(entries, result)
+        self._record_outcomes(entries, shapes, generations, result)
+        if self.cycle_number == 1:
+            self._release_leaving(result)
+        return result
+
+    def _nominate_heads(self, result: CycleResult) -> tuple[list[Entry], dict[str, tuple[object, ...]]]:
+        """Nominate each queue's head; those that cannot be nominated are parked. Returns the
+        entries and, for the heads nominated afresh, their shapes."""
         entries: list[Entry] = []
         if self._failed_version != self.state_version:
             self._failed.clear()
@@ -144,22 +139,32 @@ class Scheduler(Admission, Ordering):
                 self._park(pending, result)
                 continue
             entries.append(nominated)
+        return entries, shapes
+
+    def _decide(self, entries: list[Entry], result: CycleResult) -> None:
+        """Try the entries in order, then admit the winners and evict their victims."""
         order = (
             self._fair_order(entries) if self.config.fair_sharing else iter(self._classical_order(entries))
         )
-        reservations: list[tuple[ClusterQueueNode, dict[tuple[str, str], int]]] = []
-        victims: dict[str, Target] = {}
-        victim_preemptor: dict[str, str] = {}
-        admitted: list[Entry] = []
+        work = CycleWork()
         for e in order:
-            self._process(e, reservations, victims, victim_preemptor, admitted)
-        for cq, usage in reversed(reservations):
+            self._process(e, work)
+        for cq, usage in reversed(work.reservations):
             cq.remove_usage_map(usage)
         self.preemptor.clear_cache()
-        for e in admitted:
+        for e in work.admitted:
             self._admit(e, result)
-        for key, target in victims.items():
-            self._evict(target, victim_preemptor[key], result)
+        for key, target in work.victims.items():
+            self._evict(target, work.victim_preemptor[key], result)
+
+    def _record_outcomes(
+        self,
+        entries: list[Entry],
+        shapes: dict[str, tuple[object, ...]],
+        generations: dict[str, int],
+        result: CycleResult,
+    ) -> None:
+        """Each entry not admitted keeps its reason; it is requeued at once or parked."""
         self.preemptor_of = {}
         for e in entries:
             if e.pending.key in self.admitted and self.admitted[e.pending.key].cycle == self.cycle_number:
@@ -177,9 +182,6 @@ class Scheduler(Admission, Ordering):
                     # others: a workload of the same shape meets the same outcome until
                     # the state changes.
                     self._failed[shape] = Status(e.reason, e.message)
-        if self.cycle_number == 1:
-            self._release_leaving(result)
-        return result
 
 
 def drain_bound(config: SchedulerConfig, workloads: int) -> int:

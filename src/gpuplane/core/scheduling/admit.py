@@ -4,6 +4,8 @@ checks are pending; Retry and Rejected end a reservation)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gpuplane.core.admission_checks import Verdict
 from gpuplane.core.flavors import (
     FIT,
@@ -19,9 +21,6 @@ from gpuplane.core.plan import (
     PodSetDecision,
 )
 from gpuplane.core.preemption import Target
-from gpuplane.core.quota import (
-    ClusterQueueNode,
-)
 from gpuplane.core.scheduling.nodes import NodePlacement
 from gpuplane.core.scheduling.preempt import Preemption
 from gpuplane.core.scheduling.state import (
@@ -30,10 +29,11 @@ from gpuplane.core.scheduling.state import (
     WAITING_FOR_PREEMPTED,
     WAITING_FOR_QUOTA,
     CycleResult,
+    CycleWork,
     Entry,
     Status,
 )
-from gpuplane.core.workloads import usage_from_assignment
+from gpuplane.core.workloads import admitted_usage, usage_from_assignment
 from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import Workload
 
@@ -41,78 +41,36 @@ from gpuplane.model.objects import Workload
 class Admission(Preemption, NodePlacement):
     """Deciding and committing each entry of a cycle."""
 
-    def _process(
-        self,
-        e: Entry,
-        reservations: list[tuple[ClusterQueueNode, dict[tuple[str, str], int]]],
-        victims: dict[str, Target],
-        victim_preemptor: dict[str, str],
-        admitted: list[Entry],
-    ) -> None:
+    def _process(self, e: Entry, work: CycleWork) -> None:
+        """Decide one entry against what the entries before it in the cycle hold (``work``)."""
         cq = e.cq
-        e.decided_alone = not reservations and not victims
+        e.decided_alone = not work.reservations and not work.victims
         deferred = False
-        if self.config.recompute_on_overlap and any(t.workload.key in victims for t in e.targets):
-            deferred = self._recompute_after_overlap(e, victims)
+        if self.config.recompute_on_overlap and any(t.workload.key in work.victims for t in e.targets):
+            deferred = self._recompute_after_overlap(e, work.victims)
         mode = e.assignment.mode()
         if mode == NO_FIT:
             return
         if mode == PREEMPT and not e.targets:
             if cq.spec.preemption.reclaim_within_cohort != "Any":
                 e.decided_alone = False
-                reserve = self._resources_to_reserve(e)
-                cq.add_usage_map(reserve)
-                reservations.append((cq, reserve))
+                work.reserve(cq, self._resources_to_reserve(e))
             return
         if deferred:
-            # Fits once the other entries' victims are gone: wait for them, holding the quota.
-            e.reason, e.message, e.requeue_now = (
-                WAITING_FOR_PREEMPTED,
-                "Workload has overlapping preemption targets with another workload, "
-                "but will fit after these preemptions complete",
-                True,
-            )
-            usage = dict(e.assignment.usage)
-            cq.add_usage_map(usage)
-            reservations.append((cq, usage))
-            e.keep_scan = False
+            self._wait_after_overlap(e, work)
             return
-        if any(t.workload.key in victims for t in e.targets):
-            e.reason, e.message, e.requeue_now = (
-                WAITING_FOR_QUOTA,
-                "Workload has overlapping preemption targets with another workload",
-                True,
-            )
+        blocked = self._blocked(e, work.victims)
+        if blocked is not None:
+            e.reason, e.message, e.requeue_now = WAITING_FOR_QUOTA, blocked, True
             e.keep_scan = self.config.preserve_scan_progress
+            return
+        if self.cluster is not None and not self._placed(e, mode, work):
             return
         usage = e.assignment.usage
-        removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
-        with self.tree.without(removed):
-            fits = cq.fits(usage)
-        if not fits:
-            e.reason, e.message, e.requeue_now = (
-                WAITING_FOR_QUOTA,
-                "Workload no longer fits after processing another workload",
-                True,
-            )
-            e.keep_scan = self.config.preserve_scan_progress
-            return
-        if self.cluster is not None:
-            placed = self._placement_for(e, probe=mode == PREEMPT)
-            if isinstance(placed, PlacementFailure):
-                if not self._checks_for(e):
-                    e.reason, e.message = placed.reason, placed.message + self._to_come(e)
-                    if self._next_flavors_now(e):
-                        self._process(e, reservations, victims, victim_preemptor, admitted)
-                    return
-                # Quota without a place: the admission checks (provisioning) bring the place.
-            elif mode == FIT:
-                e.placement = placed
         for t in e.targets:
-            victims[t.workload.key] = t
-            victim_preemptor[t.workload.key] = e.pending.key
-        cq.add_usage_map(usage)
-        reservations.append((cq, dict(usage)))
+            work.victims[t.workload.key] = t
+            work.victim_preemptor[t.workload.key] = e.pending.key
+        work.reserve(cq, dict(usage))
         if mode == PREEMPT:
             e.keep_scan = False  # markPreemptionOutcome: every flavor again once victims are gone
             e.reason = WAITING_FOR_PREEMPTED
@@ -121,7 +79,31 @@ class Admission(Preemption, NodePlacement):
             ) + f"Pending the preemption of {len(e.targets)} workload(s)"
             e.requeue_now = True
             return
-        admitted.append(e)
+        work.admitted.append(e)
+
+    def _blocked(self, e: Entry, victims: Mapping[str, Target]) -> str | None:
+        """Why quota an earlier entry took keeps this one out of the cycle, or None when it fits."""
+        if any(t.workload.key in victims for t in e.targets):
+            return "Workload has overlapping preemption targets with another workload"
+        removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
+        with self.tree.without(removed):
+            fits = e.cq.fits(e.assignment.usage)
+        return None if fits else "Workload no longer fits after processing another workload"
+
+    def _placed(self, e: Entry, mode: int, work: CycleWork) -> bool:
+        """Place the entry's gang (a probe when it preempts). False when the entry has no place and
+        is done with in this cycle: it waits, or went on to a later flavor (processed again)."""
+        placed = self._placement_for(e, probe=mode == PREEMPT)
+        if isinstance(placed, PlacementFailure):
+            if not self._checks_for(e):
+                e.reason, e.message = placed.reason, placed.message + self._to_come(e)
+                if self._next_flavors_now(e):
+                    self._process(e, work)
+                return False
+            # Quota without a place: the admission checks (provisioning) bring the place.
+        elif mode == FIT:
+            e.placement = placed
+        return True
 
     def _next_flavors_now(self, e: Entry) -> bool:
         """After a placement failure, go on with the flavor scan in the same cycle.
@@ -218,6 +200,25 @@ class Admission(Preemption, NodePlacement):
             return warm + "; no NodePool can provide this flavor"
         said = [f"{name} ({'no limit' if left is None else f'{left} {resource}'})" for name, left in pools]
         return warm + "; NodePools can still bring: " + ", ".join(said)
+
+    def _hold_admitted(self, wl: Workload, now: float) -> None:
+        """A workload with an admission in the input holds its quota and, when admitted, its
+        nodes; by its checks' verdict it stays, waits for its checks, or is on its way out."""
+        verdict, check = self.gate.verdict(wl)
+        held = admitted_usage(wl, wl.priority, now)
+        if held is None:
+            return
+        self.tree.add_workload(held)
+        if check is not None and verdict in (Verdict.RETRY, Verdict.REJECTED):
+            # Like a preemption victim: it holds its quota this cycle, gone the next
+            # (and its nodes, if it was admitted and has pods).
+            if wl.condition_true("Admitted"):
+                self._place_admitted(wl)
+            self._leaving.append((wl, check))
+        elif verdict == Verdict.NONE:
+            self._place_admitted(wl)
+        else:
+            self._checked.append((wl, verdict))
 
     def _settle_checked(self, result: CycleResult) -> None:
         """Reserved workloads: admit those whose checks are all Ready and that have a place;

@@ -19,8 +19,10 @@ from gpuplane.core.scheduling.nominate import Nomination
 from gpuplane.core.scheduling.queues import Queues
 from gpuplane.core.scheduling.state import (
     QUEUED,
+    WAITING_FOR_PREEMPTED,
     WAITING_FOR_QUOTA,
     CycleResult,
+    CycleWork,
     Entry,
     Status,
 )
@@ -78,6 +80,17 @@ class Preemption(Queues, Nomination):
         e.message = e.assignment.message()
         e.reason = e.assignment.no_fit_reason or WAITING_FOR_QUOTA
         return e.assignment.mode() == FIT
+
+    def _wait_after_overlap(self, e: Entry, work: CycleWork) -> None:
+        """Fits once the other entries' victims are gone: wait for them, holding the quota."""
+        e.reason, e.message, e.requeue_now = (
+            WAITING_FOR_PREEMPTED,
+            "Workload has overlapping preemption targets with another workload, "
+            "but will fit after these preemptions complete",
+            True,
+        )
+        work.reserve(e.cq, dict(e.assignment.usage))
+        e.keep_scan = False
 
     def _resources_to_reserve(self, e: Entry) -> dict[tuple[str, str], int]:
         cq = e.cq

@@ -99,6 +99,22 @@ class CycleResult:
         return bool(self.admitted or self.preempted or self.parked or self.rescans or self.released)
 
 
+@dataclass(slots=True)
+class CycleWork:
+    """What the entries decided so far in one cycle hold: quota reserved (given back at the end of
+    the cycle), victims chosen and by whom, and the entries to admit."""
+
+    reservations: list[tuple[ClusterQueueNode, dict[tuple[str, str], int]]] = field(default_factory=list)
+    victims: dict[str, Target] = field(default_factory=dict)
+    victim_preemptor: dict[str, str] = field(default_factory=dict)
+    admitted: list[Entry] = field(default_factory=list)
+
+    def reserve(self, cq: ClusterQueueNode, usage: dict[tuple[str, str], int]) -> None:
+        """Hold ``usage`` in ``cq`` for the rest of the cycle."""
+        cq.add_usage_map(usage)
+        self.reservations.append((cq, usage))
+
+
 class SchedulerState:
     """The working state of one ``schedule`` call, or of a session for its whole life.
 
