@@ -42,7 +42,7 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from gpuplane.sim.fgd import run_fgd_protocol  # noqa: E402 (needs the checkout's src on the path)
+from gpuplane.sim.fgd import FgdTraces, run_fgd_protocol  # noqa: E402 (needs the checkout's src on the path)
 
 SHARED = REPO.parent / "shared"
 TRACES = SHARED / "traces" / "alibaba-openb-gpu-v2023" / "csv"
@@ -128,14 +128,13 @@ def equal_columns(ours: dict[str, float | None], theirs: dict[str, str] | None) 
 
 def run_one(policy: str, trace: str, seed: int) -> Outcome:
     """One protocol run with the published arrival order and node ranks, compared with the paper's."""
-    run = run_fgd_protocol(
+    traces = FgdTraces(
         TRACES / "openb_node_list_gpu_node.csv",
         TRACES / f"openb_pod_list_{trace}.csv",
-        policy,
-        seed,
-        arrivals_path=BENCH_DATA / f"fgd-openb-{trace}-arrivals.csv.gz",
-        node_rank_path=BENCH_DATA / f"fgd-openb-{trace}-node-rank.csv.gz",
+        arrivals=BENCH_DATA / f"fgd-openb-{trace}-arrivals.csv.gz",
+        node_rank=BENCH_DATA / f"fgd-openb-{trace}-node-rank.csv.gz",
     )
+    run = run_fgd_protocol(traces, policy, seed)
     key = (trace, PUBLISHED_NAMES.get(policy, ""), seed)
     published = load_published("analysis_allo_discrete.csv").get(key)
     published130 = (published or {}).get("130") or ""

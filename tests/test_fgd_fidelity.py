@@ -23,6 +23,7 @@ from gpuplane.core.placement.gpu_cluster import GpuRequest, NodeSpec
 from gpuplane.sim.fgd import (
     EventLog,
     FgdRun,
+    FgdTraces,
     allocation_columns,
     column_means,
     run_fgd_protocol,
@@ -65,14 +66,13 @@ def differences(ours: dict[str, float | None], theirs: dict[str, str]) -> list[t
 
 
 def replay(trace: str, policy: str, seed: int) -> FgdRun:
-    return run_fgd_protocol(
+    traces = FgdTraces(
         TRACES / "openb_node_list_gpu_node.csv",
         TRACES / f"openb_pod_list_{trace}.csv",
-        policy,
-        seed,
-        arrivals_path=BENCH / f"fgd-openb-{trace}-arrivals.csv.gz",
-        node_rank_path=BENCH / f"fgd-openb-{trace}-node-rank.csv.gz",
+        arrivals=BENCH / f"fgd-openb-{trace}-arrivals.csv.gz",
+        node_rank=BENCH / f"fgd-openb-{trace}-node-rank.csv.gz",
     )
+    return run_fgd_protocol(traces, policy, seed)
 
 
 @needs_traces
@@ -120,9 +120,8 @@ def test_gpuplane_beats_fgd_on_the_default_list_seed_42() -> None:
 @pytest.mark.slow
 def test_run_without_arrival_file_is_reproducible_per_seed() -> None:
     def document(seed: int) -> dict[str, object]:
-        doc = run_fgd_protocol(
-            TRACES / "openb_node_list_gpu_node.csv", TRACES / "openb_pod_list_default.csv", "bestfit", seed
-        ).document()
+        traces = FgdTraces(TRACES / "openb_node_list_gpu_node.csv", TRACES / "openb_pod_list_default.csv")
+        doc = run_fgd_protocol(traces, "bestfit", seed).document()
         del doc["wallSeconds"]
         return doc
 

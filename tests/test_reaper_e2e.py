@@ -23,7 +23,7 @@ from gpuplane.insight import idle
 from gpuplane.k8s.api import load_api_client
 from gpuplane.reaper.cluster import ClusterApi
 from gpuplane.reaper.loop import IDLE_REASON, Reaper, ReaperConfig
-from gpuplane.reaper.notify import SlackNotifier
+from gpuplane.reaper.notify import Retry, SlackNotifier
 from gpuplane.reaper.prometheus import PrometheusClient
 from prometheus import Prometheus, PrometheusFactory
 from realkube import RealKube
@@ -261,7 +261,7 @@ def test_a_slow_or_failing_webhook_delays_no_reclaim_and_loses_no_warning(
     api = ClusterApi(load_api_client(str(scene.kube.kubeconfig)))
     # First a hang past the sender's timeout, then 429 twice, then 500, then success.
     with slack(["hang", "429", "429", "500"]) as receiver:
-        notifier = SlackNotifier(receiver.url, timeout=1.0, backoff=0.2)
+        notifier = SlackNotifier(receiver.url, timeout=1.0, retry=Retry(backoff=0.2))
         reaper = Reaper(
             api,
             PrometheusClient(prom.url),
@@ -385,7 +385,7 @@ def test_an_owner_with_two_pods_is_warned_once_and_only_when_both_are_idle(
         defaults=idle.IdleSettings(grace=GRACE), enforce=True, namespaces=(scene.namespace,)
     )
     with slack() as receiver:
-        notifier = SlackNotifier(receiver.url, timeout=2.0, backoff=0.1)
+        notifier = SlackNotifier(receiver.url, timeout=2.0, retry=Retry(backoff=0.1))
         reaper = Reaper(api, PrometheusClient(prom.url), config, notify=notifier.send)
         try:
             reports = {r.subject.name: r for r in reaper.run_once(now)}

@@ -14,7 +14,7 @@ from typer.main import get_command
 
 from gpuplane.cli.app import build_app
 from gpuplane.insight import idle
-from gpuplane.reaper.notify import IdleNotice, SlackNotifier, slack_body
+from gpuplane.reaper.notify import IdleNotice, Retry, SlackNotifier, slack_body
 from gpuplane.reaper.prometheus import device_of, pod_of
 from reaper_scene import slack, wait_until
 
@@ -39,7 +39,7 @@ def test_slack_body_names_pod_owner_gpus_idle_time_reclaim_time_and_how_to_keep(
 
 def test_send_never_blocks_and_429_is_retried_after_retry_after() -> None:
     with slack(["429", "500"]) as receiver:
-        notifier = SlackNotifier(receiver.url, timeout=2.0, backoff=0.1)
+        notifier = SlackNotifier(receiver.url, timeout=2.0, retry=Retry(backoff=0.1))
         try:
             notifier.send(NOTICE)
             notifier.send(NOTICE)
@@ -52,7 +52,7 @@ def test_send_never_blocks_and_429_is_retried_after_retry_after() -> None:
 
 def test_a_hanging_receiver_times_out_and_the_message_is_sent_again() -> None:
     with slack(["hang"]) as receiver:
-        notifier = SlackNotifier(receiver.url, timeout=0.5, backoff=0.1)
+        notifier = SlackNotifier(receiver.url, timeout=0.5, retry=Retry(backoff=0.1))
         try:
             notifier.send(NOTICE)
             assert notifier.sent == 0  # send() returned while the receiver hangs
@@ -64,7 +64,7 @@ def test_a_hanging_receiver_times_out_and_the_message_is_sent_again() -> None:
 
 def test_max_attempts_bounds_the_retries() -> None:
     with slack(["500"] * 5) as receiver:
-        notifier = SlackNotifier(receiver.url, timeout=2.0, backoff=0.05, max_attempts=2)
+        notifier = SlackNotifier(receiver.url, timeout=2.0, retry=Retry(backoff=0.05, max_attempts=2))
         try:
             notifier.send(NOTICE)
             wait_until(lambda: notifier.dropped == 1, timeout=20, message="given up")

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from gpuplane.cli.simulate_scenario import ScenarioOptions, run_scenario
 from gpuplane.core.session import POLICIES
-from gpuplane.sim.fgd import FgdRun, ProgressCallback, run_fgd_protocol
+from gpuplane.sim.fgd import FgdRun, FgdTraces, ProgressCallback, run_fgd_protocol
 from gpuplane.sim.traces import TraceError
 
 DEFAULT_POLICY = "gpuplane"
@@ -93,13 +93,7 @@ def run_simulate(
 
             callback: ProgressCallback | None = advance if show_progress else None
             run = run_fgd_protocol(
-                nodes,
-                pods,
-                policy,
-                seed,
-                arrivals_path=arrivals,
-                node_rank_path=node_rank,
-                progress=callback,
+                FgdTraces(nodes, pods, arrivals, node_rank), policy, seed, progress=callback
             )
     except TraceError as problem:
         err.print(f"error: {problem}", markup=False)

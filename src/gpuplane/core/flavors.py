@@ -51,10 +51,8 @@ BEST = Granular(G_FIT, 0)
 
 def is_preferred(a: Granular, b: Granular, ff: FlavorFungibility) -> bool:
     """Whether mode ``a`` is better than ``b`` under the fungibility preference."""
-    if a.mode == G_NO_FIT:
-        return False
-    if b.mode == G_NO_FIT:
-        return True
+    if G_NO_FIT in (a.mode, b.mode):
+        return a.mode != G_NO_FIT  # anything beats no fit; no fit beats nothing
     a_none, b_none = a.mode == G_NO_CANDIDATES, b.mode == G_NO_CANDIDATES
     if a_none != b_none:
         return not a_none
@@ -192,10 +190,22 @@ def flavor_matches_affinity(flavor: ResourceFlavor, template: PodTemplate) -> bo
     return any(all(e.matches(labels) for e in exprs) for exprs in filtered)
 
 
+@dataclass(slots=True)
+class _FlavorScan:
+    """One resource group's flavor scan so far: every reason a flavor was passed over, the no-fit
+    reason of each flavor tried (the group is blocked by the least severe, flavors being
+    alternatives), and the best flavor's choices and mode."""
+
+    reasons: list[str] = field(default_factory=list)
+    attempt_reasons: list[str] = field(default_factory=list)
+    best: dict[str, FlavorChoice] | None = None
+    best_mode: Granular = WORST
+
+
 class FlavorAssigner:
     """Assigns flavors to one pending workload against one ClusterQueue."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the scheduler's flavors, preemptor and config, plus two optional keywords
         self,
         pending: PendingWorkload,
         cq: ClusterQueueNode,
@@ -268,70 +278,94 @@ class FlavorAssigner:
         covered = [r for r in sorted(requests) if self.cq.group_for(r) is group]
         template = self.pending.workload.pod_sets[ps_index].template
         ff = self.cq.spec.flavor_fungibility
-        reasons: list[str] = []
-        # Flavors are alternatives: the group is blocked by its least severe reason.
-        attempt_reasons: list[str] = []
-        best: dict[str, FlavorChoice] | None = None
-        best_mode = WORST
+        scan = _FlavorScan()
         first = self.start.get((ps_index, res), -1) + 1 if self.config.flavor_fungibility else 0
         attempted = -1
         for index in range(first, len(group.flavors)):
             attempted = index
             name = group.flavors[index].name
-            if self.nominated is not None and self.nominated[ps_index].get(res) != name:
-                reasons.append(
-                    f"skipping flavor {name} as it is not found in the nomination mapping for resource {res}"
-                )
+            if not self._flavor_eligible(ps_index, res, name, template, scan):
                 continue
-            flavor = self.flavors.get(name)
-            if flavor is None:
-                reasons.append(f"flavor {name} not found")
-                attempt_reasons.append(NO_MATCHING_FLAVOR)
-                continue
-            taint = untolerated_taint(flavor, template)
-            if taint is not None:
-                reasons.append(f"untolerated taint {taint} in flavor {name}")
-                attempt_reasons.append(NO_MATCHING_FLAVOR)
-                continue
-            if not flavor_matches_affinity(flavor, template):
-                reasons.append(f"flavor {name} doesn't match node affinity")
-                attempt_reasons.append(NO_MATCHING_FLAVOR)
-                continue
-            choices: dict[str, FlavorChoice] = {}
-            mode = BEST
-            flavor_reason = ""
-            for rname in covered:
-                fr = (name, rname)
-                quota = self.cq.quota_for(fr)
-                gmode, borrow, why, nofit = self._fits_quota(fr, assigned.get(fr, 0), requests[rname], quota)
-                reasons += why
-                flavor_reason = most_severe(flavor_reason, nofit)
-                candidate = Granular(gmode, borrow)
-                if is_preferred(mode, candidate, ff):
-                    mode = candidate
-                if mode.mode == G_NO_FIT:
-                    continue
-                choices[rname] = FlavorChoice(name, _COARSE[gmode], borrow)
-            if mode.mode == G_NO_FIT:
-                attempt_reasons.append(flavor_reason or WAITING_FOR_QUOTA)
-            if self.config.flavor_fungibility:
-                if not should_try_next_flavor(mode, ff):
-                    best, best_mode = choices, mode
-                    break
-                if is_preferred(mode, best_mode, ff):
-                    best, best_mode = choices, mode
-            elif mode.mode > best_mode.mode:
-                best, best_mode = choices, mode
-                if mode.mode == G_FIT:
-                    break
+            mode, choices = self._flavor_mode(name, covered, requests, assigned, scan)
+            if self._keep_best(mode, choices, ff, scan):
+                break
         if self.config.flavor_fungibility:
             tried = -1 if attempted == len(group.flavors) - 1 else attempted
-            for choice in (best or {}).values():
+            for choice in (scan.best or {}).values():
                 choice.tried = tried
-        if best_mode.mode == G_FIT:
-            return best, [], "", None
-        no_fit_reason = min(attempt_reasons, key=lambda r: _SEVERITY.get(r, 0)) if attempt_reasons else ""
-        return best, reasons, no_fit_reason, None
+        if scan.best_mode.mode == G_FIT:
+            return scan.best, [], "", None
+        attempts = scan.attempt_reasons
+        no_fit_reason = min(attempts, key=lambda r: _SEVERITY.get(r, 0)) if attempts else ""
+        return scan.best, scan.reasons, no_fit_reason, None
+
+    def _flavor_eligible(
+        self, ps_index: int, res: str, name: str, template: PodTemplate, scan: _FlavorScan
+    ) -> bool:
+        """Whether the flavor may be tried at all: nominated (when recomputing), known, tolerated
+        and matching the pod's affinity. Otherwise the scan notes why not."""
+        if self.nominated is not None and self.nominated[ps_index].get(res) != name:
+            scan.reasons.append(
+                f"skipping flavor {name} as it is not found in the nomination mapping for resource {res}"
+            )
+            return False
+        flavor = self.flavors.get(name)
+        if flavor is None:
+            why = f"flavor {name} not found"
+        elif (taint := untolerated_taint(flavor, template)) is not None:
+            why = f"untolerated taint {taint} in flavor {name}"
+        elif not flavor_matches_affinity(flavor, template):
+            why = f"flavor {name} doesn't match node affinity"
+        else:
+            return True
+        scan.reasons.append(why)
+        scan.attempt_reasons.append(NO_MATCHING_FLAVOR)
+        return False
+
+    def _flavor_mode(
+        self,
+        name: str,
+        covered: list[str],
+        requests: dict[str, int],
+        assigned: dict[FlavorResource, int],
+        scan: _FlavorScan,
+    ) -> tuple[Granular, dict[str, FlavorChoice]]:
+        """The flavor's worst mode over the group's resources, and a choice per resource."""
+        ff = self.cq.spec.flavor_fungibility
+        choices: dict[str, FlavorChoice] = {}
+        mode = BEST
+        flavor_reason = ""
+        for rname in covered:
+            fr = (name, rname)
+            quota = self.cq.quota_for(fr)
+            gmode, borrow, why, nofit = self._fits_quota(fr, assigned.get(fr, 0), requests[rname], quota)
+            scan.reasons += why
+            flavor_reason = most_severe(flavor_reason, nofit)
+            candidate = Granular(gmode, borrow)
+            if is_preferred(mode, candidate, ff):
+                mode = candidate
+            if mode.mode == G_NO_FIT:
+                continue
+            choices[rname] = FlavorChoice(name, _COARSE[gmode], borrow)
+        if mode.mode == G_NO_FIT:
+            scan.attempt_reasons.append(flavor_reason or WAITING_FOR_QUOTA)
+        return mode, choices
+
+    def _keep_best(
+        self, mode: Granular, choices: dict[str, FlavorChoice], ff: FlavorFungibility, scan: _FlavorScan
+    ) -> bool:
+        """Keep the flavor if it is the best so far; True when the scan stops at it."""
+        if self.config.flavor_fungibility:
+            if not should_try_next_flavor(mode, ff):
+                scan.best, scan.best_mode = choices, mode
+                return True
+            if is_preferred(mode, scan.best_mode, ff):
+                scan.best, scan.best_mode = choices, mode
+            return False
+        if mode.mode > scan.best_mode.mode:
+            scan.best, scan.best_mode = choices, mode
+            return mode.mode == G_FIT
+        return False
 
     def _fits_quota(
         self, fr: FlavorResource, assumed: int, request: int, quota: ResourceQuota

@@ -17,7 +17,7 @@ Resource names come from :class:`DeviceConfig`; nothing assumes one vendor.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -96,6 +96,17 @@ def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
             shared_resource = name
         elif q:
             plain[name] = q
+    fraction, memory = _fraction_and_memory(template, config)
+    if (fraction or memory) and whole == 1:
+        whole = 0  # a fractional pod may also ask for the whole-GPU resource; the fraction wins
+    if memory and not fraction:
+        fraction = 1  # a memory-only request still takes a share of one GPU
+    plain["pods"] = plain.get("pods", 0) + 1
+    return PodNeeds(plain, whole, whole_resource, fraction, memory, migs, shared, shared_resource)
+
+
+def _fraction_and_memory(template: PodTemplate, config: DeviceConfig) -> tuple[int, int]:
+    """The share of one GPU (thousandths) and the GPU memory (MiB) a pod's annotations ask for."""
     fraction = 0
     memory = 0
     for key in config.fraction_annotations:
@@ -114,12 +125,7 @@ def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
         if key in template.annotations:
             memory = parse_resource_quantity("memory", template.annotations[key]) // (1024 * 1024)
             break
-    if (fraction or memory) and whole == 1:
-        whole = 0  # a fractional pod may also ask for the whole-GPU resource; the fraction wins
-    if memory and not fraction:
-        fraction = 1  # a memory-only request still takes a share of one GPU
-    plain["pods"] = plain.get("pods", 0) + 1
-    return PodNeeds(plain, whole, whole_resource, fraction, memory, migs, shared, shared_resource)
+    return fraction, memory
 
 
 @dataclass(slots=True)
@@ -248,30 +254,14 @@ class NodeState:
         """Devices for one pod on this node (without taking them), or ``None``."""
         if not self.plain_fits(needs):
             return None
-        grants: list[DeviceGrant] = []
-        if needs.whole and self._exclusive():
-            free = [d.index for d in self.devices if d.free_whole]
-            if len(free) < needs.whole:
-                return None
-            grants += [DeviceGrant(i, "whole") for i in free[: needs.whole]]
-        elif needs.whole:
-            # A time-sliced node that kept the plain resource name serves it as slots.
-            slots = self._fit_slots(needs.whole, needs.whole_resource)
-            if slots is None:
-                return None
-            grants += slots
+        grants = self._fit_whole(needs)
+        if grants is None:
+            return None
         if needs.fraction_milli or needs.fraction_memory_mib:
-            best: Device | None = None
-            for d in self.devices:
-                fits = d.milli_free >= needs.fraction_milli and d.memory_free >= needs.fraction_memory_mib
-                # Best fit: the most used device that still holds the fraction.
-                if fits and (best is None or d.milli_free < best.milli_free):
-                    best = d
-            if best is None:
+            share = self._fit_fraction(needs)
+            if share is None:
                 return None
-            grants.append(
-                DeviceGrant(best.index, "fraction", needs.fraction_milli, needs.fraction_memory_mib)
-            )
+            grants.append(share)
         if needs.shared:
             slots = self._fit_slots(needs.shared, needs.shared_resource)
             if slots is None:
@@ -284,6 +274,29 @@ class NodeState:
                 return None
             taken += mig_grants
         return grants + taken
+
+    def _fit_whole(self, needs: PodNeeds) -> list[DeviceGrant] | None:
+        """Whole GPUs: free exclusive devices, or slots of a time-sliced node that kept the plain
+        resource name."""
+        if not needs.whole:
+            return []
+        if self._exclusive():
+            free = [d.index for d in self.devices if d.free_whole]
+            if len(free) < needs.whole:
+                return None
+            return [DeviceGrant(i, "whole") for i in free[: needs.whole]]
+        return self._fit_slots(needs.whole, needs.whole_resource)
+
+    def _fit_fraction(self, needs: PodNeeds) -> DeviceGrant | None:
+        """A share of one GPU: best fit, the most used device that still holds the fraction."""
+        best: Device | None = None
+        for d in self.devices:
+            fits = d.milli_free >= needs.fraction_milli and d.memory_free >= needs.fraction_memory_mib
+            if fits and (best is None or d.milli_free < best.milli_free):
+                best = d
+        if best is None:
+            return None
+        return DeviceGrant(best.index, "fraction", needs.fraction_milli, needs.fraction_memory_mib)
 
     def _fit_slots(self, count: int, resource: str) -> list[DeviceGrant] | None:
         left = count
@@ -323,7 +336,17 @@ class NodeState:
             return grants
         if not repartition:
             return None
-        # Choose new layouts for GPUs whose affected slots hold no running instance.
+        return self._repartition_mig(profile_name, count, grants, claimed)
+
+    def _repartition_mig(
+        self,
+        profile_name: str,
+        count: int,
+        grants: list[DeviceGrant],
+        claimed: Callable[[int], list[mig.Instance]],
+    ) -> list[DeviceGrant] | None:
+        """Choose new layouts for GPUs whose affected slots hold no running instance, until
+        ``grants`` holds ``count`` instances (``claimed``: the instances already picked per GPU)."""
         while len(grants) < count:
             for d in self.devices:
                 if d.sharing != "mig":

@@ -237,21 +237,25 @@ class Preemptor:
     # --- classical ----------------------------------------------------------
 
     def _classify(self, ctx: PreemptionContext, wl: AdmittedWorkload, advantage: bool) -> int:
-        if not uses_resources(wl, ctx.frs) or self._protected(wl):
-            return NEVER
         policy = ctx.cq.spec.preemption
         same_cq = wl.cluster_queue == ctx.cq.name
         rule = policy.within_cluster_queue if same_cq else policy.reclaim_within_cohort
-        if not satisfies_policy(rule, ctx.preemptor, wl):
+        if (
+            not uses_resources(wl, ctx.frs)
+            or self._protected(wl)
+            or not satisfies_policy(rule, ctx.preemptor, wl)
+        ):
             return NEVER
         if same_cq:
             return WITHIN_CQ
         if advantage:
             return HIERARCHICAL_RECLAIM
-        if policy.borrow_within_cohort == "Never":
-            return RECLAIM_WITHOUT_BORROWING
         threshold = policy.max_priority_threshold
-        if wl.priority >= ctx.preemptor.priority or (threshold is not None and wl.priority > threshold):
+        if (
+            policy.borrow_within_cohort == "Never"
+            or wl.priority >= ctx.preemptor.priority
+            or (threshold is not None and wl.priority > threshold)
+        ):
             return RECLAIM_WITHOUT_BORROWING
         return RECLAIM_WHILE_BORROWING
 
@@ -267,7 +271,7 @@ class Preemptor:
                 out.append(_Candidate(wl, lca, variant))
         return out
 
-    def _collect_subtree(  # noqa: PLR0917 - mirrors the recursive walk's state, kept explicit
+    def _collect_subtree(  # noqa: PLR0913, PLR0917 - mirrors the recursive walk's state, kept explicit
         self,
         ctx: PreemptionContext,
         current: CohortNode,

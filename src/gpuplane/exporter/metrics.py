@@ -258,8 +258,13 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 
 
 def _queue_gauges(snap: _Snapshot) -> Iterator[Metric]:
-    after = state_after(snap.state, snap.plan, 0.0)
-    world = world_after(snap.state, snap.plan, snap.config, 0.0)
+    """Kueue's own metrics: pending workloads, admitted ones, and quota per ClusterQueue."""
+    yield from _pending_gauges(snap)
+    yield from _admitted_gauges(snap)
+    yield from _quota_gauges(snap)
+
+
+def _pending_gauges(snap: _Snapshot) -> Iterator[Metric]:
     pending = _gauge(
         "kueue_pending_workloads", "The number of pending workloads.", ["cluster_queue", "status"]
     )
@@ -294,6 +299,9 @@ def _queue_gauges(snap: _Snapshot) -> Iterator[Metric]:
         lq_pending.add_metric(list(lq_labels), value)
     yield from (pending, unadmitted, lq_pending)
 
+
+def _admitted_gauges(snap: _Snapshot) -> Iterator[Metric]:
+    after = state_after(snap.state, snap.plan, 0.0)
     active = _gauge(
         "kueue_admitted_active_workloads", "Admitted workloads that are active.", ["cluster_queue"]
     )
@@ -328,6 +336,9 @@ def _queue_gauges(snap: _Snapshot) -> Iterator[Metric]:
         lq_res.add_metric(list(usage_key), _unit(usage_key[3], value))
     yield from (active, lq_active, lq_res)
 
+
+def _quota_gauges(snap: _Snapshot) -> Iterator[Metric]:
+    world = world_after(snap.state, snap.plan, snap.config, 0.0)
     quota_labels = ["cohort", "cluster_queue", "flavor", "resource"]
     usage = _gauge(
         "kueue_cluster_queue_resource_usage", "The ClusterQueue's total resource usage.", quota_labels

@@ -144,7 +144,7 @@ class Chargeback:
         }
 
 
-def build(
+def build(  # noqa: PLR0913  two tallies, then keyword-only report options
     allocated: Mapping[str, float],
     busy: Mapping[str, float],
     *,

@@ -56,9 +56,23 @@ def _flavor_nodes(flavor: ResourceFlavor, nodes: Iterable[Node]) -> list[Node]:
 def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Finding]:
     """Every finding, errors first, then by check and object."""
     config = config or DeviceConfig()
-    findings: list[Finding] = []
     nodes = list(state.nodes)
     gpu_nodes = [n for n in nodes if _is_gpu_node(n, config)]
+    findings = [
+        *_device_plugin(gpu_nodes, config),
+        *_untolerated_taints(state, gpu_nodes),
+        *_flavors_without_nodes(state, nodes),
+        *_mig_config(nodes, config),
+        *_topology_labels(state, nodes),
+        *_time_slicing(state, nodes, config),
+    ]
+    findings = _karpenter(state, findings)
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.check, f.objects))
+
+
+def _device_plugin(gpu_nodes: list[Node], config: DeviceConfig) -> list[Finding]:
+    """GPU nodes whose allocatable advertises no GPU."""
+    findings: list[Finding] = []
     findings.extend(
         Finding(
             "error",
@@ -71,6 +85,12 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
         for node in gpu_nodes
         if _advertised_gpus(node, config) == 0
     )
+    return findings
+
+
+def _untolerated_taints(state: ClusterState, gpu_nodes: list[Node]) -> list[Finding]:
+    """Scheduling taints on GPU nodes that no flavor and no workload tolerates."""
+    findings: list[Finding] = []
     tolerations: list[Toleration] = [t for f in state.resource_flavors.values() for t in f.tolerations]
     tolerations += [t for wl in state.workloads for ps in wl.pod_sets for t in ps.template.tolerations]
     for node in gpu_nodes:
@@ -87,6 +107,12 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
                         "add the toleration to the flavor's spec.tolerations, or remove the taint",
                     )
                 )
+    return findings
+
+
+def _flavors_without_nodes(state: ClusterState, nodes: list[Node]) -> list[Finding]:
+    """Flavors whose node labels select no node."""
+    findings: list[Finding] = []
     for flavor in sorted(state.resource_flavors.values(), key=lambda f: f.name):
         if flavor.node_labels and not _flavor_nodes(flavor, nodes):
             wanted = ", ".join(f"{k}={v}" for k, v in sorted(flavor.node_labels.items()))
@@ -99,6 +125,12 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
                     "fix the flavor's nodeLabels or label the nodes it should describe",
                 )
             )
+    return findings
+
+
+def _mig_config(nodes: list[Node], config: DeviceConfig) -> list[Finding]:
+    """Nodes whose MIG configuration has not (yet) succeeded."""
+    findings: list[Finding] = []
     for node in nodes:
         mig_state = node.labels.get(config.mig_config_state_label)
         if mig_state is not None and mig_state != "success":
@@ -111,6 +143,12 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
                     "wait for the MIG manager, or check its logs and the requested nvidia.com/mig.config",
                 )
             )
+    return findings
+
+
+def _topology_labels(state: ClusterState, nodes: list[Node]) -> list[Finding]:
+    """A flavor's nodes missing a level label of its Topology."""
+    findings: list[Finding] = []
     for flavor in state.resource_flavors.values():
         topology = state.topologies.get(flavor.topology_name or "")
         if topology is None:
@@ -127,6 +165,12 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
                         "label the node with every level of the flavor's Topology",
                     )
                 )
+    return findings
+
+
+def _time_slicing(state: ClusterState, nodes: list[Node], config: DeviceConfig) -> list[Finding]:
+    """Time-sliced GPUs where a flavor or a namespace requires isolation."""
+    findings: list[Finding] = []
     isolated = [
         f for f in state.resource_flavors.values() if f.node_labels.get(ISOLATION_LABEL) == "required"
     ]
@@ -149,8 +193,7 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
                     "use MIG or whole GPUs for these workloads, or drop the isolation requirement",
                 )
             )
-    findings = _karpenter(state, findings)
-    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.check, f.objects))
+    return findings
 
 
 def _karpenter(state: ClusterState, findings: list[Finding]) -> list[Finding]:

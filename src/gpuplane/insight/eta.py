@@ -35,7 +35,7 @@ class Ahead:
     expected_duration: float
 
 
-def predict_start(
+def predict_start(  # noqa: PLR0913  the pool as it stands, keyword-only
     now: float,
     need: float,
     *,

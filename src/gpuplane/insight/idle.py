@@ -310,6 +310,12 @@ def decide(usage: PodUsage, workload: Workload, settings: IdleSettings, now: flo
             f"idle for {format_duration(idle)}, less than the {format_duration(settings.window)} window",
             idle,
         )
+    return _idle_past_window(idle, notes, settings, now)
+
+
+def _idle_past_window(idle: float, notes: Mapping[str, str], settings: IdleSettings, now: float) -> Decision:
+    """A session idle for the whole window: kept until its keep-until, else warned, and reclaimed
+    once the grace period of its warning is over."""
     keep_until = parse_time(notes.get(KEEP_UNTIL_ANNOTATION))
     warned = parse_time(notes.get(RECLAIM_AT_ANNOTATION))
     reclaim_at = warned if warned is not None else now + settings.grace

@@ -21,7 +21,7 @@ Positions in the JSON are counted from 0, as Kueue's visibility API counts them 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -388,34 +388,26 @@ def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -
 
 
 def _diagnose(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Blocker, ...], str]:
-    reason = p.reason
-    if reason in (core_flavors.WAITING_FOR_QUOTA, core_flavors.EXCEEDS_MAX_QUOTA):
-        return _quota(ctx, p, wl)
-    if reason == core_gang.NO_NODE_ADVERTISES:
-        return _not_advertised(ctx, wl)
-    if reason == core_gang.UNTOLERATED_TAINT:
-        return _taints(ctx, wl)
-    if reason == core_gang.NO_NODE_MATCHES_SELECTOR:
-        return _selector(ctx, wl)
-    if reason == core_gang.FRAGMENTED:
-        return _fragmented(ctx, p, wl)
-    if reason in (core_gang.WAITING_FOR_GANG_CAPACITY, core_gang.EXCEEDS_CLUSTER):
-        return _capacity(ctx, p, wl)
-    if reason == core_scheduler.WAITING_FOR_PREEMPTED:
-        victims = tuple(
-            Blocker("Workload", v.workload, f"being preempted ({v.reason}) to make room")
-            for v in ctx.plan.preempted
-            if v.preemptor == p.workload
-        )
-        return victims, "nothing to do: the workload starts once its victims are gone"
-    if reason == core_flavors.NO_MATCHING_FLAVOR:
-        cq = p.cluster_queue or "?"
-        return (
-            (Blocker("ClusterQueue", cq, p.message),),
-            f"make the pod template match a flavor of ClusterQueue {cq} (node selector, affinity and "
-            "tolerations), or add a flavor for it",
-        )
-    return _simple(p)
+    diagnosis = _DIAGNOSES.get(p.reason)
+    return diagnosis(ctx, p, wl) if diagnosis is not None else _simple(p)
+
+
+def _preempting(ctx: _Context, p: PendingDecision, _wl: Workload) -> tuple[tuple[Blocker, ...], str]:
+    victims = tuple(
+        Blocker("Workload", v.workload, f"being preempted ({v.reason}) to make room")
+        for v in ctx.plan.preempted
+        if v.preemptor == p.workload
+    )
+    return victims, "nothing to do: the workload starts once its victims are gone"
+
+
+def _no_matching_flavor(_ctx: _Context, p: PendingDecision, _wl: Workload) -> tuple[tuple[Blocker, ...], str]:
+    cq = p.cluster_queue or "?"
+    return (
+        (Blocker("ClusterQueue", cq, p.message),),
+        f"make the pod template match a flavor of ClusterQueue {cq} (node selector, affinity and "
+        "tolerations), or add a flavor for it",
+    )
 
 
 def _simple(p: PendingDecision) -> tuple[tuple[Blocker, ...], str]:
@@ -814,3 +806,20 @@ def _capacity(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Bl
             "set a minCount for partial admission, or add nodes"
         )
     return tuple(blockers), fix
+
+
+# The diagnosis of each pending reason that has its own; any other reason is read from its message
+# (``_simple``).
+_Diagnosis = Callable[[_Context, PendingDecision, Workload], tuple[tuple[Blocker, ...], str]]
+_DIAGNOSES: dict[str, _Diagnosis] = {
+    core_flavors.WAITING_FOR_QUOTA: _quota,
+    core_flavors.EXCEEDS_MAX_QUOTA: _quota,
+    core_gang.NO_NODE_ADVERTISES: lambda ctx, _p, wl: _not_advertised(ctx, wl),
+    core_gang.UNTOLERATED_TAINT: lambda ctx, _p, wl: _taints(ctx, wl),
+    core_gang.NO_NODE_MATCHES_SELECTOR: lambda ctx, _p, wl: _selector(ctx, wl),
+    core_gang.FRAGMENTED: _fragmented,
+    core_gang.WAITING_FOR_GANG_CAPACITY: _capacity,
+    core_gang.EXCEEDS_CLUSTER: _capacity,
+    core_scheduler.WAITING_FOR_PREEMPTED: _preempting,
+    core_flavors.NO_MATCHING_FLAVOR: _no_matching_flavor,
+}

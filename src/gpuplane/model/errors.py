@@ -22,7 +22,7 @@ class InputError(Exception):
     kept and reported as ``Misconfigured``; it does not stop the rest of the input.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the message, then where it was found: keyword-only, all optional
         self,
         message: str,
         *,

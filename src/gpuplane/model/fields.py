@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from types import UnionType
 from typing import Any
 
 from gpuplane.model.errors import InputError
@@ -22,20 +23,19 @@ def join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
+# JSON's names for Python's types, first match wins (a bool is an int, a str a Sequence).
+_TYPE_NAMES: tuple[tuple[type | UnionType, str], ...] = (
+    (type(None), "null"),
+    (bool, "boolean"),
+    (int | float, "number"),
+    (str, "string"),
+    (Mapping, "object"),
+    (Sequence, "list"),
+)
+
+
 def type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, Sequence):
-        return "list"
-    return type(value).__name__
+    return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
 
 
 def as_map(value: object, path: str) -> Mapping[str, Any]:

@@ -253,62 +253,9 @@ def _template(raw: Doc, path: str) -> PodTemplate:
 
 
 def _resource_groups(spec: Doc, path: str, *, required: bool) -> tuple[ResourceGroup, ...]:
-    groups = []
     gpath = f.join(path, "resourceGroups")
     raw_groups = f.get_list(spec, "resourceGroups", path, required=required)
-    for gi, raw in enumerate(raw_groups):
-        here = f.join(gpath, gi)
-        group_doc = f.as_map(raw, here)
-        covered_raw = f.get_list(group_doc, "coveredResources", here, required=True)
-        covered = tuple(
-            f.as_str(v, f.join(f.join(here, "coveredResources"), i)) for i, v in enumerate(covered_raw)
-        )
-        if len(set(covered)) != len(covered):
-            raise InputError("duplicate resource name", field=f.join(here, "coveredResources"))
-        flavors = []
-        fpath = f.join(here, "flavors")
-        for fi, fraw in enumerate(f.get_list(group_doc, "flavors", here, required=True)):
-            fhere = f.join(fpath, fi)
-            flavor = f.as_map(fraw, fhere)
-            fname = f.req_str(flavor, "name", fhere)
-            quotas: dict[str, ResourceQuota] = {}
-            rpath = f.join(fhere, "resources")
-            for ri, rraw in enumerate(f.get_list(flavor, "resources", fhere, required=True)):
-                rhere = f.join(rpath, ri)
-                res = f.as_map(rraw, rhere)
-                rname = f.req_str(res, "name", rhere)
-                if rname not in covered:
-                    raise InputError(
-                        f"resource {rname!r} is not listed in coveredResources", field=f.join(rhere, "name")
-                    )
-                if rname in quotas:
-                    raise InputError(f"duplicate resource {rname!r}", field=f.join(rhere, "name"))
-                nominal_raw = f.get(res, "nominalQuota", rhere, required=True)
-                nominal = f.quantity(rname, nominal_raw, f.join(rhere, "nominalQuota"))
-                borrowing = res.get("borrowingLimit")
-                lending = res.get("lendingLimit")
-                quotas[rname] = ResourceQuota(
-                    nominal=nominal,
-                    borrowing_limit=None
-                    if borrowing is None
-                    else f.quantity(rname, borrowing, f.join(rhere, "borrowingLimit")),
-                    lending_limit=None
-                    if lending is None
-                    else f.quantity(rname, lending, f.join(rhere, "lendingLimit")),
-                )
-                if quotas[rname].lending_limit is not None and quotas[rname].lending_limit > nominal:  # type: ignore[operator]
-                    raise InputError(
-                        "lendingLimit must not exceed nominalQuota", field=f.join(rhere, "lendingLimit")
-                    )
-            missing = [r for r in covered if r not in quotas]
-            if missing:
-                raise InputError(
-                    f"flavor {fname!r} has no quota for covered resource(s) {', '.join(missing)}", field=rpath
-                )
-            flavors.append(FlavorQuotas(name=fname, resources=frozen_map(quotas)))
-        if not flavors:
-            raise InputError("a resource group needs at least one flavor", field=fpath)
-        groups.append(ResourceGroup(covered_resources=covered, flavors=tuple(flavors)))
+    groups = [_resource_group(raw, f.join(gpath, gi)) for gi, raw in enumerate(raw_groups)]
     seen_res: set[str] = set()
     seen_flavor: set[str] = set()
     for gi, group in enumerate(groups):
@@ -325,6 +272,65 @@ def _resource_groups(spec: Doc, path: str, *, required: bool) -> tuple[ResourceG
                 )
             seen_flavor.add(fl.name)
     return tuple(groups)
+
+
+def _resource_group(raw: object, here: str) -> ResourceGroup:
+    group_doc = f.as_map(raw, here)
+    covered_raw = f.get_list(group_doc, "coveredResources", here, required=True)
+    covered = tuple(
+        f.as_str(v, f.join(f.join(here, "coveredResources"), i)) for i, v in enumerate(covered_raw)
+    )
+    if len(set(covered)) != len(covered):
+        raise InputError("duplicate resource name", field=f.join(here, "coveredResources"))
+    fpath = f.join(here, "flavors")
+    flavors = [
+        _flavor_quotas(fraw, f.join(fpath, fi), covered)
+        for fi, fraw in enumerate(f.get_list(group_doc, "flavors", here, required=True))
+    ]
+    if not flavors:
+        raise InputError("a resource group needs at least one flavor", field=fpath)
+    return ResourceGroup(covered_resources=covered, flavors=tuple(flavors))
+
+
+def _flavor_quotas(fraw: object, fhere: str, covered: tuple[str, ...]) -> FlavorQuotas:
+    flavor = f.as_map(fraw, fhere)
+    fname = f.req_str(flavor, "name", fhere)
+    quotas: dict[str, ResourceQuota] = {}
+    rpath = f.join(fhere, "resources")
+    for ri, rraw in enumerate(f.get_list(flavor, "resources", fhere, required=True)):
+        rhere = f.join(rpath, ri)
+        res = f.as_map(rraw, rhere)
+        rname = f.req_str(res, "name", rhere)
+        if rname not in covered:
+            raise InputError(
+                f"resource {rname!r} is not listed in coveredResources", field=f.join(rhere, "name")
+            )
+        if rname in quotas:
+            raise InputError(f"duplicate resource {rname!r}", field=f.join(rhere, "name"))
+        quotas[rname] = _resource_quota(res, rname, rhere)
+    missing = [r for r in covered if r not in quotas]
+    if missing:
+        raise InputError(
+            f"flavor {fname!r} has no quota for covered resource(s) {', '.join(missing)}", field=rpath
+        )
+    return FlavorQuotas(name=fname, resources=frozen_map(quotas))
+
+
+def _resource_quota(res: Doc, rname: str, rhere: str) -> ResourceQuota:
+    nominal_raw = f.get(res, "nominalQuota", rhere, required=True)
+    nominal = f.quantity(rname, nominal_raw, f.join(rhere, "nominalQuota"))
+    borrowing = res.get("borrowingLimit")
+    lending = res.get("lendingLimit")
+    quota = ResourceQuota(
+        nominal=nominal,
+        borrowing_limit=None
+        if borrowing is None
+        else f.quantity(rname, borrowing, f.join(rhere, "borrowingLimit")),
+        lending_limit=None if lending is None else f.quantity(rname, lending, f.join(rhere, "lendingLimit")),
+    )
+    if quota.lending_limit is not None and quota.lending_limit > nominal:
+        raise InputError("lendingLimit must not exceed nominalQuota", field=f.join(rhere, "lendingLimit"))
+    return quota
 
 
 def _fair_weight(spec: Doc, path: str) -> float:

@@ -242,53 +242,56 @@ def _yaml_documents(text: str) -> list[Any]:
 
 def decode(source: str, text: str) -> list[Document]:
     """Split one file into documents, expanding ``kind: List`` and JSON arrays."""
-    stripped = text.lstrip()
-    raw_docs: list[Any]
     try:
-        if stripped.startswith(("{", "[")):
-            try:
-                raw_docs = [json.loads(text)]
-            except json.JSONDecodeError as err:
-                raise InputError(
-                    f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
-                ) from None
-            except ValueError as err:  # int() refuses numbers of more than 4300 digits
-                raise InputError(f"invalid JSON: cannot decode a value ({str(err).split(';')[0]})") from None
-            except RecursionError:
-                raise InputError("document is nested too deeply") from None
-        else:
-            raw_docs = _yaml_documents(text)
+        raw_docs = _raw_documents(text)
     except InputError as err:
         raise err.located(source=source) from None
     out: list[Document] = []
     for index, raw in enumerate(raw_docs):
-        if raw is None:
-            continue
-        if isinstance(raw, list):
-            items: Sequence[Any] | None = raw
-        elif isinstance(raw, Mapping) and raw.get("kind") == "List":
-            try:
-                items = f.get_list(raw, "items", "", required=True)
-            except InputError as err:
-                raise err.located(source=source, document=index) from None
-        else:
-            items = None
-        if items is None:
-            if not isinstance(raw, Mapping):
-                raise InputError(
-                    f"expected a Kubernetes object, got {f.type_name(raw)}", source=source, document=index
-                )
-            out.append(Document(source, index, None, raw))
-            continue
-        for i, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise InputError(
-                    f"expected a Kubernetes object, got {f.type_name(item)}",
-                    source=source,
-                    document=index,
-                    field=f"items[{i}]",
-                )
-            out.append(Document(source, index, i, item))
+        if raw is not None:
+            out += _documents_of(source, index, raw)
+    return out
+
+
+def _raw_documents(text: str) -> list[Any]:
+    """The decoded documents of a JSON or YAML text."""
+    if not text.lstrip().startswith(("{", "[")):
+        return _yaml_documents(text)
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError as err:
+        raise InputError(f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    except ValueError as err:  # int() refuses numbers of more than 4300 digits
+        raise InputError(f"invalid JSON: cannot decode a value ({str(err).split(';')[0]})") from None
+    except RecursionError:
+        raise InputError("document is nested too deeply") from None
+
+
+def _documents_of(source: str, index: int, raw: object) -> list[Document]:
+    """One decoded document: an object, or the items of a list (a JSON array, ``kind: List``)."""
+    if isinstance(raw, list):
+        items: Sequence[Any] = raw
+    elif isinstance(raw, Mapping) and raw.get("kind") == "List":
+        try:
+            items = f.get_list(raw, "items", "", required=True)
+        except InputError as err:
+            raise err.located(source=source, document=index) from None
+    elif isinstance(raw, Mapping):
+        return [Document(source, index, None, raw)]
+    else:
+        raise InputError(
+            f"expected a Kubernetes object, got {f.type_name(raw)}", source=source, document=index
+        )
+    out: list[Document] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InputError(
+                f"expected a Kubernetes object, got {f.type_name(item)}",
+                source=source,
+                document=index,
+                field=f"items[{i}]",
+            )
+        out.append(Document(source, index, i, item))
     return out
 
 
@@ -320,37 +323,39 @@ def _api(doc: Document) -> tuple[str, str, str]:
     return group, version, kind
 
 
+# Per API group: its name in messages and the kinds read from it.
+_KINDS: dict[str, tuple[str, frozenset[str]]] = {
+    kinds.KUEUE_GROUP: (kinds.KUEUE_GROUP, frozenset((*_KUEUE, "Workload"))),
+    "config." + kinds.KUEUE_GROUP: ("config." + kinds.KUEUE_GROUP, frozenset({"Configuration"})),
+    "": ("core/v1", frozenset(_CORE)),
+    KARPENTER_GROUP: (KARPENTER_GROUP, frozenset({"NodePool"})),
+    "batch": ("batch", frozenset({"Job"})),
+}
+
+
 def _check_version(group: str, version: str, kind: str) -> None:
-    if group == kinds.KUEUE_GROUP:
-        if kind not in (*_KUEUE, "Workload"):
-            raise InputError(f"unknown kind {kind!r} in {group}", field="kind")
-        if version not in kinds.KUEUE_VERSIONS:
-            raise InputError(
-                f"unsupported apiVersion {group}/{version}; served versions are v1beta1 and v1beta2",
-                field="apiVersion",
-            )
-    elif group == "config." + kinds.KUEUE_GROUP:
-        if kind != "Configuration":
-            raise InputError(f"unknown kind {kind!r} in {group}", field="kind")
-        if version not in kinds.KUEUE_VERSIONS:
-            raise InputError(f"unsupported apiVersion {group}/{version}", field="apiVersion")
-    elif group == "":
-        if kind not in _CORE:
-            raise InputError(f"unknown kind {kind!r} in core/v1", field="kind")
-        if version != "v1":
-            raise InputError(
-                f"unsupported apiVersion {version!r} for {kind}; expected v1", field="apiVersion"
-            )
-    elif group == KARPENTER_GROUP:
-        if kind != "NodePool":
-            raise InputError(f"unknown kind {kind!r} in {group}", field="kind")
-    elif group == "batch":
-        if kind != "Job":
-            raise InputError(f"unknown kind {kind!r} in batch", field="kind")
-        if version != "v1":
-            raise InputError(f"unsupported apiVersion batch/{version}; expected batch/v1", field="apiVersion")
-    else:
+    known = _KINDS.get(group)
+    if known is None:
         raise InputError(f"unsupported apiVersion {group}/{version} (kind {kind})", field="apiVersion")
+    label, known_kinds = known
+    if kind not in known_kinds:
+        raise InputError(f"unknown kind {kind!r} in {label}", field="kind")
+    problem = _version_problem(group, version, kind)
+    if problem is not None:
+        raise InputError(problem, field="apiVersion")
+
+
+def _version_problem(group: str, version: str, kind: str) -> str | None:
+    """Why a known kind's apiVersion is not served, or None."""
+    if group == kinds.KUEUE_GROUP and version not in kinds.KUEUE_VERSIONS:
+        return f"unsupported apiVersion {group}/{version}; served versions are v1beta1 and v1beta2"
+    if group == "config." + kinds.KUEUE_GROUP and version not in kinds.KUEUE_VERSIONS:
+        return f"unsupported apiVersion {group}/{version}"
+    if group == "" and version != "v1":
+        return f"unsupported apiVersion {version!r} for {kind}; expected v1"
+    if group == "batch" and version != "v1":
+        return f"unsupported apiVersion batch/{version}; expected batch/v1"
+    return None
 
 
 class _Collector:
@@ -367,6 +372,107 @@ class _Collector:
                 field="metadata.name",
             )
         self.seen[(kind, key)] = doc
+
+
+class _Parsed:
+    """The objects parsed so far, by kind, with the collector that refuses duplicates."""
+
+    def __init__(self) -> None:
+        self.collector = _Collector()
+        self.config = KueueConfiguration()
+        self.config_seen = False
+        self.namespaces: dict[str, Namespace] = {}
+        self.flavors: dict[str, ResourceFlavor] = {}
+        self.cohorts: dict[str, Cohort] = {}
+        self.queues: dict[str, ClusterQueue] = {}
+        self.local_queues: dict[str, LocalQueue] = {}
+        self.priority_classes: dict[str, WorkloadPriorityClass] = {}
+        self.topologies: dict[str, Topology] = {}
+        self.admission_checks: dict[str, AdmissionCheck] = {}
+        self.node_pools: dict[str, NodePool] = {}
+        self.workloads: list[Workload] = []
+        self.nodes: list[Node] = []
+        self.pods: list[Pod] = []
+        self.invalid: list[InvalidWorkload] = []
+
+    def add(self, doc: Document, group: str, version: str, kind: str) -> None:
+        """Parse one document of a known kind and keep it."""
+        body = doc.body
+        if kind == "Configuration":
+            if self.config_seen:
+                raise InputError("more than one Configuration", field="kind")
+            self.config_seen = True
+            self.config = kinds.parse_configuration(body, version)
+        elif group == kinds.KUEUE_GROUP and kind == "Workload":
+            self._add_workload(kinds.parse_workload(body, version, self._priorities()), doc)
+        elif group == KARPENTER_GROUP:
+            pool = parse_node_pool(body, version)
+            self.collector.claim(kind, pool.name, doc)
+            self.node_pools[pool.name] = pool
+        elif group == "batch":
+            job_wl = kinds.workload_from_job(body, self._priorities())
+            if job_wl is not None:
+                self._add_workload(job_wl, doc)
+        elif group == kinds.KUEUE_GROUP:
+            self._add_kueue(kind, _KUEUE[kind](body, version), doc)
+        else:
+            self._add_core(kind, _CORE[kind](body, version), doc)
+
+    def _priorities(self) -> dict[str, int]:
+        return {n: p.value for n, p in self.priority_classes.items()}
+
+    def _add_workload(self, wl: Workload, doc: Document) -> None:
+        self.collector.claim("Workload", wl.key, doc)
+        self.workloads.append(wl)
+
+    def _add_kueue(self, kind: str, obj: Any, doc: Document) -> None:
+        if isinstance(obj, LocalQueue):
+            self.collector.claim(kind, obj.key, doc)
+            self.local_queues[obj.key] = obj
+            return
+        self.collector.claim(kind, obj.name, doc)
+        by_kind: dict[str, dict[str, Any]] = {
+            "ClusterQueue": self.queues,
+            "Cohort": self.cohorts,
+            "ResourceFlavor": self.flavors,
+            "WorkloadPriorityClass": self.priority_classes,
+            "Topology": self.topologies,
+            "AdmissionCheck": self.admission_checks,
+        }
+        by_kind[kind][obj.name] = obj
+
+    def _add_core(self, kind: str, obj: Any, doc: Document) -> None:
+        if isinstance(obj, Namespace):
+            self.collector.claim(kind, obj.name, doc)
+            self.namespaces[obj.name] = obj
+        elif isinstance(obj, Node):
+            self.collector.claim(kind, obj.name, doc)
+            self.nodes.append(obj)
+        else:
+            self.collector.claim(kind, obj.key, doc)
+            self.pods.append(obj)
+
+    def state(self) -> ClusterState:
+        """The frozen state of everything parsed, with where each object came from."""
+        return ClusterState(
+            configuration=self.config,
+            namespaces=frozen_map(self.namespaces),
+            resource_flavors=frozen_map(self.flavors),
+            cohorts=frozen_map(self.cohorts),
+            cluster_queues=frozen_map(self.queues),
+            local_queues=frozen_map(self.local_queues),
+            priority_classes=frozen_map(self.priority_classes),
+            topologies=frozen_map(self.topologies),
+            workloads=tuple(self.workloads),
+            nodes=tuple(self.nodes),
+            pods=tuple(self.pods),
+            invalid_workloads=tuple(self.invalid),
+            admission_checks=frozen_map(self.admission_checks),
+            node_pools=frozen_map(self.node_pools),
+            origins=frozen_map(
+                {f"{kind}/{key}": (d.source, d.index) for (kind, key), d in self.collector.seen.items()}
+            ),
+        )
 
 
 def load_state(
@@ -437,73 +543,13 @@ def build_state(
             continue
         typed.append((doc, group, version, kind))
 
-    collector = _Collector()
-    config = KueueConfiguration()
-    namespaces: dict[str, Namespace] = {}
-    flavors: dict[str, ResourceFlavor] = {}
-    cohorts: dict[str, Cohort] = {}
-    queues: dict[str, ClusterQueue] = {}
-    local_queues: dict[str, LocalQueue] = {}
-    priority_classes: dict[str, WorkloadPriorityClass] = {}
-    topologies: dict[str, Topology] = {}
-    admission_checks: dict[str, AdmissionCheck] = {}
-    node_pools: dict[str, NodePool] = {}
-    workloads: list[Workload] = []
-    nodes: list[Node] = []
-    pods: list[Pod] = []
-    invalid: list[InvalidWorkload] = []
-    config_seen = False
-
+    parsed = _Parsed()
+    collector = parsed.collector
     # Priority classes first: workloads and jobs resolve their priority through them.
     ordered = sorted(typed, key=lambda t: 0 if t[3] == "WorkloadPriorityClass" else 1)
     for doc, group, version, kind in ordered:
         try:
-            body = doc.body
-            if kind == "Configuration":
-                if config_seen:
-                    raise InputError("more than one Configuration", field="kind")
-                config_seen = True
-                config = kinds.parse_configuration(body, version)
-            elif group == kinds.KUEUE_GROUP and kind == "Workload":
-                wl = kinds.parse_workload(body, version, {n: p.value for n, p in priority_classes.items()})
-                collector.claim("Workload", wl.key, doc)
-                workloads.append(wl)
-            elif group == KARPENTER_GROUP:
-                pool = parse_node_pool(body, version)
-                collector.claim(kind, pool.name, doc)
-                node_pools[pool.name] = pool
-            elif group == "batch":
-                job_wl = kinds.workload_from_job(body, {n: p.value for n, p in priority_classes.items()})
-                if job_wl is not None:
-                    collector.claim("Workload", job_wl.key, doc)
-                    workloads.append(job_wl)
-            elif group == kinds.KUEUE_GROUP:
-                obj = _KUEUE[kind](body, version)
-                if isinstance(obj, LocalQueue):
-                    collector.claim(kind, obj.key, doc)
-                    local_queues[obj.key] = obj
-                else:
-                    collector.claim(kind, obj.name, doc)
-                    by_kind: dict[str, dict[str, Any]] = {
-                        "ClusterQueue": queues,
-                        "Cohort": cohorts,
-                        "ResourceFlavor": flavors,
-                        "WorkloadPriorityClass": priority_classes,
-                        "Topology": topologies,
-                        "AdmissionCheck": admission_checks,
-                    }
-                    by_kind[kind][obj.name] = obj
-            else:
-                obj = _CORE[kind](body, version)
-                if isinstance(obj, Namespace):
-                    collector.claim(kind, obj.name, doc)
-                    namespaces[obj.name] = obj
-                elif isinstance(obj, Node):
-                    collector.claim(kind, obj.name, doc)
-                    nodes.append(obj)
-                else:
-                    collector.claim(kind, obj.key, doc)
-                    pods.append(obj)
+            parsed.add(doc, group, version, kind)
         except InputError as err:
             located = doc.locate(err)
             who = kinds.workload_identity(doc.body, kind) if err.invalid_value else None
@@ -514,29 +560,10 @@ def build_state(
             # it never stops the rest of the input.
             namespace, name, queue = who
             collector.claim("Workload", f"{namespace}/{name}", doc)
-            invalid.append(InvalidWorkload(namespace, name, queue, str(located)))
+            parsed.invalid.append(InvalidWorkload(namespace, name, queue, str(located)))
             if warnings is not None:
                 warnings.append(str(located))
-
-    state = ClusterState(
-        configuration=config,
-        namespaces=frozen_map(namespaces),
-        resource_flavors=frozen_map(flavors),
-        cohorts=frozen_map(cohorts),
-        cluster_queues=frozen_map(queues),
-        local_queues=frozen_map(local_queues),
-        priority_classes=frozen_map(priority_classes),
-        topologies=frozen_map(topologies),
-        workloads=tuple(workloads),
-        nodes=tuple(nodes),
-        pods=tuple(pods),
-        invalid_workloads=tuple(invalid),
-        admission_checks=frozen_map(admission_checks),
-        node_pools=frozen_map(node_pools),
-        origins=frozen_map(
-            {f"{kind}/{key}": (d.source, d.index) for (kind, key), d in collector.seen.items()}
-        ),
-    )
+    state = parsed.state()
 
     def locate(err: InputError) -> InputError:
         kind, _, key = (err.obj or "").partition("/")

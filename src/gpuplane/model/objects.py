@@ -82,23 +82,25 @@ class SelectorRequirement:
     def matches(self, labels: Mapping[str, str]) -> bool:
         present = self.key in labels
         op = self.operator
+        if op in ("Gt", "Lt"):
+            return present and self._compares(labels[self.key])
         if op == "In":
             return present and labels[self.key] in self.values
         if op == "NotIn":
             return not present or labels[self.key] not in self.values
         if op == "Exists":
             return present
-        if op == "DoesNotExist":
-            return not present
-        if op in ("Gt", "Lt"):
-            if not present or len(self.values) != 1:
-                return False
-            try:
-                have, want = int(labels[self.key]), int(self.values[0])
-            except ValueError:
-                return False
-            return have > want if op == "Gt" else have < want
-        return False
+        return op == "DoesNotExist" and not present  # an unknown operator matches nothing
+
+    def _compares(self, value: str) -> bool:
+        """``Gt`` / ``Lt``: the label and the one value compared as integers."""
+        if len(self.values) != 1:
+            return False
+        try:
+            have, want = int(value), int(self.values[0])
+        except ValueError:
+            return False
+        return have > want if self.operator == "Gt" else have < want
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,9 @@
 ``SlackNotifier.send(message)`` only enqueues and returns at once; one background thread posts the
 messages in order. A ``429`` waits for its ``Retry-After`` (seconds) and tries again; any other failure
 (a 5xx, a refused connection, a receiver that hangs past ``timeout``) backs off exponentially up to
-``max_backoff`` and tries again. A message is dropped only after ``max_attempts`` tries (default: keep
-trying) or when the notifier is closed without ``drain``. So a slow or failing receiver delays no
-reclaim decision and loses no warning.
+``max_backoff`` and tries again (the notifier's ``Retry``). A message is dropped only after
+``max_attempts`` tries (default: keep trying) or when the notifier is closed without ``drain``. So a
+slow or failing receiver delays no reclaim decision and loses no warning.
 
 The body is Slack's: ``{"text": ..., "blocks": [...]}`` with a header, one section of fields naming the
 pod, owner, GPUs, idle time and reclaim time, and a context line saying how to keep the session.
@@ -75,6 +75,18 @@ def slack_body(warning: IdleNotice) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """How a notifier retries: exponential backoff from ``backoff`` up to ``max_backoff`` seconds, a
+    server's ``Retry-After`` honoured up to ``max_retry_after``, and at most ``max_attempts`` tries
+    (``None``: until it is sent)."""
+
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+    max_retry_after: float = 300.0
+    max_attempts: int | None = None
+
+
 class SlackNotifier:
     """An ordered, retrying, non-blocking sender to one incoming-webhook URL."""
 
@@ -83,17 +95,11 @@ class SlackNotifier:
         url: str,
         *,
         timeout: float = 10.0,
-        backoff: float = 1.0,
-        max_backoff: float = 60.0,
-        max_retry_after: float = 300.0,
-        max_attempts: int | None = None,
+        retry: Retry | None = None,
     ) -> None:
         self.url = url
         self.timeout = timeout
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.max_retry_after = max_retry_after
-        self.max_attempts = max_attempts
+        self.retry = retry or Retry()
         self.sent = 0
         self.attempts = 0
         self.dropped = 0
@@ -135,7 +141,7 @@ class SlackNotifier:
                 self._queue.task_done()
 
     def _deliver(self, body: dict[str, Any]) -> None:
-        delay = self.backoff
+        delay = self.retry.backoff
         tries = 0
         while not self._closing.is_set():
             tries += 1
@@ -144,10 +150,10 @@ class SlackNotifier:
             if wait is None:
                 self.sent += 1
                 return
-            if self.max_attempts is not None and tries >= self.max_attempts:
+            if self.retry.max_attempts is not None and tries >= self.retry.max_attempts:
                 break
             if wait < 0:  # not a 429: back off
-                wait, delay = delay, min(delay * 2, self.max_backoff)
+                wait, delay = delay, min(delay * 2, self.retry.max_backoff)
             self._closing.wait(wait)
         self.dropped += 1
         log.warning("idle warning not delivered after %d attempts: %s", tries, body.get("text"))
@@ -165,7 +171,8 @@ class SlackNotifier:
                 response.read()
         except urllib.error.HTTPError as err:
             if err.code == 429:
-                return _retry_after(err.headers.get("Retry-After"), self.backoff, self.max_retry_after)
+                retry = self.retry
+                return _retry_after(err.headers.get("Retry-After"), retry.backoff, retry.max_retry_after)
             log.info("webhook answered %s", err.code)
             return -1.0
         except (OSError, ValueError) as err:  # refused, reset, timed out

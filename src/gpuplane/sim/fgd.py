@@ -158,18 +158,17 @@ def node_ranks(nodes: Sequence[NodeSpec], seed: int, path: Path) -> IntArray:
 def replay(
     nodes: Sequence[NodeSpec],
     *,
-    typical_source: Sequence[GpuRequest],
     arrivals: Arrivals,
     policy_name: str,
-    rng: np.random.Generator,
+    context: PolicyContext,
     progress: ProgressCallback | None = None,
 ) -> EventLog:
     """Place ``arrivals`` one at a time with one policy's profile on the placement engine; log the
-    cluster after every arrival."""
+    cluster after every arrival. ``context`` holds the typical pods (fragmentation is measured
+    against them) and the policy's own random stream."""
     cluster = GpuCluster(nodes)
-    typical = typical_pods(typical_source)
-    profile = get_profile(policy_name, PolicyContext(typical=typical, rng=rng))
-    fragmentation = node_fragmentation(typical, cluster)
+    profile = get_profile(policy_name, context)
+    fragmentation = node_fragmentation(context.typical, cluster)
     count = len(arrivals.requests)
     arrived = np.empty(count, dtype=np.int64)
     used = np.empty(count, dtype=np.int64)
@@ -237,18 +236,24 @@ def fragmentation_columns(log: EventLog, total_gpus: int) -> dict[str, float | N
     return {str(k): None if m is None else round2(100 * m / 1000 / total_gpus) for k, m in means.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class FgdTraces:
+    """The protocol's input files: the node and pod lists and, optionally, a recorded arrival
+    order and node ranks (the published runs'); without them both are drawn from the seed."""
+
+    nodes: Path
+    pods: Path
+    arrivals: Path | None = None
+    node_rank: Path | None = None
+
+
 def run_fgd_protocol(
-    nodes_path: Path,
-    pods_path: Path,
-    policy: str,
-    seed: int,
-    *,
-    arrivals_path: Path | None = None,
-    node_rank_path: Path | None = None,
-    progress: ProgressCallback | None = None,
+    traces: FgdTraces, policy: str, seed: int, *, progress: ProgressCallback | None = None
 ) -> FgdRun:
     """One run of the protocol. Raises :class:`TraceError` for unreadable input, ``KeyError`` for
     an unknown policy (before reading any file)."""
+    nodes_path, pods_path = traces.nodes, traces.pods
+    arrivals_path, node_rank_path = traces.arrivals, traces.node_rank
     started = time.perf_counter()
     policy_factory(policy)  # an unknown name fails before any file is read
     # The policy's own draws (Random) use a stream independent of the arrival order's.
@@ -263,14 +268,8 @@ def run_fgd_protocol(
         arrivals = seeded_arrivals(pods, nodes, seed)
         if node_rank_path is not None:
             arrivals = Arrivals(arrivals.requests, node_ranks(nodes, seed, node_rank_path))
-    log = replay(
-        nodes,
-        typical_source=[p.request for p in pods],
-        arrivals=arrivals,
-        policy_name=policy,
-        rng=rng,
-        progress=progress,
-    )
+    context = PolicyContext(typical=typical_pods([p.request for p in pods]), rng=rng)
+    log = replay(nodes, arrivals=arrivals, policy_name=policy, context=context, progress=progress)
     total_gpus = sum(n.gpus for n in nodes)
     return FgdRun(
         policy=policy.lower(),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,107 +106,106 @@ def _environment() -> Environment:
     return env
 
 
-def create_app(
-    hub: SnapshotHub,
-    authenticator: Authenticator,
-    *,
-    history: HistoryCache | None = None,
-    reports: Sequence[Path] = (),
-    heartbeat: float = 15.0,
-    poll: float = 0.5,
-) -> Starlette:
-    """The console as an ASGI app over ``hub``'s snapshots."""
-    env = _environment()
-    report_list = pages.load_reports(reports)
+@dataclass(slots=True)
+class _Console:
+    """The console's pages and endpoints over one hub's snapshots."""
 
-    def render(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
-        html = env.get_template(name).render(request_path=request.url.path, **context)
+    hub: SnapshotHub
+    authenticator: Authenticator
+    history: HistoryCache | None
+    report_list: list[pages.Report]
+    heartbeat: float
+    poll: float
+    env: Environment = field(default_factory=_environment)
+
+    def render(self, name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
+        html = self.env.get_template(name).render(request_path=request.url.path, **context)
         return HTMLResponse(html, status_code=status)
 
-    def viewer_of(request: Request) -> Viewer:
+    def viewer_of(self, request: Request) -> Viewer:
         token = bearer_token(request.headers.get("authorization"), request.cookies.get(COOKIE))
-        viewer = authenticator.authenticate(token) if token else None
+        viewer = self.authenticator.authenticate(token) if token else None
         if viewer is None:
             raise HTTPException(401, "a valid bearer token is required")
         return viewer
 
-    def snapshot() -> ConsoleSnapshot:
-        snap = hub.current()
+    def snapshot(self) -> ConsoleSnapshot:
+        snap = self.hub.current()
         if snap is None:
             raise HTTPException(503, "the console is still reading the cluster")
         return snap
 
-    def page(build: Callable[[Request, Viewer], HTMLResponse]) -> Callable[[Request], Any]:
+    def page(self, build: Callable[[Request, Viewer], HTMLResponse]) -> Callable[[Request], Any]:
         def endpoint(request: Request) -> HTMLResponse:
-            return build(request, viewer_of(request))
+            return build(request, self.viewer_of(request))
 
         async def run(request: Request) -> HTMLResponse:
             return await run_in_threadpool(endpoint, request)
 
         return run
 
-    def overview(request: Request, viewer: Viewer) -> HTMLResponse:
-        snap = snapshot()
-        data = pages.overview(snap, viewer, history.get() if history is not None else None)
-        return render("overview.html", request, snap=snap, viewer=viewer, **data)
+    def overview(self, request: Request, viewer: Viewer) -> HTMLResponse:
+        snap = self.snapshot()
+        data = pages.overview(snap, viewer, self.history.get() if self.history is not None else None)
+        return self.render("overview.html", request, snap=snap, viewer=viewer, **data)
 
-    def queues(request: Request, viewer: Viewer) -> HTMLResponse:
-        snap = snapshot()
-        return render("queues.html", request, snap=snap, viewer=viewer, **pages.queues(snap, viewer))
+    def queues(self, request: Request, viewer: Viewer) -> HTMLResponse:
+        snap = self.snapshot()
+        return self.render("queues.html", request, snap=snap, viewer=viewer, **pages.queues(snap, viewer))
 
-    def workload(request: Request, viewer: Viewer) -> HTMLResponse:
+    def workload(self, request: Request, viewer: Viewer) -> HTMLResponse:
         ns = request.path_params["namespace"]
         name = request.path_params["name"]
         if not viewer.sees(ns):
             raise HTTPException(403, f"{viewer.name} may not see namespace {ns}")
-        snap = snapshot()
+        snap = self.snapshot()
         data = pages.workload(snap, f"{ns}/{name}", viewer)
         if data is None:
             raise HTTPException(404, f"no workload {ns}/{name}")
-        return render("workload.html", request, snap=snap, viewer=viewer, **data)
+        return self.render("workload.html", request, snap=snap, viewer=viewer, **data)
 
-    def nodes(request: Request, viewer: Viewer) -> HTMLResponse:
+    def nodes(self, request: Request, viewer: Viewer) -> HTMLResponse:
         if not viewer.sees_nodes:
             raise HTTPException(403, f"{viewer.name} may not list nodes")
-        snap = snapshot()
-        return render("nodes.html", request, snap=snap, viewer=viewer, **pages.nodes(snap, viewer))
+        snap = self.snapshot()
+        return self.render("nodes.html", request, snap=snap, viewer=viewer, **pages.nodes(snap, viewer))
 
-    def report_list_page(request: Request, viewer: Viewer) -> HTMLResponse:
-        return render(
+    def report_list_page(self, request: Request, viewer: Viewer) -> HTMLResponse:
+        return self.render(
             "reports.html",
             request,
-            snap=hub.current(),
+            snap=self.hub.current(),
             viewer=viewer,
-            reports=[pages.report(r) for r in report_list],
+            reports=[pages.report(r) for r in self.report_list],
         )
 
-    async def report_file(request: Request) -> Response:
-        await run_in_threadpool(viewer_of, request)
+    async def report_file(self, request: Request) -> Response:
+        await run_in_threadpool(self.viewer_of, request)
         index = request.path_params["index"]
         name = request.path_params["file"]
-        if index >= len(report_list) or name not in report_list[index].plots:
+        if index >= len(self.report_list) or name not in self.report_list[index].plots:
             raise HTTPException(404, "no such plot")
-        return FileResponse(report_list[index].path / name, media_type="image/png")
+        return FileResponse(self.report_list[index].path / name, media_type="image/png")
 
-    async def events(request: Request) -> Response:
-        await run_in_threadpool(viewer_of, request)
+    async def events(self, request: Request) -> Response:
+        await run_in_threadpool(self.viewer_of, request)
 
         async def stream() -> AsyncIterator[str]:
             # Each open page costs one coroutine that reads an integer twice a second: no thread,
             # no API call, however many pages are open.
-            seen = hub.version
+            seen = self.hub.version
             yield f"retry: 2000\nevent: snapshot\ndata: {seen}\n\n"
             idle = 0.0
             while not await request.is_disconnected():
-                await asyncio.sleep(poll)
-                version = hub.version
+                await asyncio.sleep(self.poll)
+                version = self.hub.version
                 if version != seen:
                     seen = version
                     idle = 0.0
                     yield f"event: snapshot\ndata: {version}\n\n"
                     continue
-                idle += poll
-                if idle >= heartbeat:
+                idle += self.poll
+                if idle >= self.heartbeat:
                     idle = 0.0
                     yield ": keep-alive\n\n"
 
@@ -213,26 +213,26 @@ def create_app(
             stream(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}
         )
 
-    async def login(request: Request) -> HTMLResponse:
-        return render("login.html", request, snap=None, viewer=None, status=200)
+    async def login(self, request: Request) -> HTMLResponse:
+        return self.render("login.html", request, snap=None, viewer=None, status=200)
 
-    async def healthz(request: Request) -> PlainTextResponse:  # noqa: ARG001  # Starlette passes it
-        return PlainTextResponse("ok\n" if hub.current() is not None else "starting\n")
+    async def healthz(self, request: Request) -> PlainTextResponse:  # noqa: ARG002  # Starlette passes it
+        return PlainTextResponse("ok\n" if self.hub.current() is not None else "starting\n")
 
-    async def http_error(request: Request, exc: Exception) -> Response:
+    async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 401:
             wants_html = "text/html" in request.headers.get("accept", "")
             if wants_html:
                 presented = bearer_token(request.headers.get("authorization"), request.cookies.get(COOKIE))
-                response: Response = render(
+                response: Response = self.render(
                     "login.html", request, status=401, snap=None, viewer=None, refused=presented is not None
                 )
             else:
                 response = PlainTextResponse(f"{exc.detail}\n", status_code=401)
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpuplane"'
             return response
-        return render(
+        return self.render(
             "error.html",
             request,
             status=exc.status_code,
@@ -242,16 +242,29 @@ def create_app(
             detail=exc.detail,
         )
 
+
+def create_app(  # noqa: PLR0913  the hub and the authenticator, then keyword-only options
+    hub: SnapshotHub,
+    authenticator: Authenticator,
+    *,
+    history: HistoryCache | None = None,
+    reports: Sequence[Path] = (),
+    heartbeat: float = 15.0,
+    poll: float = 0.5,
+) -> Starlette:
+    """The console as an ASGI app over ``hub``'s snapshots."""
+    console = _Console(hub, authenticator, history, pages.load_reports(reports), heartbeat, poll)
+    page = console.page
     routes = [
-        Route("/", page(overview)),
-        Route("/queues", page(queues)),
-        Route("/workloads/{namespace}/{name}", page(workload)),
-        Route("/nodes", page(nodes)),
-        Route("/reports", page(report_list_page)),
-        Route("/reports/{index:int}/{file}", report_file),
-        Route("/events", events),
-        Route("/login", login),
-        Route("/healthz", healthz),
+        Route("/", page(console.overview)),
+        Route("/queues", page(console.queues)),
+        Route("/workloads/{namespace}/{name}", page(console.workload)),
+        Route("/nodes", page(console.nodes)),
+        Route("/reports", page(console.report_list_page)),
+        Route("/reports/{index:int}/{file}", console.report_file),
+        Route("/events", console.events),
+        Route("/login", console.login),
+        Route("/healthz", console.healthz),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(
@@ -261,5 +274,5 @@ def create_app(
             Middleware(SecurityHeaders),
             Middleware(GZipMiddleware, minimum_size=1024, compresslevel=6),
         ],
-        exception_handlers={HTTPException: http_error},
+        exception_handlers={HTTPException: console.http_error},
     )

@@ -205,7 +205,6 @@ def build_snapshot(
     config: SchedulerConfig,
     now: float,
     *,
-    version: int = 0,
     events: Sequence[EventRecord] = (),
     source: str = "",
 ) -> ConsoleSnapshot:
@@ -260,7 +259,7 @@ def build_snapshot(
         state=state,
         plan=plan,
         now=now,
-        version=version,
+        version=0,  # the hub numbers what it publishes
         workload_gpus=gpus,
         held_gpus=held,
         queue_usage={u.cluster_queue: dict(u.used) for u in session.usage()},

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +207,14 @@ def cluster_objects(cache: Cache) -> list[dict[str, Any]]:
     return objects
 
 
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """When a source rebuilds: after ``settle`` seconds of quiet, at most once per ``min_interval``."""
+
+    settle: float = 0.2
+    min_interval: float = 1.0
+
+
 class KubeSource:
     """Informers on the cluster; a rebuild after every burst of changes (``settle`` seconds of quiet),
     at most one per ``min_interval`` seconds, since a rebuild of a large cluster takes a while."""
@@ -216,15 +224,15 @@ class KubeSource:
         api: KubeApi,
         hub: SnapshotHub,
         *,
-        settle: float = 0.2,
-        min_interval: float = 1.0,
+        pacing: Pacing | None = None,
         clock: Callable[[], float] = time.time,
         watch_timeout: int = 30,
     ) -> None:
         self.api = api
         self.hub = hub
-        self.settle = settle
-        self.min_interval = min_interval
+        pacing = pacing or Pacing()
+        self.settle = pacing.settle
+        self.min_interval = pacing.min_interval
         self.clock = clock
         self.cache = Cache()
         self.informers = [

@@ -1,0 +1,124 @@
+"""The gang on the nodes: pods already bound and workloads already admitted hold their devices,
+and an entry's gang is placed (or probed, with its victims gone) on the node inventory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuplane.core.gang import GangPlacement, GangPodSet, PlacementFailure
+from gpuplane.core.inventory import pod_needs, recorded_grants
+from gpuplane.core.plan import (
+    PLACEMENT_ANNOTATION,
+    recorded_placement,
+)
+from gpuplane.core.scheduling.state import (
+    WORKLOAD_LABEL,
+    Entry,
+    SchedulerState,
+)
+from gpuplane.model.labels import DEVICES_ANNOTATION
+from gpuplane.model.objects import WARM_BUFFER_LABEL, Workload
+
+
+class NodePlacement(SchedulerState):
+    """Placing gangs on the scheduler's node inventory."""
+
+    def _hold_running_pods(self) -> None:
+        """Pods bound to nodes hold their resources and devices: the devices recorded on them
+        (``DEVICES_ANNOTATION``) first, then, for pods without a record, a fit beside them."""
+        assert self.cluster is not None
+        pods = sorted(self.state.pods, key=lambda p: DEVICES_ANNOTATION not in p.template.annotations)
+        for pod in pods:
+            if pod.node_name is None or pod.phase not in ("Pending", "Running"):
+                continue
+            if pod.node_name not in self.cluster.nodes:
+                continue
+            if WARM_BUFFER_LABEL in pod.template.labels:
+                continue  # a warm-buffer placeholder: any real workload takes its place at once
+            owner = pod.template.labels.get(WORKLOAD_LABEL)
+            owner = f"{pod.namespace}/{owner}" if owner else f"pod:{pod.key}"
+            try:
+                needs = pod_needs(pod.template, self.config.devices)
+            except ValueError as err:
+                self.notes.append(f"pod {pod.key}: {err}")
+                continue
+            node = self.cluster.nodes[pod.node_name]
+            recorded = pod.template.annotations.get(DEVICES_ANNOTATION)
+            grants = recorded_grants(node, recorded) if recorded else None
+            if grants is None:
+                grants = node.fit(needs)
+            if grants is None:
+                self.notes.append(
+                    f"pod {pod.key} does not fit node {pod.node_name}; counted as overcommitted"
+                )
+                grants = []
+            self.cluster.hold(owner, pod.node_name, needs, grants)
+
+    def _gang(self, wl: Workload, counts: list[int], flavors: list[dict[str, str]]) -> list[GangPodSet]:
+        out = []
+        for ps, count, chosen in zip(wl.pod_sets, counts, flavors, strict=True):
+            flavor_name = chosen.get(self._device_resource(ps.template.requests)) or next(
+                (chosen[r] for r in sorted(chosen)), None
+            )
+            out.append(
+                GangPodSet(
+                    name=ps.name,
+                    count=count,
+                    needs=pod_needs(ps.template, self.config.devices),
+                    template=ps.template,
+                    flavor=self.flavors.get(flavor_name) if flavor_name else None,
+                    required_level=ps.required_topology,
+                    preferred_level=ps.preferred_topology,
+                )
+            )
+        return out
+
+    def _device_resource(self, requests: Mapping[str, int]) -> str:
+        """The accelerator resource a pod requests, whose flavor places it."""
+        return next((name for name in sorted(requests) if self.config.devices.is_device_resource(name)), "")
+
+    def _admission_gang(self, wl: Workload) -> list[GangPodSet]:
+        """The gang as ``status.admission`` assigned it: counts and flavors per pod set."""
+        assert wl.admission is not None
+        by_name = {a.name: a for a in wl.admission.pod_set_assignments}
+        counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in wl.pod_sets]
+        flavors = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in wl.pod_sets]
+        return self._gang(wl, counts, flavors)
+
+    def _place_admitted(self, wl: Workload) -> None:
+        """Workloads admitted in the input without (all their) pods hold the devices their
+        recorded plan names (``PLACEMENT_ANNOTATION``) while those are free; without such a plan,
+        a workload with no pod bound is placed as if running."""
+        assert wl.admission is not None
+        if self.cluster is None:
+            return
+        planned = recorded_placement(wl.annotations.get(PLACEMENT_ANNOTATION))
+        if planned is not None:
+            try:
+                if self.cluster.hold_planned(wl.key, self._admission_gang(wl), planned):
+                    return
+            except ValueError as err:
+                self.notes.append(f"admitted workload {wl.key}: {err}")
+                return
+        if wl.key in self.cluster.owners:
+            return
+        try:
+            result = self.cluster.place(wl.key, self._admission_gang(wl))
+        except ValueError as err:
+            self.notes.append(f"admitted workload {wl.key}: {err}")
+            return
+        if isinstance(result, PlacementFailure):
+            self.notes.append(f"admitted workload {wl.key} has no room on the nodes: {result.message}")
+
+    def _placement_for(self, e: Entry, probe: bool) -> GangPlacement | PlacementFailure:
+        assert self.cluster is not None
+        counts = [ps.count for ps in e.assignment.pod_sets]
+        flavors = [{r: c.flavor for r, c in ps.flavors.items()} for ps in e.assignment.pod_sets]
+        gang = self._gang(e.pending.workload, counts, flavors)
+        if not probe:
+            return self.cluster.place(e.pending.key, gang)
+        owner = f"probe:{e.pending.key}"
+        with self.cluster.without(t.workload.key for t in e.targets):
+            result = self.cluster.place(owner, gang)
+            self.cluster.release(owner)
+        return result

@@ -1,0 +1,185 @@
+"""Nomination: a head's flavor assignment and preemption targets (with partial admission), and
+what is remembered about nominations: where a flavor scan stopped (Kueue's LastAssignment) and the
+outcome that parks a workload of a given shape."""
+
+from __future__ import annotations
+
+from gpuplane.core.flavors import (
+    FIT,
+    PREEMPT,
+    Assignment,
+    FlavorAssigner,
+)
+from gpuplane.core.inventory import pod_needs
+from gpuplane.core.preemption import PreemptionContext, Target
+from gpuplane.core.quota import (
+    ClusterQueueNode,
+)
+from gpuplane.core.scheduling.state import (
+    MISCONFIGURED,
+    NAMESPACE_MISMATCH,
+    SUSPENDED,
+    WAITING_FOR_QUOTA,
+    CycleResult,
+    Entry,
+    ScanProgress,
+    SchedulerState,
+    Status,
+)
+from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
+from gpuplane.core.workloads import PendingWorkload
+
+
+class Nomination(SchedulerState):
+    """Nominating one head workload."""
+
+    def _inactive_reason(self, cq: ClusterQueueNode) -> str | None:
+        """Why Kueue's cache keeps the queue inactive (``Stopped``, ``FlavorNotFound``), if it does."""
+        if cq.spec.stop_policy != "None":
+            return f"ClusterQueue {cq.name} is inactive: Stopped ({cq.spec.stop_policy})"
+        missing = sorted({f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors))
+        if missing:
+            return f"ClusterQueue {cq.name} is inactive: FlavorNotFound ({', '.join(missing)})"
+        return self.gate.inactive_reason(cq.spec)
+
+    def nominate(self, pending: PendingWorkload) -> Entry | Status:
+        cq = self.tree.queues[pending.cluster_queue]
+        inactive = self._inactive_reason(cq)
+        if inactive is not None:
+            return Status(SUSPENDED, inactive)
+        ns = self.state.namespaces.get(pending.workload.namespace)
+        labels = ns.labels if ns is not None else {}
+        selector = cq.spec.namespace_selector
+        if selector is not None and not selector.matches(labels):
+            return Status(NAMESPACE_MISMATCH, "Workload namespace doesn't match ClusterQueue selector")
+        bad = sorted({r for ps in pending.workload.pod_sets for r in ps.template.limits_below_requests})
+        if bad:
+            msg = f"resources validation failed: requests exceed limits for {', '.join(bad)}"
+            return Status(MISCONFIGURED, msg)
+        if self.cluster is not None:
+            try:
+                for ps in pending.workload.pod_sets:
+                    pod_needs(ps.template, self.config.devices)
+            except ValueError as err:
+                return Status(MISCONFIGURED, str(err))
+        spot_only = serving_block(pending.workload, cq.spec, self.flavors)
+        if spot_only is not None:
+            return Status(SPOT_WITHOUT_FALLBACK, spot_only)
+        assignment, targets = self._assignments(pending, cq)
+        entry = Entry(pending, cq, assignment, targets)
+        entry.message = assignment.message()
+        entry.reason = assignment.no_fit_reason or WAITING_FOR_QUOTA
+        return entry
+
+    def _targets(
+        self, pending: PendingWorkload, cq: ClusterQueueNode, assignment: Assignment
+    ) -> list[Target]:
+        ctx = PreemptionContext(
+            pending, cq, assignment.flavors_needing_preemption(), assignment.quota_requests(pending)
+        )
+        return self.preemptor.get_targets(ctx)
+
+    def _assignments(
+        self, pending: PendingWorkload, cq: ClusterQueueNode, nominated: list[dict[str, str]] | None = None
+    ) -> tuple[Assignment, list[Target]]:
+        start = None if nominated is not None else self._scan_start(pending.key, cq)
+        assigner = FlavorAssigner(
+            pending, cq, self.flavors, self.preemptor, self.config, nominated=nominated, start=start
+        )
+        full = assigner.assign()
+        mode = full.mode()
+        if mode == FIT:
+            return full, []
+        if mode == PREEMPT:
+            targets = self._targets(pending, cq, full)
+            if targets:
+                return full, targets
+        pod_sets = pending.workload.pod_sets
+        deltas = [ps.count - (ps.count if ps.min_count is None else ps.min_count) for ps in pod_sets]
+        total = sum(deltas)
+        if not self.config.partial_admission or total == 0:
+            return full, []
+        found: dict[int, tuple[Assignment, list[Target]]] = {}
+
+        def fits(step: int) -> bool:
+            counts = [ps.count - d * step // total for ps, d in zip(pod_sets, deltas, strict=True)]
+            partial = assigner.assign(counts)
+            pmode = partial.mode()
+            if pmode == FIT:
+                found[step] = (partial, [])
+                return True
+            if pmode == PREEMPT:
+                targets = self._targets(pending, cq, partial)
+                if targets:
+                    found[step] = (partial, targets)
+                    return True
+            return False
+
+        lo, hi = 0, total + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo <= total and lo in found:
+            return found[lo]
+        return full, []
+
+    def _shape(self, pending: PendingWorkload) -> tuple[object, ...] | None:
+        """What a nomination reads of a workload, or ``None`` where the outcome may depend on
+        more (fair sharing orders by usage; ``LowerOrNewerEqualPriority`` by queue time)."""
+        if self.config.fair_sharing:
+            return None
+        policy = self.tree.queues[pending.cluster_queue].spec.preemption
+        if "LowerOrNewerEqualPriority" in (policy.within_cluster_queue, policy.reclaim_within_cohort):
+            return None
+        wl = pending.workload
+        cached = self._shapes.get(pending.key)
+        if cached is not None and cached[0] is wl:
+            shape = cached[1]
+            if shape[:2] == (pending.cluster_queue, pending.priority):  # requeued elsewhere: recompute
+                return shape
+        pod_sets = tuple(
+            (
+                ps.name,
+                ps.count,
+                ps.min_count,
+                ps.required_topology,
+                ps.preferred_topology,
+                tuple(sorted(ps.template.requests.items())),
+                ps.template.limits_below_requests,
+                tuple(sorted(ps.template.node_selector.items())),
+                ps.template.required_node_terms,
+                ps.template.tolerations,
+                tuple(sorted(ps.template.labels.items())),
+                tuple(sorted(ps.template.annotations.items())),
+            )
+            for ps in wl.pod_sets
+        )
+        shape = (pending.cluster_queue, pending.priority, wl.namespace, pod_sets)
+        self._shapes[pending.key] = (wl, shape)
+        return shape
+
+    def _scan_start(self, key: str, cq: ClusterQueueNode) -> dict[tuple[int, str], int] | None:
+        """Where the flavor scan resumes, or None to start over (lastAssignmentOutdated)."""
+        progress = self.scan.get(key)
+        if progress is None:
+            return None
+        recent = self.config.preserve_scan_progress and self.cycle_number - progress.cycle <= 1
+        if not recent and self._generation(cq.name) > progress.generation:
+            del self.scan[key]
+            return None
+        return progress.tried
+
+    def _remember_scan(self, e: Entry, generation: int, result: CycleResult) -> bool:
+        """Record where the entry's scan stopped; True when flavors are left to try next cycle."""
+        if not e.keep_scan:
+            self.scan.pop(e.pending.key, None)
+            return False
+        progress = ScanProgress(self.cycle_number, generation, e.assignment.scan_progress())
+        self.scan[e.pending.key] = progress
+        if progress.pending_flavors:
+            result.rescans += 1
+            return True
+        return False

@@ -1,0 +1,257 @@
+"""Queues: one per ClusterQueue, ordered by priority and queue time; their heads, parked
+workloads (BestEffortFIFO), and the events a driver feeds in between cycles (submit, finish, evict,
+withdraw, capacity changes, the clock)."""
+
+from __future__ import annotations
+
+from gpuplane.core.flavors import (
+    flavor_matches_affinity,
+    untolerated_taint,
+)
+from gpuplane.core.plan import (
+    PendingDecision,
+)
+from gpuplane.core.quota import (
+    CohortNode,
+    FlavorResource,
+)
+from gpuplane.core.scheduling.state import (
+    DEACTIVATED,
+    MISCONFIGURED,
+    QUEUED,
+    SUSPENDED,
+    CycleResult,
+    SchedulerState,
+    Status,
+)
+from gpuplane.core.workloads import PendingWorkload
+from gpuplane.model.objects import Workload
+
+
+class Queues(SchedulerState):
+    """The ClusterQueues' queues and what changes them outside a cycle."""
+
+    def advance(self, now: float) -> None:
+        """Move the scheduler's clock (time is always passed in, never read)."""
+        if now != self.now and self.config.min_runtime_seconds > 0:
+            # Only the minimum-runtime protection makes a nomination's outcome depend on the
+            # clock (who may be preempted); otherwise a new instant alone changes nothing.
+            self.state_version += 1
+        self.now = now
+        self.preemptor.now = now
+
+    def capacity_changed(self, freed: bool) -> None:
+        """A driver changed the nodes outside a cycle (a node failed, or came back: ``freed``).
+
+        Nothing remembered about the old capacity is reused; when capacity was freed, every
+        parked workload gets another look, as after a finish.
+        """
+        self.state_version += 1
+        if freed:
+            self.parked.clear()
+            for name in self.cursor:
+                self.cursor[name] = 0
+
+    def submit(self, wl: Workload) -> None:
+        """A new pending workload arrives and is queued by its LocalQueue."""
+        self.workloads[wl.key] = wl
+        self._enqueue(wl, wl.queue_order_timestamp, keep_sorted=True)
+
+    def finish(self, key: str) -> bool:
+        """An admitted workload completed: free its quota and devices (idempotent)."""
+        held = self.tree.admitted.get(key)
+        if held is None:
+            return False
+        self.tree.remove_workload(held)
+        self._bump_generation(held.cluster_queue)
+        self.state_version += 1
+        if self.cluster is not None:
+            self.cluster.release(key)
+        self.admitted.pop(key, None)
+        self._unpark_cohort(held.cluster_queue, held.flavors)
+        self.preemptor.clear_cache()
+        return True
+
+    def evict(self, key: str, why: str) -> bool:
+        """Evict an admitted workload outside preemption (reaper, node failure) and requeue it."""
+        held = self.tree.admitted.get(key)
+        if held is None or not self.finish(key):
+            return False
+        wl = self.workloads.get(key)
+        if wl is not None and wl.queue_name:
+            self._sequence += 1
+            self._enqueue(wl, self.now, keep_sorted=True)
+            self.status[key] = Status(QUEUED, f"evicted: {why}; requeued")
+        return True
+
+    def withdraw(self, key: str) -> bool:
+        """A pending workload was deleted before admission."""
+        for queue in self.queues.values():
+            for i, pending in enumerate(queue):
+                if pending.key == key:
+                    del queue[i]
+                    name = pending.cluster_queue
+                    if i < self.cursor[name]:
+                        self.cursor[name] -= 1
+                    self.parked.discard(key)
+                    self.status.pop(key, None)
+                    self.scan.pop(key, None)
+                    self._shapes.pop(key, None)
+                    return True
+        return self.unqueued.pop(key, None) is not None
+
+    def pending_count(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def _enqueue(self, wl: Workload, timestamp: float, keep_sorted: bool = False) -> None:
+        lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
+        if not wl.active:
+            self.unqueued[wl.key] = (None, lq_key, Status(DEACTIVATED, "The workload is deactivated"))
+            return
+        # Kueue's getQueueBlocker: each broken reference is the workload's own problem only.
+        if lq_key is None:
+            status = Status(MISCONFIGURED, "The workload names no LocalQueue")
+            self.unqueued[wl.key] = (None, None, status)
+            return
+        lq = self.state.local_queues.get(lq_key)
+        if lq is None:
+            msg = f"LocalQueue {wl.queue_name} doesn't exist"
+            self.unqueued[wl.key] = (None, lq_key, Status(MISCONFIGURED, msg))
+            return
+        if lq.stop_policy != "None":
+            msg = f"LocalQueue {wl.queue_name} is inactive (stopPolicy {lq.stop_policy})"
+            self.unqueued[wl.key] = (lq.cluster_queue, lq_key, Status(SUSPENDED, msg))
+            return
+        if lq.cluster_queue not in self.queues:
+            msg = f"ClusterQueue {lq.cluster_queue} doesn't exist"
+            self.unqueued[wl.key] = (lq.cluster_queue, lq_key, Status(MISCONFIGURED, msg))
+            return
+        self._sequence += 1
+        pending = PendingWorkload(wl, lq.cluster_queue, lq_key, wl.priority, timestamp, self._sequence)
+        if keep_sorted:
+            self._insert(pending)
+        else:
+            self.queues[lq.cluster_queue].append(pending)
+        self.status[wl.key] = Status(QUEUED, "")
+
+    def _insert(self, pending: PendingWorkload) -> None:
+        name = pending.cluster_queue
+        queue = self.queues[name]
+        key = pending.sort_key()
+        lo, hi = 0, len(queue)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if queue[mid].sort_key() < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        queue.insert(lo, pending)
+        self.cursor[name] = min(self.cursor[name], lo)
+
+    def heads(self) -> list[PendingWorkload]:
+        out = []
+        for name, queue in self.queues.items():
+            if not queue:
+                continue
+            waiting = self.preemptor_of.get(name)
+            if waiting is not None:
+                # A workload that evicted victims last cycle heads its queue now, so the
+                # capacity it freed is not taken by others first (no preemption ping-pong).
+                found = next((p for p in queue if p.key == waiting), None)
+                if found is not None:
+                    out.append(found)
+                    continue
+            if self.tree.queues[name].spec.queueing_strategy == "StrictFIFO":
+                out.append(queue[0])
+                continue
+            i = self.cursor[name]
+            while i < len(queue) and queue[i].key in self.parked:
+                i += 1
+            self.cursor[name] = i
+            if i < len(queue):
+                out.append(queue[i])
+        return out
+
+    def _park(self, pending: PendingWorkload, result: CycleResult) -> None:
+        if self.tree.queues[pending.cluster_queue].spec.queueing_strategy == "StrictFIFO":
+            return
+        if pending.key not in self.parked:
+            self.parked.add(pending.key)
+            result.parked += 1
+
+    def _unpark_cohort(self, cq_name: str, freed: frozenset[FlavorResource] | None = None) -> None:
+        """Capacity was freed in ``cq_name``'s cohort: parked workloads get another look.
+
+        With ``freed`` (the flavors the leaving workload held), only the parked workloads that
+        could use one of those flavors are woken. Quota is kept per flavor and resource, and a
+        flavor's nodes host only that flavor's pods, so room freed in one flavor cannot admit
+        a workload no other flavor's room could: waking the others would only park them again
+        with the same reason, at a nomination each. Fair sharing orders by a share across every
+        flavor, so there every parked workload is woken, as Kueue does for the whole cohort.
+        """
+        node = self.tree.queues.get(cq_name)
+        if node is None:
+            return
+        root = node.root()
+        names = {q.name for q in root.subtree_queues()} if isinstance(root, CohortNode) else {cq_name}
+        names_freed = None if freed is None or self.config.fair_sharing else frozenset(f for f, _ in freed)
+        for name in names:
+            queue = self.queues.get(name, [])
+            for pending in queue:
+                if pending.key not in self.parked:
+                    continue
+                if names_freed is None or not names_freed.isdisjoint(self._eligible_flavors(pending)):
+                    self.parked.discard(pending.key)
+            if name in self.cursor:
+                self.cursor[name] = 0
+
+    def _eligible_flavors(self, pending: PendingWorkload) -> frozenset[str]:
+        """Every flavor the workload could be assigned in its ClusterQueue: in the resource group of
+        a resource it requests, tolerated, and matching its node selector and affinity."""
+        cached = self._eligible.get(pending.key)
+        if cached is not None and cached[0] is pending.workload and cached[1] == pending.cluster_queue:
+            return cached[2]
+        cq = self.tree.queues[pending.cluster_queue]
+        names: set[str] = set()
+        for ps in pending.workload.pod_sets:
+            template = ps.template
+            for res in template.requests:
+                group = cq.group_for(res)
+                if group is None:
+                    continue
+                for fq in group.flavors:
+                    flavor = self.flavors.get(fq.name)
+                    if flavor is None or untolerated_taint(flavor, template) is not None:
+                        continue
+                    if flavor_matches_affinity(flavor, template):
+                        names.add(fq.name)
+        out = frozenset(names)
+        self._eligible[pending.key] = (pending.workload, pending.cluster_queue, out)
+        return out
+
+    def pending_decisions(self) -> list[PendingDecision]:
+        out: list[PendingDecision] = []
+        for cq_name, queue in self.queues.items():
+            lq_positions: dict[str, int] = {}
+            for position, pending in enumerate(queue, start=1):
+                lq_name = pending.local_queue
+                lq_positions[lq_name] = lq_positions.get(lq_name, 0) + 1
+                status = self.status.get(pending.key) or Status(QUEUED, "")
+                message = status.message
+                if status.reason == QUEUED and not message:
+                    message = f"queued at position {position} in ClusterQueue {cq_name}; not attempted yet"
+                out.append(
+                    PendingDecision(
+                        workload=pending.key,
+                        cluster_queue=cq_name,
+                        local_queue=pending.local_queue,
+                        position=position,
+                        local_position=lq_positions[lq_name],
+                        reason=status.reason,
+                        message=message,
+                    )
+                )
+        for key in sorted(self.unqueued):
+            queue_name, lq_key, status = self.unqueued[key]
+            out.append(PendingDecision(key, queue_name, lq_key, None, None, status.reason, status.message))
+        return out

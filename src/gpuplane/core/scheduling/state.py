@@ -1,0 +1,180 @@
+"""The scheduler's working state, and what a cycle passes between its phases.
+
+:class:`SchedulerState` holds the one mutable copy of a scheduling call (or a session): the quota
+tree, the queues and what is remembered about them, the admissions and preemptions so far, and the
+node inventory. Each phase of a cycle is a layer on top of it, in its own module:
+
+- :mod:`.queues`: the ClusterQueues' queues, their heads, parking, and the events a driver feeds in;
+- :mod:`.nominate`: flavor assignment and preemption targets for one head, and what is remembered
+  about a nomination (flavor scan progress, the outcome per workload shape);
+- :mod:`.order`: the order in which a cycle's entries are tried (classical, or fair sharing);
+- :mod:`.preempt`: evicting victims, overlapping targets, quota held for a preemption to come;
+- :mod:`.nodes`: the gang on the nodes (pods already bound, plans already admitted, a probe);
+- :mod:`.admit`: one entry's outcome in the cycle, the admission itself, and admission checks.
+
+:class:`gpuplane.core.scheduler.Scheduler` stacks them and runs the cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplane.core.admission_checks import CheckGate, Verdict
+from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.flavors import Assignment
+from gpuplane.core.gang import Cluster, GangPlacement
+from gpuplane.core.lifecycle import Reason
+from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
+from gpuplane.core.preemption import Preemptor, Target
+from gpuplane.core.quota import ClusterQueueNode, QuotaTree
+from gpuplane.core.workloads import PendingWorkload
+from gpuplane.model import labels as keys
+from gpuplane.model.admission_checks import CheckStatus
+from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
+
+# Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
+QUEUED = Reason.QUEUED
+WAITING_FOR_PREEMPTED = Reason.WAITING_FOR_PREEMPTED
+# A reference that does not resolve: no LocalQueue, no ClusterQueue (getQueueBlocker).
+MISCONFIGURED = Reason.MISCONFIGURED
+# A queue that exists but is inactive: stopped, or naming a missing flavor.
+SUSPENDED = Reason.SUSPENDED
+NAMESPACE_MISMATCH = Reason.NAMESPACE_MISMATCH
+WORKLOAD_LABEL = keys.KUEUE_WORKLOAD_LABEL  # alias; the key lives in model.labels
+DEACTIVATED = Reason.DEACTIVATED
+WAITING_FOR_QUOTA = Reason.WAITING_FOR_QUOTA
+
+
+@dataclass(slots=True)
+class Entry:
+    """A head workload nominated in one cycle."""
+
+    pending: PendingWorkload
+    cq: ClusterQueueNode
+    assignment: Assignment
+    targets: list[Target]
+    reason: str = ""
+    message: str = ""
+    requeue_now: bool = False  # skipped or waiting for victims: stays active
+    placement: GangPlacement | None = None
+    keep_scan: bool = True  # whether the flavor scan resumes where it stopped (LastAssignment)
+    # Decided on the cycle's starting state alone: nothing was reserved or evicted before it
+    # in the cycle, and it reserved nothing itself.
+    decided_alone: bool = False
+
+
+@dataclass(slots=True)
+class ScanProgress:
+    """Kueue's LastAssignment: where a workload's flavor scan stopped, and when.
+
+    ``tried`` maps (pod set index, resource) to the last flavor index reached, -1 once the scan
+    went past the last flavor. ``generation`` is the cohort's admission/eviction count then.
+    """
+
+    cycle: int
+    generation: int
+    tried: dict[tuple[int, str], int]
+
+    @property
+    def pending_flavors(self) -> bool:
+        return any(index != -1 for index in self.tried.values())
+
+
+@dataclass(slots=True)
+class Status:
+    reason: str
+    message: str
+
+
+@dataclass(slots=True)
+class CycleResult:
+    admitted: list[AdmissionDecision] = field(default_factory=list)
+    preempted: list[PreemptionDecision] = field(default_factory=list)
+    parked: int = 0
+    rescans: int = 0  # workloads whose next cycle resumes at a later flavor
+    released: int = 0  # reservations ended by an admission check (Retry, Rejected)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.admitted or self.preempted or self.parked or self.rescans or self.released)
+
+
+@dataclass(slots=True)
+class CycleWork:
+    """What the entries decided so far in one cycle hold: quota reserved (given back at the end of
+    the cycle), victims chosen and by whom, and the entries to admit."""
+
+    reservations: list[tuple[ClusterQueueNode, dict[tuple[str, str], int]]] = field(default_factory=list)
+    victims: dict[str, Target] = field(default_factory=dict)
+    victim_preemptor: dict[str, str] = field(default_factory=dict)
+    admitted: list[Entry] = field(default_factory=list)
+
+    def reserve(self, cq: ClusterQueueNode, usage: dict[tuple[str, str], int]) -> None:
+        """Hold ``usage`` in ``cq`` for the rest of the cycle."""
+        cq.add_usage_map(usage)
+        self.reservations.append((cq, usage))
+
+
+class SchedulerState:
+    """The working state of one ``schedule`` call, or of a session for its whole life.
+
+    It is built from a frozen :class:`ClusterState`; the layers above fill the queues and hold
+    what is already running (see :class:`gpuplane.core.scheduler.Scheduler`).
+    """
+
+    def __init__(self, state: ClusterState, config: SchedulerConfig, now: float) -> None:
+        self.state = state
+        self.config = config
+        self.now = now
+        self.tree = QuotaTree(state)
+        self.preemptor = Preemptor(self.tree, config, now)
+        self.queues: dict[str, list[PendingWorkload]] = {name: [] for name in sorted(state.cluster_queues)}
+        self.parked: set[str] = set()
+        # Per queue, every workload before this index is parked (BestEffortFIFO).
+        self.cursor: dict[str, int] = dict.fromkeys(self.queues, 0)
+        # Per queue, the workload that issued preemptions in the last cycle (drives the next one).
+        self.preemptor_of: dict[str, str] = {}
+        self.status: dict[str, Status] = {}
+        # Workloads not queued anywhere: their ClusterQueue and LocalQueue (if known) and why.
+        self.unqueued: dict[str, tuple[str | None, str | None, Status]] = {}
+        self.admitted: dict[str, AdmissionDecision] = {}
+        self.preempted: list[PreemptionDecision] = []
+        self.workloads: dict[str, Workload] = {}
+        self.cycle_number = 0
+        # Nomination outcomes that park a workload, by workload shape, valid while nothing
+        # changes the quota tree, the nodes or the clock (see ``_remembered``).
+        self.state_version = 0
+        self._failed: dict[tuple[object, ...], Status] = {}
+        self._failed_version = -1
+        self._shapes: dict[str, tuple[Workload, tuple[object, ...]]] = {}
+        self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
+        self._sequence = 0
+        self.scan: dict[str, ScanProgress] = {}
+        # Per root of the cohort tree, admissions and evictions so far (Kueue's
+        # AllocatableResourceGeneration): a change makes an older flavor scan outdated.
+        self.generation: dict[str, int] = {}
+        self.flavors = dict(state.resource_flavors)
+        if not self.flavors:
+            # A state with no ResourceFlavor objects at all (a quick what-if file)
+            # takes every flavor it names as an empty one: no labels, no taints.
+            named = {
+                f.name for q in state.cluster_queues.values() for g in q.resource_groups for f in g.flavors
+            }
+            named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
+            self.flavors = {name: ResourceFlavor(name=name) for name in named}
+        self.gate = CheckGate(state)
+        self._checked: list[tuple[Workload, Verdict]] = []  # reserved, waiting for or past checks
+        self._leaving: list[tuple[Workload, CheckStatus]] = []  # reservations a check ends
+        self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
+        self.notes: list[str] = []
+
+    # --- flavor scan generations (Kueue's AllocatableResourceGeneration) -----
+
+    def _generation(self, cq_name: str) -> int:
+        return self.generation.get(self.tree.queues[cq_name].root().name, 0)
+
+    def _bump_generation(self, cq_name: str) -> None:
+        if cq_name in self.tree.queues:
+            root = self.tree.queues[cq_name].root().name
+            self.generation[root] = self.generation.get(root, 0) + 1
+        self.state_version += 1  # whatever moves a cohort's generation may change an outcome
