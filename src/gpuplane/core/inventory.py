@@ -125,6 +125,32 @@ def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
     return PodNeeds(plain, whole, whole_resource, fraction, memory, migs, shared, shared_resource)
 
 
+class NeedsMemo:
+    """:func:`pod_needs` per template object, for one device configuration.
+
+    A template is immutable (a frozen dataclass over read-only mappings), so what it needs never
+    changes; the memo keeps the template itself, so no other object can take its identity while
+    it is remembered. Past ``size`` templates it starts afresh. A template whose needs cannot be
+    read raises ``ValueError`` each time, as :func:`pod_needs` does, and is not remembered. The
+    :class:`PodNeeds` returned is shared: callers read it and never change it.
+    """
+
+    def __init__(self, config: DeviceConfig, size: int = 4096) -> None:
+        self.config = config
+        self.size = size
+        self._known: dict[int, tuple[PodTemplate, PodNeeds]] = {}
+
+    def of(self, template: PodTemplate) -> PodNeeds:
+        known = self._known.get(id(template))
+        if known is not None and known[0] is template:
+            return known[1]
+        needs = pod_needs(template, self.config)
+        if len(self._known) >= self.size:
+            self._known.clear()
+        self._known[id(template)] = (template, needs)
+        return needs
+
+
 @dataclass(slots=True)
 class MigSlot:
     instance: mig.Instance

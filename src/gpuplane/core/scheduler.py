@@ -33,7 +33,7 @@ from gpuplane.core.flavors import (
     untolerated_taint,
 )
 from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
-from gpuplane.core.inventory import DEVICES_ANNOTATION, pod_needs, recorded_grants
+from gpuplane.core.inventory import DEVICES_ANNOTATION, NeedsMemo, pod_needs, recorded_grants
 from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import (
@@ -158,6 +158,7 @@ class Scheduler:
         self._failed_version = -1
         self._shapes: dict[str, tuple[Workload, tuple[object, ...]]] = {}
         self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
+        self._needs = NeedsMemo(config.devices)  # each pod template's needs, read once
         self._sequence = 0
         self.scan: dict[str, ScanProgress] = {}
         # Per root of the cohort tree, admissions and evictions so far (Kueue's
@@ -255,7 +256,7 @@ class Scheduler:
                 GangPodSet(
                     name=ps.name,
                     count=count,
-                    needs=pod_needs(ps.template, self.config.devices),
+                    needs=self._needs.of(ps.template),
                     template=ps.template,
                     flavor=self.flavors.get(flavor_name) if flavor_name else None,
                     required_level=ps.required_topology,
@@ -487,7 +488,7 @@ class Scheduler:
         if self.cluster is not None:
             try:
                 for ps in pending.workload.pod_sets:
-                    pod_needs(ps.template, self.config.devices)
+                    self._needs.of(ps.template)
             except ValueError as err:
                 return Status(MISCONFIGURED, str(err))
         spot_only = serving_block(pending.workload, cq.spec, self.flavors)
