@@ -71,6 +71,7 @@ WAITING_FOR_GANG_CAPACITY = Reason.WAITING_FOR_GANG_CAPACITY
 NODES_TO_SCORE = 16
 _MIB = 1024 * 1024
 _MAX_LOOKS = 100_000  # distinct node looks remembered (with their scores) before starting afresh
+_MAX_REMEMBERED = 4096  # needs objects whose engine request is remembered before starting afresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +166,8 @@ class Cluster:
         self._profile_total = 0
         # Scores by request and node look (None: does not fit): nodes that look alike score alike.
         self._scores: dict[GpuRequest, dict[int, float | None]] = {}
+        # The engine's request of each needs object seen lately (see _gpu_request).
+        self._requests: dict[int, tuple[PodNeeds, GpuRequest | None]] = {}
 
     # --- the engine's view: exclusive GPUs as a vectorised mirror ---------------
 
@@ -233,9 +236,20 @@ class Cluster:
             gpu_free=[state.devices[i].milli_free for i in self._columns[row]],
         )
 
+    def _gpu_request(self, needs: PodNeeds) -> GpuRequest | None:
+        """The engine's request for a pod that uses exclusive GPUs only, else ``None``;
+        remembered per needs object (immutable, and shared by every pod of a template)."""
+        known = self._requests.get(id(needs))
+        if known is not None and known[0] is needs:
+            return known[1]
+        request = self._request_of(needs)
+        if len(self._requests) >= _MAX_REMEMBERED:
+            self._requests.clear()
+        self._requests[id(needs)] = (needs, request)
+        return request
+
     @staticmethod
-    def _gpu_request(needs: PodNeeds) -> GpuRequest | None:
-        """The engine's request for a pod that uses exclusive GPUs only, else ``None``."""
+    def _request_of(needs: PodNeeds) -> GpuRequest | None:
         if (
             needs.mig
             or needs.shared

@@ -233,14 +233,19 @@ class NodeState:
         return self.node.taints
 
     def free_whole(self) -> int:
-        return sum(1 for d in self.devices if d.free_whole)
+        # Device.free_whole, inlined: read after every take and give-back.
+        return sum(
+            1 for d in self.devices if d.sharing == "exclusive" and d.whole_by is None and d.milli_used == 0
+        )
 
     def free_gpu_milli(self) -> int:
         total = 0
         for d in self.devices:
-            if d.sharing == "exclusive":
-                total += d.milli_free
-            elif d.sharing == "mig":
+            sharing = d.sharing
+            if sharing == "exclusive":
+                if d.whole_by is None:  # Device.milli_free, inlined
+                    total += MILLI - d.milli_used
+            elif sharing == "mig":
                 total += MILLI * sum(s.instance.profile.compute for s in d.mig if s.used_by is None) // 7
             else:
                 total += MILLI * (d.replicas - d.slots_used) // max(d.replicas, 1)
