@@ -173,21 +173,27 @@ def untolerated_taint(flavor: ResourceFlavor, template: PodTemplate) -> str | No
 
 def flavor_matches_affinity(flavor: ResourceFlavor, template: PodTemplate) -> bool:
     """Node selector and required affinity, restricted to the flavor's own label keys."""
-    keys = flavor.node_labels
     labels = flavor.node_labels
     for k, v in template.node_selector.items():
-        if k in keys and labels.get(k) != v:
+        if k in labels and labels[k] != v:
             return False
     terms = template.required_node_terms
     if not terms:
         return True
-    filtered = []
+    matched = False
     for term in terms:
-        exprs = [e for e in term.match_expressions if e.key in keys]
-        if not exprs:
-            return True  # a term with no relevant keys matches any flavor
-        filtered.append(exprs)
-    return any(all(e.matches(labels) for e in exprs) for exprs in filtered)
+        relevant = False
+        for e in term.match_expressions:
+            if e.key in labels:
+                relevant = True
+                if not e.matches(labels):
+                    break
+        else:
+            if not relevant:
+                return True  # a term with no relevant keys matches any flavor
+            matched = True
+        # (a failed relevant expression fails its term; a later term may still match)
+    return matched
 
 
 @dataclass(slots=True)

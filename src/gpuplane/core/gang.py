@@ -71,6 +71,7 @@ WAITING_FOR_GANG_CAPACITY = Reason.WAITING_FOR_GANG_CAPACITY
 NODES_TO_SCORE = 16
 _MIB = 1024 * 1024
 _MAX_LOOKS = 100_000  # distinct node looks remembered (with their scores) before starting afresh
+_MAX_REMEMBERED = 4096  # needs objects whose engine request is remembered before starting afresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +145,16 @@ class Cluster:
             self._free_whole[name] = whole
             self._free_milli[name] = state.free_gpu_milli()
             self._buckets.setdefault(whole, []).append(name)
+        # Nodes with time-sliced or MPS GPUs: a free slot there may count as 0 free milli-GPU.
+        self._sliced = {
+            name
+            for name, state in self.nodes.items()
+            if any(d.sharing in ("time-slicing", "mps") for d in state.devices)
+        }
         self._eligible: dict[tuple[object, ...], list[NodeState]] = {}
         self._eligible_names: dict[tuple[object, ...], set[str]] = {}
+        # Each eligible-name set above (by identity; they live as long as this index), sorted.
+        self._by_name: dict[int, list[str]] = {}
         self._members: dict[str, dict[str, set[str]]] = {}
         self.owners: dict[str, list[tuple[str, PodNeeds, tuple[DeviceGrant, ...]]]] = {}
         self._build_mirror()
@@ -157,6 +166,8 @@ class Cluster:
         self._profile_total = 0
         # Scores by request and node look (None: does not fit): nodes that look alike score alike.
         self._scores: dict[GpuRequest, dict[int, float | None]] = {}
+        # The engine's request of each needs object seen lately (see _gpu_request).
+        self._requests: dict[int, tuple[PodNeeds, GpuRequest | None]] = {}
 
     # --- the engine's view: exclusive GPUs as a vectorised mirror ---------------
 
@@ -225,9 +236,20 @@ class Cluster:
             gpu_free=[state.devices[i].milli_free for i in self._columns[row]],
         )
 
+    def _gpu_request(self, needs: PodNeeds) -> GpuRequest | None:
+        """The engine's request for a pod that uses exclusive GPUs only, else ``None``;
+        remembered per needs object (immutable, and shared by every pod of a template)."""
+        known = self._requests.get(id(needs))
+        if known is not None and known[0] is needs:
+            return known[1]
+        request = self._request_of(needs)
+        if len(self._requests) >= _MAX_REMEMBERED:
+            self._requests.clear()
+        self._requests[id(needs)] = (needs, request)
+        return request
+
     @staticmethod
-    def _gpu_request(needs: PodNeeds) -> GpuRequest | None:
-        """The engine's request for a pod that uses exclusive GPUs only, else ``None``."""
+    def _request_of(needs: PodNeeds) -> GpuRequest | None:
         if (
             needs.mig
             or needs.shared
@@ -323,10 +345,14 @@ class Cluster:
         )
 
     def eligible(self, ps: GangPodSet) -> list[NodeState]:
+        return self._eligible_of(ps)[0]
+
+    def _eligible_of(self, ps: GangPodSet) -> tuple[list[NodeState], set[str]]:
+        """The nodes that may ever hold a pod of ``ps``, and their names."""
         key = self._eligibility_key(ps)
         cached = self._eligible.get(key)
         if cached is not None:
-            return cached
+            return cached, self._eligible_names[key]
         tolerations = (*ps.template.tolerations, *(ps.flavor.tolerations if ps.flavor else ()))
         flavor_labels = ps.flavor.node_labels if ps.flavor else {}
         out = []
@@ -342,8 +368,9 @@ class Cluster:
                 continue
             out.append(state)
         self._eligible[key] = out
-        self._eligible_names[key] = {s.name for s in out}
-        return out
+        names = self._eligible_names[key] = {s.name for s in out}
+        self._by_name[id(names)] = sorted(names)
+        return out, names
 
     def node_changed(self, node: Node) -> None:
         """``node`` (same name, same allocatable) has new labels, taints or schedulability: what
@@ -351,6 +378,7 @@ class Cluster:
         self.nodes[node.name].node = node
         self._eligible.clear()
         self._eligible_names.clear()
+        self._by_name.clear()
         self._members.clear()
         levels, self._levels = self._levels, set()
         self._domain_free.clear()
@@ -358,8 +386,7 @@ class Cluster:
             self._track_level(level)
 
     def eligible_names(self, ps: GangPodSet) -> set[str]:
-        self.eligible(ps)
-        return self._eligible_names[self._eligibility_key(ps)]
+        return self._eligible_of(ps)[1]
 
     def why_not(self, ps: GangPodSet) -> PlacementFailure:
         """The most specific reason no node can ever hold this pod set."""
@@ -403,6 +430,18 @@ class Cluster:
         # keep off GPU nodes; then by name (unique, so the states themselves are never compared).
         free_milli = self._free_milli
         gpu = needs.uses_devices
+        nodes = self.nodes
+        if gpu:
+            # ``allowed`` names exactly the ``eligible`` nodes: sorted by name, then (stable) by
+            # free milli-GPU, the same order as the key (free, name) without building it.
+            by_name = self._by_name.get(id(allowed))
+            by_free = sorted(sorted(allowed) if by_name is None else by_name, key=free_milli.__getitem__)
+            if used:
+                yield from (nodes[n] for n in by_free if n in used)
+                yield from (nodes[n] for n in by_free if n not in used)
+            else:
+                yield from (nodes[n] for n in by_free)
+            return
         order: list[tuple[int, int, str, NodeState]] = sorted(
             [
                 (0 if (n := s.name) in used else 1, free_milli[n] if gpu else (1 if s.devices else 0), n, s)
@@ -427,7 +466,7 @@ class Cluster:
         base = self._tightest_first(needs, eligible, allowed, used)
         profile = self.profile() if request is not None else None
         if request is None or profile is None or self._mirror is None:
-            yield from base
+            yield from self._not_full(needs, base)
             return
         if len(self._look_ids) >= _MAX_LOOKS:  # a long run: forget old looks and their scores
             self._look_ids.clear()
@@ -448,8 +487,24 @@ class Cluster:
         if len(set(looks)) > 1:
             yield from self._by_score(profile, request, sample, looks, used)
         else:
-            yield from sample  # they all look alike: the same score, so the inventory's order
-        yield from base
+            # They all look alike: the same score, so the inventory's order.
+            yield from self._not_full(needs, sample)
+        yield from self._not_full(needs, base)
+
+    def _not_full(self, needs: PodNeeds, nodes: Iterable[NodeState]) -> Iterator[NodeState]:
+        """``nodes`` less those where :meth:`NodeState.fit` cannot succeed because no GPU on them
+        has anything free: a pod that uses devices needs some free share of one (a whole GPU, a
+        fraction, a MIG instance, a slot). Only the sure cases are left out, so the first node
+        that fits is the same: nodes with time-sliced GPUs (a slot may count as 0 milli-GPU),
+        and MIG requests when repartitioning may carve a new instance out of unused slices."""
+        if not needs.uses_devices or (needs.mig and self.config.mig_repartition):
+            yield from nodes
+            return
+        free, sliced = self._free_milli, self._sliced
+        for state in nodes:
+            name = state.name
+            if free[name] or name in sliced:
+                yield state
 
     def _by_score(
         self,
@@ -503,8 +558,7 @@ class Cluster:
         repartitions = 0
         for i in order:
             ps = pod_sets[i]
-            eligible = self.eligible(ps)
-            allowed = self.eligible_names(ps)
+            eligible, allowed = self._eligible_of(ps)
             if restrict is not None:
                 # A topology domain is small: walk its members, not every eligible node.
                 allowed = allowed & restrict

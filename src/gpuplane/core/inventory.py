@@ -128,6 +128,32 @@ def _fraction_and_memory(template: PodTemplate, config: DeviceConfig) -> tuple[i
     return fraction, memory
 
 
+class NeedsMemo:
+    """:func:`pod_needs` per template object, for one device configuration.
+
+    A template is immutable (a frozen dataclass over read-only mappings), so what it needs never
+    changes; the memo keeps the template itself, so no other object can take its identity while
+    it is remembered. Past ``size`` templates it starts afresh. A template whose needs cannot be
+    read raises ``ValueError`` each time, as :func:`pod_needs` does, and is not remembered. The
+    :class:`PodNeeds` returned is shared: callers read it and never change it.
+    """
+
+    def __init__(self, config: DeviceConfig, size: int = 4096) -> None:
+        self.config = config
+        self.size = size
+        self._known: dict[int, tuple[PodTemplate, PodNeeds]] = {}
+
+    def of(self, template: PodTemplate) -> PodNeeds:
+        known = self._known.get(id(template))
+        if known is not None and known[0] is template:
+            return known[1]
+        needs = pod_needs(template, self.config)
+        if len(self._known) >= self.size:
+            self._known.clear()
+        self._known[id(template)] = (template, needs)
+        return needs
+
+
 @dataclass(slots=True)
 class MigSlot:
     instance: mig.Instance
@@ -210,14 +236,19 @@ class NodeState:
         return self.node.taints
 
     def free_whole(self) -> int:
-        return sum(1 for d in self.devices if d.free_whole)
+        # Device.free_whole, inlined: read after every take and give-back.
+        return sum(
+            1 for d in self.devices if d.sharing == "exclusive" and d.whole_by is None and d.milli_used == 0
+        )
 
     def free_gpu_milli(self) -> int:
         total = 0
         for d in self.devices:
-            if d.sharing == "exclusive":
-                total += d.milli_free
-            elif d.sharing == "mig":
+            sharing = d.sharing
+            if sharing == "exclusive":
+                if d.whole_by is None:  # Device.milli_free, inlined
+                    total += MILLI - d.milli_used
+            elif sharing == "mig":
                 total += MILLI * sum(s.instance.profile.compute for s in d.mig if s.used_by is None) // 7
             else:
                 total += MILLI * (d.replicas - d.slots_used) // max(d.replicas, 1)

@@ -64,7 +64,7 @@ class NodePlacement(SchedulerState):
                 GangPodSet(
                     name=ps.name,
                     count=count,
-                    needs=pod_needs(ps.template, self.config.devices),
+                    needs=self._needs.of(ps.template),
                     template=ps.template,
                     flavor=self.flavors.get(flavor_name) if flavor_name else None,
                     required_level=ps.required_topology,

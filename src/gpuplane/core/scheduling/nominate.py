@@ -10,7 +10,6 @@ from gpuplane.core.flavors import (
     Assignment,
     FlavorAssigner,
 )
-from gpuplane.core.inventory import pod_needs
 from gpuplane.core.preemption import PreemptionContext, Target
 from gpuplane.core.quota import (
     ClusterQueueNode,
@@ -59,7 +58,7 @@ class Nomination(SchedulerState):
         if self.cluster is not None:
             try:
                 for ps in pending.workload.pod_sets:
-                    pod_needs(ps.template, self.config.devices)
+                    self._needs.of(ps.template)
             except ValueError as err:
                 return Status(MISCONFIGURED, str(err))
         spot_only = serving_block(pending.workload, cq.spec, self.flavors)

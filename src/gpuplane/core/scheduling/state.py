@@ -23,6 +23,7 @@ from gpuplane.core.admission_checks import CheckGate, Verdict
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import Assignment
 from gpuplane.core.gang import Cluster, GangPlacement
+from gpuplane.core.inventory import NeedsMemo
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
 from gpuplane.core.preemption import Preemptor, Target
@@ -148,6 +149,7 @@ class SchedulerState:
         self._failed_version = -1
         self._shapes: dict[str, tuple[Workload, tuple[object, ...]]] = {}
         self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
+        self._needs = NeedsMemo(config.devices)  # each pod template's needs, read once
         self._sequence = 0
         self.scan: dict[str, ScanProgress] = {}
         # Per root of the cohort tree, admissions and evictions so far (Kueue's
