@@ -126,6 +126,26 @@ def _check_dry_run(dry: dict[str, dict[str, Any]], pods: dict[str, str], now: fl
     assert "missing metrics are never idle" in dry[pods["nometrics"]]["message"]
 
 
+def _check_reclaimed(scene: GpuScene, later: dict[str, dict[str, Any]], pods: dict[str, str]) -> None:
+    """After the grace: the idle sessions reclaimed, each the way its owner stops, and no other."""
+    assert later[pods["idle"]]["action"] == "reclaim"
+    assert later[pods["busy"]]["action"] == "keep"
+    notebook = scene.get("notebook", "idle-nb")
+    notes = notebook["metadata"]["annotations"]
+    assert "kubeflow-resource-stopped" in notes
+    assert idle.RECLAIM_AT_ANNOTATION not in notes
+    for name in ("busy-nb", "optout-nb", "nometrics-nb"):
+        assert "kubeflow-resource-stopped" not in (
+            scene.get("notebook", name)["metadata"].get("annotations") or {}
+        )
+    desk = scene.get("statefulset", "desk")
+    assert desk["spec"]["replicas"] == 0
+    assert desk["metadata"]["annotations"]["gpuplane.dev/replicas-before-reclaim"] == "1"
+    reclaimed = {(e.involved_object.kind, e.involved_object.name) for e in scene.events(IDLE_REASON)}
+    assert {("Notebook", "idle-nb"), ("StatefulSet", "desk"), ("Pod", pods["idle"])} <= reclaimed
+    assert scene.get("job", "train")["spec"].get("suspend") in (None, False)
+
+
 def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
     scene: GpuScene, prometheus_factory: PrometheusFactory, reaper_kubeconfig: Path
 ) -> None:
@@ -225,22 +245,7 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
                     kubeconfig=reaper_kubeconfig,
                 )
             )
-        assert later[pods["idle"]]["action"] == "reclaim"
-        assert later[pods["busy"]]["action"] == "keep"
-        notebook = scene.get("notebook", "idle-nb")
-        notes = notebook["metadata"]["annotations"]
-        assert "kubeflow-resource-stopped" in notes
-        assert idle.RECLAIM_AT_ANNOTATION not in notes
-        for name in ("busy-nb", "optout-nb", "nometrics-nb"):
-            assert "kubeflow-resource-stopped" not in (
-                scene.get("notebook", name)["metadata"].get("annotations") or {}
-            )
-        desk = scene.get("statefulset", "desk")
-        assert desk["spec"]["replicas"] == 0
-        assert desk["metadata"]["annotations"]["gpuplane.dev/replicas-before-reclaim"] == "1"
-        reclaimed = {(e.involved_object.kind, e.involved_object.name) for e in scene.events(IDLE_REASON)}
-        assert {("Notebook", "idle-nb"), ("StatefulSet", "desk"), ("Pod", pods["idle"])} <= reclaimed
-        assert scene.get("job", "train")["spec"].get("suspend") in (None, False)
+        _check_reclaimed(scene, later, pods)
         # The notebook's pod is still there (no Kubeflow controller here): the next pass sees the
         # stop already asked for and repeats nothing.
         counts = (len(scene.events("IdleGPU")), len(scene.events(IDLE_REASON)))
