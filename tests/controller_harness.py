@@ -904,6 +904,29 @@ def quota_violations(
     The limit is nominal + borrowingLimit; a queue in a cohort without a borrowing limit is bounded
     by the cohort's total nominal instead.
     """
+    limits, cohort_of, cohort_nominal = _quota_limits(cluster_queues)
+    used = _admitted_usage(workloads)
+    problems = []
+    cohort_used: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
+    for (cq, flavor, res), amount in sorted(used.items()):
+        limit = limits.get((cq, flavor, res), Fraction(0))
+        if limit is not None and amount > limit:
+            problems.append(f"{cq}: {flavor}/{res} uses {amount}, more than {limit}")
+        if cq in cohort_of:
+            cohort_used[(cohort_of[cq], flavor, res)] += amount
+    for key, amount in sorted(cohort_used.items()):
+        if amount > cohort_nominal[key]:
+            problems.append(
+                f"cohort {key[0]}: {key[1]}/{key[2]} uses {amount}, more than {cohort_nominal[key]}"
+            )
+    return problems
+
+
+def _quota_limits(
+    cluster_queues: Iterable[Mapping[str, Any]],
+) -> tuple[dict[tuple[str, str, str], Fraction | None], dict[str, str], dict[tuple[str, str, str], Fraction]]:
+    """Per (queue, flavor, resource): nominal + borrowingLimit (None: bounded by the cohort only);
+    each queue's cohort; per (cohort, flavor, resource): the cohort's total nominal."""
     limits: dict[tuple[str, str, str], Fraction | None] = {}
     cohort_of: dict[str, str] = {}
     cohort_nominal: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
@@ -925,6 +948,11 @@ def quota_violations(
                         limits[key] = None if cohort else nominal
                     if cohort:
                         cohort_nominal[(cohort, flavor["name"], res["name"])] += nominal
+    return limits, cohort_of, cohort_nominal
+
+
+def _admitted_usage(workloads: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], Fraction]:
+    """Per (queue, flavor, resource): what the admitted workloads use."""
     used: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
     for wl in workloads:
         admission = (wl.get("status") or {}).get("admission")
@@ -934,20 +962,7 @@ def quota_violations(
             for res, amount in (psa.get("resourceUsage") or {}).items():
                 flavor = (psa.get("flavors") or {}).get(res, "")
                 used[(admission["clusterQueue"], flavor, res)] += _quantity(res, amount)
-    problems = []
-    cohort_used: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
-    for (cq, flavor, res), amount in sorted(used.items()):
-        limit = limits.get((cq, flavor, res), Fraction(0))
-        if limit is not None and amount > limit:
-            problems.append(f"{cq}: {flavor}/{res} uses {amount}, more than {limit}")
-        if cq in cohort_of:
-            cohort_used[(cohort_of[cq], flavor, res)] += amount
-    for key, amount in sorted(cohort_used.items()):
-        if amount > cohort_nominal[key]:
-            problems.append(
-                f"cohort {key[0]}: {key[1]}/{key[2]} uses {amount}, more than {cohort_nominal[key]}"
-            )
-    return problems
+    return used
 
 
 def double_bindings(log: Iterable[Any]) -> list[str]:

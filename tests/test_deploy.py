@@ -145,27 +145,11 @@ def structural_problems(node: Any, path: str = "") -> list[str]:
         return [f"{path}: not a schema"]
     preserve = node.get("x-kubernetes-preserve-unknown-fields") is True
     int_or_string = node.get("x-kubernetes-int-or-string") is True
-    if "type" not in node and not (preserve or int_or_string):
-        problems.append(
-            f"{path or '<root>'}: no type (and neither preserve-unknown-fields nor int-or-string)"
-        )
-    if "type" in node and node["type"] not in _TYPES:
-        problems.append(f"{path}: unknown type {node['type']!r}")
-    if int_or_string:
-        if "type" in node:
-            problems.append(f"{path}: int-or-string with a type")
-        if "anyOf" in node and node["anyOf"] != [{"type": "integer"}, {"type": "string"}]:
-            problems.append(f"{path}: int-or-string anyOf must be exactly integer, string")
+    problems += _own_problems(node, path, preserve=preserve, int_or_string=int_or_string)
     for junctor in _JUNCTORS:
         if junctor in node and not (int_or_string and junctor == "anyOf"):
             for branch in node[junctor] if isinstance(node[junctor], list) else [node[junctor]]:
                 _walk_junctor(branch, f"{path}.{junctor}", problems)
-    if "properties" in node and "additionalProperties" in node:
-        problems.append(f"{path}: properties and additionalProperties together")
-    if node.get("type") == "array" and "items" not in node:
-        problems.append(f"{path}: array without items")
-    if "default" in node and not _default_matches(node, node["default"]):
-        problems.append(f"{path}: default {node['default']!r} does not fit the schema")
     for name, child in node.get("properties", {}).items():
         problems += structural_problems(child, f"{path}.{name}")
     if isinstance(node.get("additionalProperties"), dict):
@@ -178,6 +162,29 @@ def structural_problems(node: Any, path: str = "") -> list[str]:
                 key_schema = items.get("properties", {}).get(key, {})
                 if key not in items.get("required", []) and "default" not in key_schema:
                     problems.append(f"{path}: list-map key {key!r} is neither required nor defaulted")
+    return problems
+
+
+def _own_problems(node: dict[str, Any], path: str, *, preserve: bool, int_or_string: bool) -> list[str]:
+    """What keeps one schema node, apart from its children, from being structural."""
+    problems: list[str] = []
+    if "type" not in node and not (preserve or int_or_string):
+        problems.append(
+            f"{path or '<root>'}: no type (and neither preserve-unknown-fields nor int-or-string)"
+        )
+    if "type" in node and node["type"] not in _TYPES:
+        problems.append(f"{path}: unknown type {node['type']!r}")
+    if int_or_string:
+        if "type" in node:
+            problems.append(f"{path}: int-or-string with a type")
+        if "anyOf" in node and node["anyOf"] != [{"type": "integer"}, {"type": "string"}]:
+            problems.append(f"{path}: int-or-string anyOf must be exactly integer, string")
+    if "properties" in node and "additionalProperties" in node:
+        problems.append(f"{path}: properties and additionalProperties together")
+    if node.get("type") == "array" and "items" not in node:
+        problems.append(f"{path}: array without items")
+    if "default" in node and not _default_matches(node, node["default"]):
+        problems.append(f"{path}: default {node['default']!r} does not fit the schema")
     return problems
 
 

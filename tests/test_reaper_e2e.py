@@ -103,6 +103,49 @@ def by_pod(decisions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {d["pod"]: d for d in decisions}
 
 
+def _check_dry_run(dry: dict[str, dict[str, Any]], pods: dict[str, str], now: float) -> None:
+    """The dry run's decision for each pod of the scene, and what it says of the idle notebook."""
+    want = {
+        "idle": ("warn", "Idle"),
+        "busy": ("keep", "Busy"),
+        "optout": ("keep", "OptedOut"),
+        "nometrics": ("keep", "NoMetrics"),
+        "sts": ("warn", "Idle"),
+        "train": ("keep", "NotASession"),
+        "hub": ("warn", "Idle"),
+    }
+    assert {k: (dry[p]["action"], dry[p]["reason"]) for k, p in pods.items()} == want
+    idle_nb = dry[pods["idle"]]
+    assert idle_nb["owner"] == {"kind": "Notebook", "name": "idle-nb"}
+    assert idle_nb["gpus"] == 1
+    assert idle_nb["idleSeconds"] >= 2 * HOUR
+    assert idle_nb["reclaimAt"] == idle.format_time(now + GRACE)
+    assert dry[pods["sts"]]["owner"] == {"kind": "StatefulSet", "name": "desk"}
+    assert dry[pods["train"]]["owner"] == {"kind": "Job", "name": "train"}
+    assert dry[pods["hub"]]["owner"] == {"kind": "Pod", "name": "jupyter-alice"}
+    assert "missing metrics are never idle" in dry[pods["nometrics"]]["message"]
+
+
+def _check_reclaimed(scene: GpuScene, later: dict[str, dict[str, Any]], pods: dict[str, str]) -> None:
+    """After the grace: the idle sessions reclaimed, each the way its owner stops, and no other."""
+    assert later[pods["idle"]]["action"] == "reclaim"
+    assert later[pods["busy"]]["action"] == "keep"
+    notebook = scene.get("notebook", "idle-nb")
+    notes = notebook["metadata"]["annotations"]
+    assert "kubeflow-resource-stopped" in notes
+    assert idle.RECLAIM_AT_ANNOTATION not in notes
+    for name in ("busy-nb", "optout-nb", "nometrics-nb"):
+        assert "kubeflow-resource-stopped" not in (
+            scene.get("notebook", name)["metadata"].get("annotations") or {}
+        )
+    desk = scene.get("statefulset", "desk")
+    assert desk["spec"]["replicas"] == 0
+    assert desk["metadata"]["annotations"]["gpuplane.dev/replicas-before-reclaim"] == "1"
+    reclaimed = {(e.involved_object.kind, e.involved_object.name) for e in scene.events(IDLE_REASON)}
+    assert {("Notebook", "idle-nb"), ("StatefulSet", "desk"), ("Pod", pods["idle"])} <= reclaimed
+    assert scene.get("job", "train")["spec"].get("suspend") in (None, False)
+
+
 def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
     scene: GpuScene, prometheus_factory: PrometheusFactory, reaper_kubeconfig: Path
 ) -> None:
@@ -146,25 +189,8 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
         dry = by_pod(reaper_cli(scene, prom, now, kubeconfig=reaper_kubeconfig))
         assert scene.versions() == before
 
-        want = {
-            "idle": ("warn", "Idle"),
-            "busy": ("keep", "Busy"),
-            "optout": ("keep", "OptedOut"),
-            "nometrics": ("keep", "NoMetrics"),
-            "sts": ("warn", "Idle"),
-            "train": ("keep", "NotASession"),
-            "hub": ("warn", "Idle"),
-        }
-        assert {k: (dry[p]["action"], dry[p]["reason"]) for k, p in pods.items()} == want
+        _check_dry_run(dry, pods, now)
         idle_nb = dry[pods["idle"]]
-        assert idle_nb["owner"] == {"kind": "Notebook", "name": "idle-nb"}
-        assert idle_nb["gpus"] == 1
-        assert idle_nb["idleSeconds"] >= 2 * HOUR
-        assert idle_nb["reclaimAt"] == idle.format_time(now + GRACE)
-        assert dry[pods["sts"]]["owner"] == {"kind": "StatefulSet", "name": "desk"}
-        assert dry[pods["train"]]["owner"] == {"kind": "Job", "name": "train"}
-        assert dry[pods["hub"]]["owner"] == {"kind": "Pod", "name": "jupyter-alice"}
-        assert "missing metrics are never idle" in dry[pods["nometrics"]]["message"]
 
         # The busy notebook was warned earlier, and its user came back since.
         scene.kube.kubectl(
@@ -219,22 +245,7 @@ def test_idle_notebook_is_warned_then_reclaimed_and_others_are_kept(
                     kubeconfig=reaper_kubeconfig,
                 )
             )
-        assert later[pods["idle"]]["action"] == "reclaim"
-        assert later[pods["busy"]]["action"] == "keep"
-        notebook = scene.get("notebook", "idle-nb")
-        notes = notebook["metadata"]["annotations"]
-        assert "kubeflow-resource-stopped" in notes
-        assert idle.RECLAIM_AT_ANNOTATION not in notes
-        for name in ("busy-nb", "optout-nb", "nometrics-nb"):
-            assert "kubeflow-resource-stopped" not in (
-                scene.get("notebook", name)["metadata"].get("annotations") or {}
-            )
-        desk = scene.get("statefulset", "desk")
-        assert desk["spec"]["replicas"] == 0
-        assert desk["metadata"]["annotations"]["gpuplane.dev/replicas-before-reclaim"] == "1"
-        reclaimed = {(e.involved_object.kind, e.involved_object.name) for e in scene.events(IDLE_REASON)}
-        assert {("Notebook", "idle-nb"), ("StatefulSet", "desk"), ("Pod", pods["idle"])} <= reclaimed
-        assert scene.get("job", "train")["spec"].get("suspend") in (None, False)
+        _check_reclaimed(scene, later, pods)
         # The notebook's pod is still there (no Kubeflow controller here): the next pass sees the
         # stop already asked for and repeats nothing.
         counts = (len(scene.events("IdleGPU")), len(scene.events(IDLE_REASON)))

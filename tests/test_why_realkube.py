@@ -39,6 +39,18 @@ def renamer(ns: str, namespaces: dict[str, str]) -> Callable[[str, str], str]:
     return rename
 
 
+def _rename_queue_refs(kind: str, spec: dict[str, Any], rename: Callable[[str, str], str]) -> None:
+    """A ClusterQueue's cohort and flavors, a LocalQueue's ClusterQueue: under this test's names."""
+    if kind == "ClusterQueue":
+        if "cohortName" in spec:
+            spec["cohortName"] = rename("Cohort", spec["cohortName"])
+        for group in spec.get("resourceGroups", []):
+            for flavor in group["flavors"]:
+                flavor["name"] = rename("Flavor", flavor["name"])
+    if kind == "LocalQueue":
+        spec["clusterQueue"] = rename("ClusterQueue", spec["clusterQueue"])
+
+
 def localize(
     case: WhyCase, ns: str, namespaces: dict[str, str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -60,14 +72,7 @@ def localize(
             meta.setdefault("labels", {}).update(pool)
         if kind == "ResourceFlavor":
             spec.setdefault("nodeLabels", {}).update(pool)
-        if kind == "ClusterQueue":
-            if "cohortName" in spec:
-                spec["cohortName"] = rename("Cohort", spec["cohortName"])
-            for group in spec.get("resourceGroups", []):
-                for flavor in group["flavors"]:
-                    flavor["name"] = rename("Flavor", flavor["name"])
-        if kind == "LocalQueue":
-            spec["clusterQueue"] = rename("ClusterQueue", spec["clusterQueue"])
+        _rename_queue_refs(kind, spec, rename)
         status = body.pop("status", None)
         if kind == "Workload" and status:
             admission = status.get("admission")

@@ -38,20 +38,20 @@ def _type_ok(kind: str, value: Any) -> bool:
     return isinstance(value, _TYPES.get(kind, (object,)))
 
 
+# JSON's type names, first match wins (a bool is an int).
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (type(None), "null"),
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (dict, "object"),
+    (list, "array"),
+    (str, "string"),
+)
+
+
 def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return "string" if isinstance(value, str) else "unknown"
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), "unknown")
 
 
 def validate(root: Mapping[str, Any], obj: Mapping[str, Any]) -> list[Cause]:

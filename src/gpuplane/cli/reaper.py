@@ -90,22 +90,9 @@ def register(app: typer.Typer) -> None:
 
         logging.basicConfig(level=os.environ.get("GPUPLANE_LOG", "WARNING" if once else "INFO"))
         logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries end in one error line here
-        if not 0.0 <= threshold <= 1.0:
-            raise _fail(f"--threshold: {threshold:g} is not a ratio in 0..1")
-        settings = idle.IdleSettings(
-            window=_duration("--window", window),
-            grace=_duration("--grace", grace),
-            threshold=threshold,
-            power_watts=power_watts,
-        )
-        if settings.window <= 0:
-            raise _fail("--window: must be longer than 0s")
+        settings = _settings(window, grace, threshold, power_watts)
         every = _duration("--interval", interval)
-        fixed = None
-        if at is not None:
-            fixed = idle.parse_time(at)
-            if fixed is None:
-                raise _fail(f"--at: {at!r} is not an RFC 3339 time with a zone")
+        fixed = _fixed_time(at)
         if not prometheus.startswith(("http://", "https://")):
             raise _fail(f"--prometheus: {prometheus!r} is not an http(s) URL")
         try:
@@ -130,12 +117,11 @@ def register(app: typer.Typer) -> None:
         try:
             if once:
                 try:
-                    reports = reaper.run_once(clock())
+                    _print([r.as_json() for r in reaper.run_once(clock())], output)
                 except PrometheusError as err:
                     raise _fail(str(err)) from None
                 except (ApiException, HTTPError) as err:
                     raise _fail(f"the Kubernetes API failed: {str(err).splitlines()[0]}") from None
-                _print([r.as_json() for r in reports], output)
                 return
             stop = threading.Event()
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -144,6 +130,30 @@ def register(app: typer.Typer) -> None:
         finally:
             if notifier is not None:
                 notifier.close(drain=30.0)
+
+
+def _settings(window: str, grace: str, threshold: float, power_watts: float | None) -> idle.IdleSettings:
+    if not 0.0 <= threshold <= 1.0:
+        raise _fail(f"--threshold: {threshold:g} is not a ratio in 0..1")
+    settings = idle.IdleSettings(
+        window=_duration("--window", window),
+        grace=_duration("--grace", grace),
+        threshold=threshold,
+        power_watts=power_watts,
+    )
+    if settings.window <= 0:
+        raise _fail("--window: must be longer than 0s")
+    return settings
+
+
+def _fixed_time(at: str | None) -> float | None:
+    """The instant of ``--at``, or None to run on the clock."""
+    if at is None:
+        return None
+    fixed = idle.parse_time(at)
+    if fixed is None:
+        raise _fail(f"--at: {at!r} is not an RFC 3339 time with a zone")
+    return fixed
 
 
 def _print(rows: list[dict[str, Any]], output: Output) -> None:

@@ -121,26 +121,7 @@ def check_documents(plan: Plan) -> dict[str, Any]:
 
 
 def print_table(plan: Plan, console: Console) -> None:
-    admitted = Table(title=f"Admitted ({len(plan.admitted)})", title_justify="left")
-    placed = any(ps.placement is not None for a in plan.admitted for ps in a.pod_sets)
-    checked = any(a.checks for a in plan.admitted)
-    columns = ("workload", "cluster queue", "pod sets", "flavors", *(("nodes",) if placed else ()))
-    for col in (*columns, *(("pending checks",) if checked else ())):
-        admitted.add_column(col)
-    for a in plan.admitted:
-        sets = ", ".join(f"{ps.name} x{ps.count}" for ps in a.pod_sets)
-        flavors = "; ".join(", ".join(f"{r}={f}" for r, f in ps.flavors.items()) for ps in a.pod_sets)
-        row = [a.workload, a.cluster_queue, sets, flavors]
-        if placed:
-            per_node: dict[str, int] = {}
-            for ps in a.pod_sets:
-                for where in ps.placement or ():
-                    per_node[where.node] = per_node.get(where.node, 0) + 1
-            row.append(", ".join(f"{n} x{c}" for n, c in sorted(per_node.items())))
-        if checked:
-            row.append(", ".join(a.checks) or "-")
-        admitted.add_row(*row)
-    console.print(admitted)
+    console.print(_admitted_table(plan))
     preempted = Table(title=f"Preempted ({len(plan.preempted)})", title_justify="left")
     for col in ("workload", "cluster queue", "preemptor", "reason"):
         preempted.add_column(col)
@@ -168,6 +149,30 @@ def print_table(plan: Plan, console: Console) -> None:
             reserved.add_row(r.workload, r.cluster_queue, checks, r.message)
         console.print(reserved)
     console.print(f"cycles: {plan.cycles}")
+
+
+def _admitted_table(plan: Plan) -> Table:
+    """The admissions, with the nodes of each (when placed) and the checks still pending."""
+    admitted = Table(title=f"Admitted ({len(plan.admitted)})", title_justify="left")
+    placed = any(ps.placement is not None for a in plan.admitted for ps in a.pod_sets)
+    checked = any(a.checks for a in plan.admitted)
+    columns = ("workload", "cluster queue", "pod sets", "flavors", *(("nodes",) if placed else ()))
+    for col in (*columns, *(("pending checks",) if checked else ())):
+        admitted.add_column(col)
+    for a in plan.admitted:
+        sets = ", ".join(f"{ps.name} x{ps.count}" for ps in a.pod_sets)
+        flavors = "; ".join(", ".join(f"{r}={f}" for r, f in ps.flavors.items()) for ps in a.pod_sets)
+        row = [a.workload, a.cluster_queue, sets, flavors]
+        if placed:
+            per_node: dict[str, int] = {}
+            for ps in a.pod_sets:
+                for where in ps.placement or ():
+                    per_node[where.node] = per_node.get(where.node, 0) + 1
+            row.append(", ".join(f"{n} x{c}" for n, c in sorted(per_node.items())))
+        if checked:
+            row.append(", ".join(a.checks) or "-")
+        admitted.add_row(*row)
+    return admitted
 
 
 def live_state(kubeconfig: str, context: str | None, warnings: list[str]) -> ClusterState:

@@ -10,11 +10,15 @@ import ipaddress
 import logging
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpuplane.model.errors import InputError
+
+if TYPE_CHECKING:  # the web stack is imported only when the console starts
+    from gpuplane.web.auth import Authenticator
+    from gpuplane.web.sources import FileSource, KubeSource, SnapshotHub
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -78,6 +82,65 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _usage_problem(
+    kubeconfig: str | None,
+    files: list[Path],
+    state_files: list[Path],
+    report_dirs: list[Path],
+    *,
+    no_auth: bool,
+    host: str,
+) -> str | None:
+    """What is wrong with the options, if anything: one line for the user."""
+    for folder in report_dirs:
+        if not folder.is_dir():
+            return f"{folder}: not a report folder"
+    if kubeconfig is None and not files:
+        return "give --kubeconfig K for a cluster, or -f STATE for a state file or report folder"
+    if kubeconfig is not None and state_files:
+        return "--kubeconfig and -f STATE are two modes; give one of them"
+    if no_auth and not _loopback(host):
+        return "--no-auth is only allowed on a loopback address"
+    return None
+
+
+def _kube_mode(
+    kubeconfig: str, context: str | None, hub: SnapshotHub, no_auth: bool
+) -> tuple[KubeSource, Authenticator] | str:
+    """Informers on a cluster, and its TokenReview (unless ``no_auth``); or why not."""
+    from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415
+    from gpuplane.web.auth import AllowAll, KubeAuthenticator  # noqa: PLC0415
+    from gpuplane.web.sources import KubeSource  # noqa: PLC0415
+
+    try:
+        api = KubeApi(load_api_client(kubeconfig, context))
+    except Exception as err:
+        return f"cannot configure the Kubernetes client: {err}"
+    kube = KubeSource(api, hub)
+    return kube, AllowAll() if no_auth else KubeAuthenticator(api, kube.namespaces)
+
+
+def _file_mode(
+    state_files: list[Path], token_file: Path | None, hub: SnapshotHub, no_auth: bool
+) -> tuple[FileSource, Authenticator] | str:
+    """State files, and the viewers of a token file (unless ``no_auth``); or why not."""
+    from gpuplane.web.auth import AllowAll, TokenFileAuthenticator  # noqa: PLC0415
+    from gpuplane.web.sources import FileSource  # noqa: PLC0415
+
+    if token_file is None and not no_auth:
+        return "state-file mode needs --token-file FILE (or --no-auth on loopback)"
+    try:
+        authenticator = AllowAll() if token_file is None else TokenFileAuthenticator(token_file)
+    except (OSError, ValueError) as err:
+        return f"--token-file: {err}"
+    source = FileSource(state_files, hub)
+    try:
+        source.load()
+    except InputError as problem:
+        return str(problem)
+    return source, authenticator
+
+
 def run_web(
     kubeconfig: str | None,
     context: str | None,
@@ -92,9 +155,8 @@ def run_web(
     import uvicorn  # noqa: PLC0415
 
     from gpuplane.web.app import create_app  # noqa: PLC0415
-    from gpuplane.web.auth import AllowAll, Authenticator, TokenFileAuthenticator  # noqa: PLC0415
     from gpuplane.web.prometheus import HistoryCache, PrometheusClient  # noqa: PLC0415
-    from gpuplane.web.sources import FileSource, SnapshotHub  # noqa: PLC0415
+    from gpuplane.web.sources import SnapshotHub  # noqa: PLC0415
 
     try:
         host, port = parse_listen(listen)
@@ -102,42 +164,19 @@ def run_web(
         return _fail(str(err))
     state_files = [p for p in files if not p.is_dir()]
     report_dirs = [*reports, *(p for p in files if p.is_dir())]
-    for folder in report_dirs:
-        if not folder.is_dir():
-            return _fail(f"{folder}: not a report folder")
-    if kubeconfig is None and not files:
-        return _fail("give --kubeconfig K for a cluster, or -f STATE for a state file or report folder")
-    if kubeconfig is not None and state_files:
-        return _fail("--kubeconfig and -f STATE are two modes; give one of them")
-    if no_auth and not _loopback(host):
-        return _fail("--no-auth is only allowed on a loopback address")
+    problem = _usage_problem(kubeconfig, files, state_files, report_dirs, no_auth=no_auth, host=host)
+    if problem is not None:
+        return _fail(problem)
     logging.basicConfig(level=os.environ.get("GPUPLANE_LOG", "WARNING"))
     hub = SnapshotHub()
-    authenticator: Authenticator
+    chosen: tuple[FileSource | KubeSource, Authenticator] | str
     if kubeconfig is not None:
-        from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415
-        from gpuplane.web.auth import KubeAuthenticator  # noqa: PLC0415
-        from gpuplane.web.sources import KubeSource  # noqa: PLC0415
-
-        try:
-            api = KubeApi(load_api_client(kubeconfig, context))
-        except Exception as err:
-            return _fail(f"cannot configure the Kubernetes client: {err}")
-        kube = KubeSource(api, hub)
-        source: FileSource | KubeSource = kube
-        authenticator = AllowAll() if no_auth else KubeAuthenticator(api, kube.namespaces)
+        chosen = _kube_mode(kubeconfig, context, hub, no_auth)
     else:
-        if token_file is None and not no_auth:
-            return _fail("state-file mode needs --token-file FILE (or --no-auth on loopback)")
-        try:
-            authenticator = AllowAll() if token_file is None else TokenFileAuthenticator(token_file)
-        except (OSError, ValueError) as err:
-            return _fail(f"--token-file: {err}")
-        source = FileSource(state_files, hub)
-        try:
-            source.load()
-        except InputError as problem:
-            return _fail(str(problem))
+        chosen = _file_mode(state_files, token_file, hub, no_auth)
+    if isinstance(chosen, str):
+        return _fail(chosen)
+    source, authenticator = chosen
     history = HistoryCache(PrometheusClient(prometheus)) if prometheus else None
     app = create_app(hub, authenticator, history=history, reports=report_dirs)
     source.start()

@@ -109,7 +109,7 @@ def replay_input(
     if trace_format == "openb":
         return _openb(path, header, rows, days)
     columns = HELIOS_COLUMNS if trace_format == "helios" else _mapping(Path(trace_format))
-    return _job_log(path, header, rows, columns, scenario=scenario, days=days)
+    return _job_log(path, (header, rows), columns, scenario=scenario, days=days)
 
 
 # ---------------------------------------------------------------------------
@@ -262,13 +262,14 @@ def _seconds(path: Path, line: int, column: str, value: str) -> float:
 
 def _job_log(
     path: Path,
-    header: list[str],
-    rows: list[dict[str, str]],
+    table: tuple[list[str], list[dict[str, str]]],
     columns: Mapping[str, str],
     *,
     scenario: Scenario,
     days: float | None,
 ) -> SimInput:
+    """A job log (Helios, or a mapped one): ``table`` is its header and rows."""
+    header, rows = table
     missing = [c for f, c in columns.items() if f in ("submit", "duration", "gpus") and c not in header]
     if missing:
         raise TraceError(f"{path}: line 1: missing column(s) {', '.join(missing)}")

@@ -320,7 +320,7 @@ class _Reader:
             where = f"{path}.{unknown[0]}" if path else unknown[0]
             raise self.fail(where, f"unknown field (known: {', '.join(allowed)})")
 
-    def param(
+    def param(  # noqa: PLR0913  keyword-only flags, one per constraint on the value
         self,
         parent: Mapping[str, Any],
         key: str,
@@ -337,16 +337,7 @@ class _Reader:
         node = self.mapping(parent[key], where)
         allowed = [*DISTRIBUTIONS, "source", "unit"] if time else [*DISTRIBUTIONS, "source"]
         self.check_keys(node, where, allowed)
-        source = node.get("source")
-        if not isinstance(source, str) or not source.strip():
-            raise self.fail(f"{where}.source", "missing: every parameter says where its value comes from")
-        low = source.lower()
-        if not any(name in low for name in KNOWN_SOURCES):
-            raise self.fail(
-                f"{where}.source",
-                "must be 'assumed ...' or name a published trace or domain-facts "
-                f"({', '.join(KNOWN_SOURCES[1:])}), got {source!r}",
-            )
+        source = self._source(node, where)
         kinds = [k for k in DISTRIBUTIONS if k in node]
         if len(kinds) != 1:
             raise self.fail(where, f"needs exactly one of {', '.join(DISTRIBUTIONS)}")
@@ -357,54 +348,25 @@ class _Reader:
             if unit not in UNITS:
                 raise self.fail(f"{where}.unit", f"expected one of {', '.join(UNITS)}, got {unit!r}")
             scale = UNITS[unit]
-        body = node[kind]
-        at = f"{where}.{kind}"
-        if kind == "value":
-            value = self.number(body, at, minimum=minimum, positive=positive)
-            if integer and value != int(value):
-                raise self.fail(at, f"expected an integer, got {body!r}")
-            param = Param("value", value * scale, source=source)
-        elif kind == "exponential":
-            mean = self.number(self.mapping(body, at).get("mean"), f"{at}.mean", positive=True)
-            param = Param("exponential", mean * scale, source=source)
-        elif kind == "lognormal":
-            body = self.mapping(body, at)
-            self.check_keys(body, at, ("median", "mean"))
-            median = self.number(body.get("median"), f"{at}.median", positive=True)
-            mean = self.number(body.get("mean"), f"{at}.mean", positive=True)
-            if mean < median:
-                raise self.fail(at, "a lognormal's mean is never below its median")
-            param = Param("lognormal", median * scale, mean * scale, source=source)
-        elif kind == "uniform":
-            if not isinstance(body, list) or len(body) != 2:
-                raise self.fail(at, "expected [low, high]")
-            low_v = self.number(body[0], f"{at}[0]", minimum=minimum)
-            high_v = self.number(body[1], f"{at}[1]", minimum=minimum)
-            if high_v < low_v or (positive and low_v <= 0):
-                raise self.fail(
-                    at, "expected 0 <= low <= high" if not positive else "expected 0 < low <= high"
-                )
-            param = Param("uniform", low_v * scale, high_v * scale, source=source)
-        else:
-            body = self.mapping(body, at)
-            if not body:
-                raise self.fail(at, "expected at least one value")
-            values, weights = [], []
-            for k, w in body.items():
-                try:
-                    v = float(k)
-                except (TypeError, ValueError):
-                    raise self.fail(f"{at}.{k}", "choice values must be numbers") from None
-                if integer and v != int(v):
-                    raise self.fail(f"{at}.{k}", "expected an integer")
-                if (positive and v <= 0) or (minimum is not None and v < minimum):
-                    raise self.fail(f"{at}.{k}", "value out of range")
-                values.append(v * scale)
-                weights.append(self.number(w, f"{at}.{k}", positive=True))
-            param = Param("choice", choices=tuple(values), weights=tuple(weights), source=source)
-        unit = node.get("unit", "") if time else ""
-        shown = param
-        if time and scale != 1.0:
+        read = {
+            "value": self._value,
+            "exponential": self._exponential,
+            "lognormal": self._lognormal,
+            "uniform": self._uniform,
+            "choice": self._choice,
+        }[kind]
+        shown = read(node[kind], f"{where}.{kind}", _Bounds(positive, minimum, integer), source)
+        param = shown
+        if scale != 1.0:
+            param = Param(
+                shown.kind,
+                shown.a * scale,
+                shown.b * scale,
+                tuple(c * scale for c in shown.choices),
+                shown.weights,
+                source,
+            )
+            # As read, in the file's unit: the base-unit value scaled back.
             shown = Param(
                 param.kind,
                 param.a / scale,
@@ -413,8 +375,80 @@ class _Reader:
                 param.weights,
                 source,
             )
+        unit = node.get("unit", "") if time else ""
         self.sources.append((where, shown.describe(unit), source))
         return param
+
+    def _source(self, node: Mapping[str, Any], where: str) -> str:
+        """Where a parameter's value comes from: assumed, or a published trace or domain fact."""
+        source = node.get("source")
+        if not isinstance(source, str) or not source.strip():
+            raise self.fail(f"{where}.source", "missing: every parameter says where its value comes from")
+        low = source.lower()
+        if not any(name in low for name in KNOWN_SOURCES):
+            raise self.fail(
+                f"{where}.source",
+                "must be 'assumed ...' or name a published trace or domain-facts "
+                f"({', '.join(KNOWN_SOURCES[1:])}), got {source!r}",
+            )
+        return source
+
+    def _value(self, body: Any, at: str, bounds: _Bounds, source: str) -> Param:
+        value = self.number(body, at, minimum=bounds.minimum, positive=bounds.positive)
+        if bounds.integer and value != int(value):
+            raise self.fail(at, f"expected an integer, got {body!r}")
+        return Param("value", value, source=source)
+
+    def _exponential(self, body: Any, at: str, _bounds: _Bounds, source: str) -> Param:
+        mean = self.number(self.mapping(body, at).get("mean"), f"{at}.mean", positive=True)
+        return Param("exponential", mean, source=source)
+
+    def _lognormal(self, body: Any, at: str, _bounds: _Bounds, source: str) -> Param:
+        body = self.mapping(body, at)
+        self.check_keys(body, at, ("median", "mean"))
+        median = self.number(body.get("median"), f"{at}.median", positive=True)
+        mean = self.number(body.get("mean"), f"{at}.mean", positive=True)
+        if mean < median:
+            raise self.fail(at, "a lognormal's mean is never below its median")
+        return Param("lognormal", median, mean, source=source)
+
+    def _uniform(self, body: Any, at: str, bounds: _Bounds, source: str) -> Param:
+        if not isinstance(body, list) or len(body) != 2:
+            raise self.fail(at, "expected [low, high]")
+        low_v = self.number(body[0], f"{at}[0]", minimum=bounds.minimum)
+        high_v = self.number(body[1], f"{at}[1]", minimum=bounds.minimum)
+        if high_v < low_v or (bounds.positive and low_v <= 0):
+            raise self.fail(
+                at, "expected 0 <= low <= high" if not bounds.positive else "expected 0 < low <= high"
+            )
+        return Param("uniform", low_v, high_v, source=source)
+
+    def _choice(self, body: Any, at: str, bounds: _Bounds, source: str) -> Param:
+        body = self.mapping(body, at)
+        if not body:
+            raise self.fail(at, "expected at least one value")
+        values, weights = [], []
+        for k, w in body.items():
+            try:
+                v = float(k)
+            except (TypeError, ValueError):
+                raise self.fail(f"{at}.{k}", "choice values must be numbers") from None
+            if bounds.integer and v != int(v):
+                raise self.fail(f"{at}.{k}", "expected an integer")
+            if (bounds.positive and v <= 0) or (bounds.minimum is not None and v < bounds.minimum):
+                raise self.fail(f"{at}.{k}", "value out of range")
+            values.append(v)
+            weights.append(self.number(w, f"{at}.{k}", positive=True))
+        return Param("choice", choices=tuple(values), weights=tuple(weights), source=source)
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    """What a parameter's values may be."""
+
+    positive: bool
+    minimum: float | None
+    integer: bool
 
 
 def _pool(r: _Reader, node: Any, path: str) -> Pool:
@@ -482,32 +516,44 @@ def _shape(r: _Reader, node: Any, path: str, pools: Mapping[str, Pool]) -> Shape
     fraction: float | None = None
     profile: str | None = None
     if given[0] == "gpus":
-        gpus = r.param(node, "gpus", path, positive=True, integer=True)
-        most = max(gpus.choices) if gpus.kind == "choice" else gpus.a
-        if gpus.kind not in ("value", "choice"):
-            raise r.fail(f"{path}.gpus", "must be a constant or a choice")
-        for name in names:
-            if pools[name].mig_layout is None and pools[name].gpus_per_node < most:
-                raise r.fail(
-                    f"{path}.gpus", f"a pod asks {most:g} GPUs; pool {name} has {pools[name].gpus_per_node}"
-                )
+        gpus = _shape_gpus(r, node, path, [pools[name] for name in names])
     elif given[0] == "fraction":
         fraction = r.param(node, "fraction", path, positive=True).a
         if not 0 < fraction < 1:
             raise r.fail(f"{path}.fraction", "must be in (0, 1)")
     else:
-        profile = node["mig"]
-        if not isinstance(profile, str):
-            raise r.fail(f"{path}.mig", "expected a MIG profile name")
-        for name in names:
-            layout = pools[name].mig_layout
-            if layout is None or profile not in layout:
-                raise r.fail(f"{path}.mig", f"pool {name} has no {profile} instances")
+        profile = _shape_mig(r, node, path, [pools[name] for name in names])
     if fraction is not None or gpus is not None:
         for i, name in enumerate(names):
             if pools[name].mig_layout is not None:
                 raise r.fail(f"{path}.pools[{i}]", f"pool {name} is MIG-partitioned: ask a mig profile there")
     return Shape(weight.a, tuple(names), pods, gpus, fraction, profile)
+
+
+def _shape_gpus(r: _Reader, node: Mapping[str, Any], path: str, pools: list[Pool]) -> Param:
+    """Whole GPUs per pod: a constant or a choice, each within every pool's nodes."""
+    gpus = r.param(node, "gpus", path, positive=True, integer=True)
+    most = max(gpus.choices) if gpus.kind == "choice" else gpus.a
+    if gpus.kind not in ("value", "choice"):
+        raise r.fail(f"{path}.gpus", "must be a constant or a choice")
+    for pool in pools:
+        if pool.mig_layout is None and pool.gpus_per_node < most:
+            raise r.fail(
+                f"{path}.gpus", f"a pod asks {most:g} GPUs; pool {pool.name} has {pool.gpus_per_node}"
+            )
+    return gpus
+
+
+def _shape_mig(r: _Reader, node: Mapping[str, Any], path: str, pools: list[Pool]) -> str:
+    """A MIG profile that every pool's layout has."""
+    profile = node["mig"]
+    if not isinstance(profile, str):
+        raise r.fail(f"{path}.mig", "expected a MIG profile name")
+    for pool in pools:
+        layout = pool.mig_layout
+        if layout is None or profile not in layout:
+            raise r.fail(f"{path}.mig", f"pool {pool.name} has no {profile} instances")
+    return profile
 
 
 def _class(r: _Reader, node: Any, path: str, pools: Mapping[str, Pool]) -> WorkloadClass:
@@ -549,18 +595,7 @@ def _class(r: _Reader, node: Any, path: str, pools: Mapping[str, Pool]) -> Workl
         if stateless:
             raise r.fail(f"{path}.checkpoint", "a stateless class has no checkpoints")
         checkpoint = r.param(node, "checkpoint", path, time=True, positive=True)
-    session = None
-    if node.get("session") is not None:
-        where = f"{path}.session"
-        s = r.mapping(node["session"], where)
-        r.check_keys(s, where, ("active", "idle", "tail"))
-        session = Session(
-            active=r.param(s, "active", where, time=True, positive=True),
-            idle=r.param(s, "idle", where, time=True, positive=True),
-            tail=r.param(s, "tail", where, time=True, minimum=0),
-        )
-        if not stateless:
-            raise r.fail(f"{path}.stateless", "a class with sessions must be stateless")
+    session = _session(r, node, path, stateless) if node.get("session") is not None else None
     busy = r.param(node, "busy", path, minimum=0)
     top = busy.b if busy.kind == "uniform" else max(busy.choices) if busy.kind == "choice" else busy.a
     if busy.kind in ("lognormal", "exponential") or top > 1:
@@ -578,6 +613,97 @@ def _class(r: _Reader, node: Any, path: str, pools: Mapping[str, Pool]) -> Workl
         stateless=stateless,
         session=session,
     )
+
+
+def _session(r: _Reader, node: Mapping[str, Any], path: str, stateless: bool) -> Session:
+    where = f"{path}.session"
+    s = r.mapping(node["session"], where)
+    r.check_keys(s, where, ("active", "idle", "tail"))
+    session = Session(
+        active=r.param(s, "active", where, time=True, positive=True),
+        idle=r.param(s, "idle", where, time=True, positive=True),
+        tail=r.param(s, "tail", where, time=True, minimum=0),
+    )
+    if not stateless:
+        raise r.fail(f"{path}.stateless", "a class with sessions must be stateless")
+    return session
+
+
+def _cluster(r: _Reader, root: Mapping[str, Any]) -> tuple[list[Pool], Failures]:
+    cluster = r.mapping(root.get("cluster"), "cluster")
+    r.check_keys(cluster, "cluster", ("pools", "failures"))
+    pools_list = [
+        _pool(r, p, f"cluster.pools[{i}]")
+        for i, p in enumerate(r.sequence(cluster.get("pools"), "cluster.pools"))
+    ]
+    if len({p.name for p in pools_list}) != len(pools_list):
+        raise r.fail("cluster.pools", "pool names must be unique")
+    if sum(p.gpus for p in pools_list) == 0:
+        raise r.fail("cluster.pools", "the cluster has no GPUs")
+    failures = Failures()
+    if cluster.get("failures") is not None:
+        f = r.mapping(cluster["failures"], "cluster.failures")
+        r.check_keys(f, "cluster.failures", ("mtbf", "repair"))
+        failures = Failures(
+            mtbf=r.param(f, "mtbf", "cluster.failures", time=True, positive=True).mean,
+            repair=r.param(f, "repair", "cluster.failures", time=True, positive=True).mean,
+        )
+    return pools_list, failures
+
+
+def _teams(r: _Reader, root: Mapping[str, Any]) -> list[Team]:
+    teams = []
+    for i, item in enumerate(r.sequence(root.get("teams"), "teams")):
+        where = f"teams[{i}]"
+        t = r.mapping(item, where)
+        r.check_keys(t, where, ("name", "floor", "demand"))
+        floor = r.param(t, "floor", where, positive=True)
+        demand = r.param(t, "demand", where, minimum=0) if "demand" in t else floor
+        teams.append(Team(r.string(t, "name", where), floor.mean, demand.mean))
+    if len({t.name for t in teams}) != len(teams):
+        raise r.fail("teams", "team names must be unique")
+    if sum(t.demand for t in teams) <= 0:
+        raise r.fail("teams", "at least one team needs a positive demand")
+    return teams
+
+
+def _offered_load(r: _Reader, root: Mapping[str, Any], classes: tuple[WorkloadClass, ...]) -> Param | None:
+    """The offered load: required when classes arrive by GPU-time share (whose shares add up to 1)."""
+    if any(c.gpu_time_share is not None for c in classes):
+        offered = r.param(root, "offeredLoad", "", positive=True)
+        total = sum(c.gpu_time_share.mean for c in classes if c.gpu_time_share is not None)
+        if abs(total - 1) > 0.01:
+            raise r.fail("classes", f"gpuTimeShare values must add up to 1, they add up to {total:g}")
+        return offered
+    if "offeredLoad" in root:
+        return r.param(root, "offeredLoad", "", positive=True)
+    return None
+
+
+def _policies(r: _Reader, root: Mapping[str, Any]) -> Policies:
+    policies_node = r.mapping(root.get("policies"), "policies")
+    r.check_keys(
+        policies_node,
+        "policies",
+        ("reaperIdle", "deadlockTimeout", "evictionGrace", "normalPriority", "backfillPriority"),
+    )
+    for key in ("normalPriority", "backfillPriority"):
+        value = policies_node.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise r.fail(f"policies.{key}", "expected an integer")
+    policies = Policies(
+        reaper_idle=r.param(policies_node, "reaperIdle", "policies", time=True, positive=True),
+        deadlock_timeout=r.param(policies_node, "deadlockTimeout", "policies", time=True, positive=True),
+        normal_priority=policies_node.get("normalPriority", 100),
+        backfill_priority=policies_node.get("backfillPriority", 0),
+    )
+    if "evictionGrace" in policies_node:
+        policies = replace(
+            policies, eviction_grace=r.param(policies_node, "evictionGrace", "policies", time=True, minimum=0)
+        )
+    if policies.backfill_priority >= policies.normal_priority:
+        raise r.fail("policies.backfillPriority", "must be below normalPriority")
+    return policies
 
 
 def parse_scenario(doc: Any, origin: str) -> Scenario:
@@ -609,72 +735,16 @@ def parse_scenario(doc: Any, origin: str) -> Scenario:
     seed = root.get("seed", 1)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise r.fail("seed", f"expected a non-negative integer, got {seed!r}")
-    cluster = r.mapping(root.get("cluster"), "cluster")
-    r.check_keys(cluster, "cluster", ("pools", "failures"))
-    pools_list = [
-        _pool(r, p, f"cluster.pools[{i}]")
-        for i, p in enumerate(r.sequence(cluster.get("pools"), "cluster.pools"))
-    ]
+    pools_list, failures = _cluster(r, root)
     pools = {p.name: p for p in pools_list}
-    if len(pools) != len(pools_list):
-        raise r.fail("cluster.pools", "pool names must be unique")
-    if sum(p.gpus for p in pools_list) == 0:
-        raise r.fail("cluster.pools", "the cluster has no GPUs")
-    failures = Failures()
-    if cluster.get("failures") is not None:
-        f = r.mapping(cluster["failures"], "cluster.failures")
-        r.check_keys(f, "cluster.failures", ("mtbf", "repair"))
-        failures = Failures(
-            mtbf=r.param(f, "mtbf", "cluster.failures", time=True, positive=True).mean,
-            repair=r.param(f, "repair", "cluster.failures", time=True, positive=True).mean,
-        )
-    teams = []
-    for i, item in enumerate(r.sequence(root.get("teams"), "teams")):
-        where = f"teams[{i}]"
-        t = r.mapping(item, where)
-        r.check_keys(t, where, ("name", "floor", "demand"))
-        floor = r.param(t, "floor", where, positive=True)
-        demand = r.param(t, "demand", where, minimum=0) if "demand" in t else floor
-        teams.append(Team(r.string(t, "name", where), floor.mean, demand.mean))
-    if len({t.name for t in teams}) != len(teams):
-        raise r.fail("teams", "team names must be unique")
-    if sum(t.demand for t in teams) <= 0:
-        raise r.fail("teams", "at least one team needs a positive demand")
+    teams = _teams(r, root)
     classes = tuple(
         _class(r, c, f"classes[{i}]", pools) for i, c in enumerate(r.sequence(root.get("classes"), "classes"))
     )
     if len({c.name for c in classes}) != len(classes):
         raise r.fail("classes", "class names must be unique")
-    offered = None
-    if any(c.gpu_time_share is not None for c in classes):
-        offered = r.param(root, "offeredLoad", "", positive=True)
-        total = sum(c.gpu_time_share.mean for c in classes if c.gpu_time_share is not None)
-        if abs(total - 1) > 0.01:
-            raise r.fail("classes", f"gpuTimeShare values must add up to 1, they add up to {total:g}")
-    elif "offeredLoad" in root:
-        offered = r.param(root, "offeredLoad", "", positive=True)
-    policies_node = r.mapping(root.get("policies"), "policies")
-    r.check_keys(
-        policies_node,
-        "policies",
-        ("reaperIdle", "deadlockTimeout", "evictionGrace", "normalPriority", "backfillPriority"),
-    )
-    for key in ("normalPriority", "backfillPriority"):
-        value = policies_node.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise r.fail(f"policies.{key}", "expected an integer")
-    policies = Policies(
-        reaper_idle=r.param(policies_node, "reaperIdle", "policies", time=True, positive=True),
-        deadlock_timeout=r.param(policies_node, "deadlockTimeout", "policies", time=True, positive=True),
-        normal_priority=policies_node.get("normalPriority", 100),
-        backfill_priority=policies_node.get("backfillPriority", 0),
-    )
-    if "evictionGrace" in policies_node:
-        policies = replace(
-            policies, eviction_grace=r.param(policies_node, "evictionGrace", "policies", time=True, minimum=0)
-        )
-    if policies.backfill_priority >= policies.normal_priority:
-        raise r.fail("policies.backfillPriority", "must be below normalPriority")
+    offered = _offered_load(r, root, classes)
+    policies = _policies(r, root)
     named = {f"classes[{i}]": f"classes[{c.name}]" for i, c in enumerate(classes)}
     named |= {f"cluster.pools[{i}]": f"cluster.pools[{p.name}]" for i, p in enumerate(pools_list)}
     named |= {f"teams[{i}]": f"teams[{t.name}]" for i, t in enumerate(teams)}
