@@ -168,6 +168,7 @@ class Cluster:
         self._scores: dict[GpuRequest, dict[int, float | None]] = {}
         # The engine's request of each needs object seen lately (see _gpu_request).
         self._requests: dict[int, tuple[PodNeeds, GpuRequest | None]] = {}
+        self._capacity: dict[str, int] = {}  # see _capacity_milli
 
     # --- the engine's view: exclusive GPUs as a vectorised mirror ---------------
 
@@ -627,21 +628,30 @@ class Cluster:
             self._members[level] = members
         return [members[v] for _, v in values]
 
+    def _capacity_milli(self, state: NodeState) -> int:
+        """A node's GPUs in milli-GPU (a MIG GPU by its instances' compute slices of 7). Its
+        devices never change, nor, unless MIG repartitioning is on, their instances: then it
+        is remembered."""
+        fixed = not self.config.mig_repartition
+        known = self._capacity.get(state.name) if fixed else None
+        if known is not None:
+            return known
+        value = 1000 * sum(1 for d in state.devices if d.sharing != "mig") + sum(
+            1000 * sum(i.instance.profile.compute for i in d.mig) // 7
+            for d in state.devices
+            if d.sharing == "mig"
+        )
+        if fixed:
+            self._capacity[state.name] = value
+        return value
+
     def _failure(self, pod_sets: Sequence[GangPodSet], detail: str) -> PlacementFailure:
         demand = sum(ps.needs.gpu_milli * ps.count for ps in pod_sets)
         eligible: dict[str, NodeState] = {}
         for ps in pod_sets:
             eligible.update((s.name, s) for s in self.eligible(ps))
         free = sum(self._free_milli[n] for n in eligible)
-        capacity = sum(
-            1000 * sum(1 for d in s.devices if d.sharing != "mig")
-            + sum(
-                1000 * sum(i.instance.profile.compute for i in d.mig) // 7
-                for d in s.devices
-                if d.sharing == "mig"
-            )
-            for s in eligible.values()
-        )
+        capacity = sum(self._capacity_milli(s) for s in eligible.values())
         pods = sum(ps.count for ps in pod_sets)
         suffix = f" ({detail})" if detail else ""
         if demand > capacity:

@@ -265,7 +265,10 @@ class Preemptor:
         out: list[_Candidate] = []
         if not cq.active:
             return out
+        frs = ctx.frs
         for wl in cq.workloads.values():
+            if frs.isdisjoint(wl.flavors):
+                continue  # uses none of the resources: never a candidate (as _classify says)
             variant = self._classify(ctx, wl, advantage)
             if variant != NEVER:
                 out.append(_Candidate(wl, lca, variant))

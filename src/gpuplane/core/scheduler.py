@@ -101,7 +101,8 @@ class Scheduler(Admission, Ordering):
         result = CycleResult()
         if self.cycle_number == 1:
             self._settle_checked(result)
-        generations = {name: self._generation(name) for name in self.queues}
+        # Each head's cohort generation as the cycle starts (nothing before the admissions moves it).
+        generations: dict[str, int] = {}
         self.preemptor.clear_cache()
         entries, shapes = self._nominate_heads(result)
         self._decide(entries, result)
@@ -119,6 +120,8 @@ class Scheduler(Admission, Ordering):
             self._failed_version = self.state_version
         shapes: dict[str, tuple[object, ...]] = {}
         for pending in self.heads():
+            if pending.cluster_queue not in generations:
+                generations[pending.cluster_queue] = self._generation(pending.cluster_queue)
             # A workload whose flavor scan is under way resumes where it stopped, which its
             # shape does not capture: only scans that start at the first flavor are remembered.
             progress = self.scan.get(pending.key)
