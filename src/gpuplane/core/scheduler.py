@@ -104,16 +104,19 @@ class Scheduler(Admission, Ordering):
         # Each head's cohort generation as the cycle starts (nothing before the admissions moves it).
         generations: dict[str, int] = {}
         self.preemptor.clear_cache()
-        entries, shapes = self._nominate_heads(result)
+        entries, shapes = self._nominate_heads(result, generations)
         self._decide(entries, result)
         self._record_outcomes(entries, shapes, generations, result)
         if self.cycle_number == 1:
             self._release_leaving(result)
         return result
 
-    def _nominate_heads(self, result: CycleResult) -> tuple[list[Entry], dict[str, tuple[object, ...]]]:
+    def _nominate_heads(
+        self, result: CycleResult, generations: dict[str, int]
+    ) -> tuple[list[Entry], dict[str, tuple[object, ...]]]:
         """Nominate each queue's head; those that cannot be nominated are parked. Returns the
-        entries and, for the heads nominated afresh, their shapes."""
+        entries and, for the heads nominated afresh, their shapes; ``generations`` gets each
+        visited head's cohort generation."""
         entries: list[Entry] = []
         if self._failed_version != self.state_version:
             self._failed.clear()
