@@ -178,3 +178,32 @@ def test_a_refused_watch_backs_off_and_retries(api: k8s.KubeApi, namespace: str,
         assert running.informer.relists == 1, "a refused watch resumes from the same version"
     finally:
         running.stop()
+
+
+# --- the cache never goes back in time ---------------------------------------------------------------
+
+
+def versioned(name: str, rv: int, **status: object) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}, "status": status}
+
+
+def test_an_older_watch_event_does_not_roll_back_a_written_copy() -> None:
+    cache = Cache()
+    cache.upsert("Workload", versioned("w", 1))
+    cache.upsert("Workload", versioned("w", 3, admission="cq"))  # the status write's answer
+    cache.upsert("Workload", versioned("w", 2))  # the watch, late: the placement patch before it
+    assert cache.get("Workload", "ns/w") == versioned("w", 3, admission="cq")
+    cache.upsert("Workload", versioned("w", 3, admission="cq"))  # the watch catches up
+    cache.upsert("Workload", versioned("w", 4))  # and goes on
+    assert cache.get("Workload", "ns/w") == versioned("w", 4)
+
+
+def test_a_list_keeps_copies_newer_than_itself_and_drops_the_rest() -> None:
+    cache = Cache()
+    cache.replace_all("Workload", [versioned("a", 1), versioned("b", 2), versioned("gone", 2)], "5")
+    cache.upsert("Workload", versioned("a", 7, admission="cq"))  # written while the next list was served
+    cache.upsert("Workload", versioned("new", 8))  # created meanwhile
+    cache.replace_all("Workload", [versioned("a", 4), versioned("b", 6)], "6")
+    assert [o["metadata"]["resourceVersion"] for o in cache.items("Workload")] == ["7", "6", "8"]
+    cache.replace_all("Workload", [versioned("b", 6)], "9")  # a and new deleted since: gone
+    assert [o["metadata"]["name"] for o in cache.items("Workload")] == ["b"]

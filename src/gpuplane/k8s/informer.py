@@ -57,15 +57,35 @@ class Cache:
     assumed: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     changed: threading.Event = field(default_factory=threading.Event)
 
-    def replace_all(self, kind: str, items: list[dict[str, Any]]) -> None:
+    def replace_all(self, kind: str, items: list[dict[str, Any]], resource_version: str = "") -> None:
+        """The objects of a list served at ``resource_version``.
+
+        A cached copy newer than the list (a write's answer, recorded by :meth:`upsert` while the
+        list was on its way) is kept: the watch from the list's version delivers it again.
+        """
         with self.lock:
-            self.objects[kind] = {object_key(o): o for o in items}
+            listed = {object_key(o): o for o in items}
+            try:
+                at = int(resource_version)
+            except ValueError:
+                at = 0
+            if at:
+                listed.update({key: o for key, o in self.objects.get(kind, {}).items() if rv_of(o) > at})
+            self.objects[kind] = listed
             self.changed.set()
 
     def upsert(self, kind: str, obj: dict[str, Any]) -> None:
+        """Record ``obj``, unless the cache holds a newer copy of it.
+
+        A write's answer is recorded at once, and the watch delivers the object's earlier versions
+        after it (the placement patch before the status write, say): those must not roll it back.
+        """
         with self.lock:
             key = object_key(obj)
-            self.objects.setdefault(kind, {})[key] = obj
+            current = self.objects.setdefault(kind, {}).get(key)
+            if current is not None and 0 < rv_of(obj) < rv_of(current):
+                return
+            self.objects[kind][key] = obj
             shadow = self.assumed.get((kind, key))
             if shadow is not None and rv_of(obj) >= rv_of(shadow):
                 del self.assumed[(kind, key)]
@@ -135,8 +155,8 @@ class Informer:
 
     def list(self) -> None:
         result = self.api.list(self.resource)
-        self.cache.replace_all(self.kind, list(result.get("items", [])))
         self.resource_version = str(result.get("metadata", {}).get("resourceVersion", ""))
+        self.cache.replace_all(self.kind, list(result.get("items", [])), self.resource_version)
         self.relists += 1
         self.synced.set()
 

@@ -18,7 +18,8 @@ same term: the loser gets 409 Conflict and stays a follower.
 #   after a takeover).
 # - test_a_clean_shutdown_hands_over_at_once fails: the client has no release.
 #   LeaderElection.run() blocks in its acquire and renew loops (time.sleep, no stop hook)
-#   and ends only when a renewal fails, so a stopped replica leaves its lease to expire.
+#   and ends only when a renewal fails or its onstarted_leading callback raises, and
+#   nothing then clears the holder, so a stopped replica leaves its lease to expire.
 # - Besides: the client's LeaseLock builds a CoordinationV1Api() on the process-wide default
 #   configuration, not the controller's ApiClient (its kubeconfig, its user agent), and
 #   bypasses KubeApi's rate limit; electionconfig.Config calls sys.exit() for a retry
