@@ -332,6 +332,13 @@ class Session:
         cluster.node_changed(node)
         self._scheduler.capacity_changed(freed=True)
 
+    def reconsider(self, now: float) -> None:
+        """Give every parked workload another look in the next cycle, though no capacity was
+        freed: capacity taken since they were tried may have changed why they wait (a driver
+        that shows the reasons calls this once the cluster has settled)."""
+        self._advance(now)
+        self._scheduler.capacity_changed(freed=True)
+
     # --- deciding ----------------------------------------------------------------------------
 
     def cycle(self, now: float) -> Plan:
@@ -442,6 +449,11 @@ class Session:
                 if got is not None and got.reason in reasons:
                     out.append(queued.key)
         return out
+
+    def holds(self, key: str) -> bool:
+        """Whether the workload holds quota now: admitted or reserved in this session, or held
+        when it started (an evicted one too, until its pods are gone)."""
+        return key in self._scheduler.tree.admitted
 
     def admitted(self) -> tuple[AdmissionDecision, ...]:
         """Every admission made in this session that still stands, by workload."""

@@ -8,7 +8,9 @@ dicts, exactly as the API server sent them.
 
 The :class:`Cache` holds every informer's objects behind one lock and supports the
 scheduler's *assume*: a locally recorded write that shadows the informer's copy until
-the watch delivers the written version (or the assumption is forgotten).
+the watch delivers the written version (or the assumption is forgotten). It also notes which
+keys changed (and which kinds were listed anew) until :meth:`Cache.take_changes`, so a reader can
+look at only what changed since it last looked.
 """
 
 from __future__ import annotations
@@ -47,10 +49,25 @@ class Cache:
     objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     assumed: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     changed: threading.Event = field(default_factory=threading.Event)
+    # Keys upserted, removed, assumed or forgotten, by kind, and kinds listed anew (every key may
+    # have changed), since the last take_changes().
+    touched: dict[str, set[str]] = field(default_factory=dict)
+    relisted: set[str] = field(default_factory=set)
+
+    def take_changes(self) -> tuple[dict[str, set[str]], set[str]]:
+        """The keys changed by kind, and the kinds listed anew, since the last call."""
+        with self.lock:
+            touched, relisted = self.touched, self.relisted
+            self.touched, self.relisted = {}, set()
+            return touched, relisted
+
+    def _touch(self, kind: str, key: str) -> None:
+        self.touched.setdefault(kind, set()).add(key)
 
     def replace_all(self, kind: str, items: list[dict[str, Any]]) -> None:
         with self.lock:
             self.objects[kind] = {object_key(o): o for o in items}
+            self.relisted.add(kind)
             self.changed.set()
 
     def upsert(self, kind: str, obj: dict[str, Any]) -> None:
@@ -60,6 +77,7 @@ class Cache:
             shadow = self.assumed.get((kind, key))
             if shadow is not None and rv_of(obj) >= rv_of(shadow):
                 del self.assumed[(kind, key)]
+            self._touch(kind, key)
             self.changed.set()
 
     def remove(self, kind: str, obj: dict[str, Any]) -> None:
@@ -67,18 +85,21 @@ class Cache:
             key = object_key(obj)
             self.objects.setdefault(kind, {}).pop(key, None)
             self.assumed.pop((kind, key), None)
+            self._touch(kind, key)
             self.changed.set()
 
     def assume(self, kind: str, obj: dict[str, Any]) -> None:
         """Record a write before (or while) it reaches the server."""
         with self.lock:
             self.assumed[(kind, object_key(obj))] = obj
+            self._touch(kind, object_key(obj))
             self.changed.set()
 
     def forget(self, kind: str, key: str) -> None:
         """Drop an assumption after a failed write (safe to call twice)."""
         with self.lock:
-            self.assumed.pop((kind, key), None)
+            if self.assumed.pop((kind, key), None) is not None:
+                self._touch(kind, key)
 
     def items(self, kind: str) -> list[dict[str, Any]]:
         with self.lock:
