@@ -19,7 +19,10 @@ Reported, measured in the same run:
 * the ratios of the two (throughput: controller / baseline; CPU: controller / baseline).
 
 * the controller's **passes**: how many it ran, and the mean wall time of one (the passes that
-  ran to the end, on the leader with synced caches).
+  ran to the end, on the leader with synced caches);
+* the **trickle**: once the load is bound, ``--trickle`` more single-pod jobs (20), each submitted
+  once the one before is bound, so that each pass sees a few changed objects among many that stay
+  the same: its passes, their mean wall time, the controller's CPU per pod and the seconds per job.
 
 ``--parked N`` adds N Workloads, created before the controller starts, in a ClusterQueue without
 GPU quota: they stay pending the whole run and never change after their first pending condition.
@@ -31,7 +34,7 @@ idle nodes, and prints one row per run).
 Usage::
 
     python3 bench/controller_e2e.py [--nodes 1000] [--jobs 5000] [--gangs 200] [--gang-size 4]
-                                    [--parked 0] [--idle-nodes 0] [--sweep N,N,...]
+                                    [--parked 0] [--idle-nodes 0] [--trickle 20] [--sweep N,N,...]
                                     [--out DIR] [--profile FILE]
 
 ``--profile FILE`` writes a cProfile of the controller process (read it with ``python -m pstats``).
@@ -258,8 +261,9 @@ class JobPods:
 # --- the two measured children ------------------------------------------------------------------------
 
 
-def controller_process(kubeconfig: str, stop: Any, results: Any, profile: str | None) -> None:
-    """The controller under test, until ``stop`` is set; sends its counters and CPU time."""
+def controller_process(kubeconfig: str, stop: Any, trickle: Any, results: Any, profile: str | None) -> None:
+    """The controller under test, until ``stop`` is set; sends its counters, CPU time and pass times
+    (those of the main load, and those once ``trickle`` is set)."""
     api = KubeApi(load_api_client(kubeconfig))
     api.api_client.user_agent = "gpuplane-controller/bench"
     controller = Controller(api, ControllerConfig(leader_election=False))
@@ -272,13 +276,19 @@ def controller_process(kubeconfig: str, stop: Any, results: Any, profile: str | 
     controller.start(wait=120)
     passes = 0
     pass_seconds: list[float] = []
+    trickle_seconds: list[float] = []
+    trickle_cpu = 0.0
     reconcile = controller.reconcile
 
     def timed() -> Any:
+        nonlocal trickle_cpu
+        late = trickle.is_set()
+        if late and not trickle_cpu:
+            trickle_cpu = time.process_time()
         started = time.perf_counter()
         plan = reconcile()
         if plan is not None:
-            pass_seconds.append(time.perf_counter() - started)
+            (trickle_seconds if late else pass_seconds).append(time.perf_counter() - started)
         return plan
 
     controller.reconcile = timed  # type: ignore[method-assign]
@@ -295,7 +305,10 @@ def controller_process(kubeconfig: str, stop: Any, results: Any, profile: str | 
     controller.stop()
     results.put(
         {
-            "cpuSeconds": time.process_time(),
+            "cpuSeconds": trickle_cpu or time.process_time(),
+            "trickleCpuSeconds": time.process_time() - trickle_cpu if trickle_cpu else 0.0,
+            "tricklePasses": len(trickle_seconds),
+            "trickleMeanPassSeconds": sum(trickle_seconds) / max(1, len(trickle_seconds)),
             "passes": passes,
             "fullPasses": len(pass_seconds),
             "meanPassSeconds": sum(pass_seconds) / max(1, len(pass_seconds)),
@@ -322,9 +335,26 @@ def baseline_process(kubeconfig: str, pods: list[tuple[str, str]], results: Any)
 # --- the run -------------------------------------------------------------------------------------------
 
 
+def trickle_jobs(api: KubeApi, job_pods: JobPods, bound: int, args: argparse.Namespace, child: Any) -> float:
+    """After the main load: ``args.trickle`` single-pod jobs, one at a time, each once the one
+    before it is bound. Each pass then sees a few changed objects among all that stay the same.
+    Returns the wall seconds."""
+    started = time.perf_counter()
+    for i in range(args.trickle):
+        api.create(k8s.JOBS, job_body(f"trickle-{i:04d}", 1, 1), NAMESPACE)
+        bound += 1
+        while job_pods.bound() < bound:
+            if not child.is_alive():
+                raise SystemExit("the controller died")
+            if time.perf_counter() - started > args.timeout:
+                raise SystemExit(f"timed out in the trickle at job {i}")
+            time.sleep(0.01)
+    return time.perf_counter() - started
+
+
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     total_pods = args.jobs + args.gangs * args.gang_size
-    total_gpus = args.jobs + args.gangs * args.gang_size * 2
+    total_gpus = args.jobs + args.gangs * args.gang_size * 2 + args.trickle
     if total_gpus > args.nodes * 8:
         raise SystemExit(f"{total_gpus} GPUs asked of {args.nodes * 8}: every pod must fit")
     context = mp.get_context("spawn")
@@ -344,9 +374,11 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
             job_pods = JobPods(KubeApi(load_api_client(kubeconfig)))
             job_pods.begin()
-            stop, results = context.Event(), context.Queue()
+            stop, trickle, results = context.Event(), context.Event(), context.Queue()
             start = time.perf_counter()
-            child = context.Process(target=controller_process, args=(kubeconfig, stop, results, args.profile))
+            child = context.Process(
+                target=controller_process, args=(kubeconfig, stop, trickle, results, args.profile)
+            )
             child.start()
             first = None
             last_report = start
@@ -362,6 +394,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     raise SystemExit(f"timed out with {bound:,}/{total_pods:,} pods bound")
                 time.sleep(0.05)
             elapsed = time.perf_counter() - start
+            trickle.set()
+            trickle_wall = trickle_jobs(api, job_pods, total_pods, args, child)
             stop.set()
             controller = results.get(timeout=120)
             child.join(timeout=60)
@@ -408,6 +442,11 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "idleNodes": args.idle_nodes,
         "controllerPasses": controller["fullPasses"],
         "meanPassMs": round(controller["meanPassSeconds"] * 1000, 1),
+        "trickleJobs": args.trickle,
+        "tricklePasses": controller["tricklePasses"],
+        "trickleMeanPassMs": round(controller["trickleMeanPassSeconds"] * 1000, 1),
+        "trickleCpuMsPerPod": round(controller["trickleCpuSeconds"] * 1000 / max(1, args.trickle), 2),
+        "trickleSecondsPerJob": round(trickle_wall / max(1, args.trickle), 3),
         "controllerCounters": controller["counters"],
         "baselineSeconds": round(baseline["wallSeconds"], 2),
         "baselineBindingsPerSecond": round(base_rate, 1),
@@ -425,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gang-size", type=int, default=4)
     parser.add_argument("--parked", type=int, default=0, help="Workloads pending all along (no quota)")
     parser.add_argument("--idle-nodes", type=int, default=0, help="nodes without GPUs")
+    parser.add_argument("--trickle", type=int, default=20, help="jobs submitted one by one after the load")
     parser.add_argument("--sweep", help="comma-separated values of --parked (and --idle-nodes): one run each")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up")
     parser.add_argument("--out", type=Path, help="write controller-e2e.json here")
@@ -472,6 +512,9 @@ def print_one(args: argparse.Namespace, result: dict[str, Any], console: Console
     )
     table.add_row("passes", f"{result['controllerPasses']:,}", "", "")
     table.add_row("mean pass ms", f"{result['meanPassMs']:,.1f}", "", "")
+    table.add_row(f"trickle ({result['trickleJobs']} jobs): passes", f"{result['tricklePasses']:,}", "", "")
+    table.add_row("trickle: mean pass ms", f"{result['trickleMeanPassMs']:,.1f}", "", "")
+    table.add_row("trickle: CPU ms / pod", f"{result['trickleCpuMsPerPod']:,.1f}", "", "")
     console.print(table)
     console.print(json.dumps(result))
 
@@ -482,7 +525,9 @@ def print_sweep(results: list[dict[str, Any]], console: Console) -> None:
         title=f"controller-e2e: {first['nodes']:,} nodes, {first['jobs']:,} jobs + {first['gangs']:,} gangs, "
         "with unchanged objects"
     )
-    for name in ("parked Workloads + idle nodes", "passes", "mean pass ms", "CPU ms / pod", "ratio to first"):
+    columns = ("parked Workloads + idle nodes", "load: passes", "mean pass ms", "CPU ms / pod")
+    columns += ("trickle: passes", "mean pass ms", "CPU ms / pod", "s / job", "trickle pass vs first row")
+    for name in columns:
         table.add_column(name, justify="right")
     for result in results:
         table.add_row(
@@ -490,8 +535,11 @@ def print_sweep(results: list[dict[str, Any]], console: Console) -> None:
             f"{result['controllerPasses']:,}",
             f"{result['meanPassMs']:,.1f}",
             f"{result['controllerCpuMsPerPod']:,.2f}",
-            f"{result['meanPassMs'] / max(first['meanPassMs'], 1e-9):.2f}x pass, "
-            f"{result['controllerCpuMsPerPod'] / max(first['controllerCpuMsPerPod'], 1e-9):.2f}x CPU",
+            f"{result['tricklePasses']:,}",
+            f"{result['trickleMeanPassMs']:,.1f}",
+            f"{result['trickleCpuMsPerPod']:,.1f}",
+            f"{result['trickleSecondsPerJob']:,.2f}",
+            f"{result['trickleMeanPassMs'] / max(first['trickleMeanPassMs'], 1e-9):.2f}x",
         )
     console.print(table)
     console.print(json.dumps(results))

@@ -277,3 +277,20 @@ def test_parked_reasons_are_looked_at_again_once_the_cluster_settles_after_an_ad
         (p.reason, p.message) for p in fresh.drain().pending if p.workload == f"{NS}/huge"
     )
     assert driver.live.rebuilds == 1
+
+
+def test_pending_changes_reports_each_reason_once_until_it_changes() -> None:
+    cache = _cache(gpus=8)
+    cache.upsert("Workload", _wl("big", gpu=16, created="2026-01-01T00:00:00Z"))
+    cache.upsert("Workload", _wl("fits", gpu=8, created="2026-01-01T00:01:00Z"))
+    driver = Driver(cache)
+    session = driver.sync()
+    assert session.pending_changes() == session.pending()  # the first call: every one
+    assert session.pending_changes() == ()
+    session.drain(driver.now)
+    changed = session.pending_changes()
+    assert [p.workload for p in changed] == [f"{NS}/big"]  # tried now; "fits" is admitted
+    assert changed == session.pending()
+    assert session.pending_changes() == ()
+    cache.upsert("Workload", _wl("late", gpu=1, created="2026-01-01T00:02:00Z"))
+    assert [p.workload for p in driver.sync().pending_changes()] == [f"{NS}/late"]

@@ -8,9 +8,9 @@ tell it what happened and ask it to decide; they never reach into the state behi
     ---------                          -------------                     ---------------
     submit / update / withdraw         cycle(now) -> Plan (one cycle)    pending(), admitted()
     finish / evict                     drain(now, stop=...) -> Plan      usage(), lifecycle(key)
-    node_down / node_up / node_changed   (cycles until nothing changes,  has_pending()
+    node_down / node_up / node_changed   (cycles until nothing changes,  has_pending(), holds(key)
     record_checkpoint                     the stop rule says so, or      waiting_for(reasons)
-                                          the bound is hit)
+    reconsider                            the bound is hit)              pending_changes()
 
 Every call that changes something takes the current time (seconds, the driver's clock); time never
 runs backwards, and nothing here reads a clock. Plans are frozen; each admission carries, per pod,
@@ -180,6 +180,7 @@ class Session:
         self._track_reasons = track_reasons and history
         self._lifecycles: dict[str, Lifecycle] = {}
         self._evictions_seen = 0
+        self._reported: dict[str, tuple[str, str]] = {}  # for pending_changes()
         for wl in state.workloads if history else ():
             created = min(wl.creation, now)
             if wl.finished:  # observed finished: its history starts there
@@ -433,6 +434,40 @@ class Session:
     def pending(self) -> tuple[PendingDecision, ...]:
         """Every workload not admitted, with its reason and position."""
         return tuple(self._scheduler.pending_decisions())
+
+    def pending_changes(self) -> tuple[PendingDecision, ...]:
+        """The pending workloads whose reason or message changed since the last call (all of them
+        on the first), as :meth:`pending` gives them. It looks at each pending workload's status
+        but builds decisions only for those that changed: a driver that shows the reasons after
+        every drain (the controller) asks this instead of :meth:`pending`."""
+        scheduler = self._scheduler
+        reported: dict[str, tuple[str, str]] = {}
+        out: list[PendingDecision] = []
+        for cq_name, queue in scheduler.queues.items():
+            lq_positions: dict[str, int] = {}
+            for position, pending in enumerate(queue, start=1):
+                lq_name = pending.local_queue
+                lq_positions[lq_name] = lq_positions.get(lq_name, 0) + 1
+                status = scheduler.status.get(pending.key)
+                reason, message = (
+                    (status.reason, status.message) if status is not None else (Reason.QUEUED, "")
+                )
+                if reason == Reason.QUEUED and not message:
+                    message = f"queued at position {position} in ClusterQueue {cq_name}; not attempted yet"
+                reported[pending.key] = (reason, message)
+                if self._reported.get(pending.key) != (reason, message):
+                    out.append(
+                        PendingDecision(
+                            pending.key, cq_name, lq_name, position, lq_positions[lq_name], reason, message
+                        )
+                    )
+        for key in sorted(scheduler.unqueued):
+            queue_name, lq_key, got = scheduler.unqueued[key]
+            reported[key] = (got.reason, got.message)
+            if self._reported.get(key) != reported[key]:
+                out.append(PendingDecision(key, queue_name, lq_key, None, None, got.reason, got.message))
+        self._reported = reported
+        return tuple(out)
 
     def has_pending(self) -> bool:
         """Whether any workload waits in a ClusterQueue."""

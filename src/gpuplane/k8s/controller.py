@@ -359,7 +359,11 @@ class Controller:
         with self.counters.lock:
             self.counters.extra["invalid_objects"] = len(self.live.skipped)
             self.counters.extra["session_rebuilds"] = self.live.rebuilds
-        plan, stopped = _drain_until_preemption(session, now)
+        # Every pending workload's reason goes to the observers (metrics, visibility, ETA); the
+        # pending step alone needs only the reasons that changed, which costs no pass over them all.
+        plan, stopped = _drain_until_preemption(session, now, with_pending=bool(self.observers))
+        if not self.observers:
+            plan = replace(plan, pending=session.pending_changes())
         if plan.admitted:
             self.live.settle = True
         if stopped:
@@ -844,6 +848,8 @@ class Controller:
         try:
             written = self.api.replace(k8s.WORKLOADS, write.body, sub="status")
         except ApiError:
+            # The session reports a reason once; the next pass looks at every one again.
+            self.live.invalidate("a pending condition was not written")
             return
         self.cache.upsert("Workload", written)
         self._pending_written[pending.workload] = (pending.reason, pending.message)
@@ -901,7 +907,7 @@ def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, st
     return out
 
 
-def _drain_until_preemption(session: Session, now: float) -> tuple[Plan, bool]:
+def _drain_until_preemption(session: Session, now: float, *, with_pending: bool = True) -> tuple[Plan, bool]:
     """Scheduling cycles until one changes nothing or one preempts; and whether one preempted.
 
     The session lives across passes, so the heads of the queues that did not fit stay parked
@@ -922,7 +928,7 @@ def _drain_until_preemption(session: Session, now: float) -> tuple[Plan, bool]:
         stopped = bool(cycle.preempted or cycle.waiting_on_victims or cycle.check_evictions)
         return stopped
 
-    plan = session.drain(now, stop=preempts)
+    plan = session.drain(now, stop=preempts, with_pending=with_pending)
     # Only the last cycle can preempt (it ends the drain); a victim admitted earlier in the same
     # drain is dropped together with that preemption.
     return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new)), stopped

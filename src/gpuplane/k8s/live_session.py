@@ -34,12 +34,14 @@ pass observers: metrics, visibility, ETA) without parsing anything again.
 
 Parked workloads (those that did not fit) are tried again only when capacity is freed, as in
 Kueue's queues; after passes that took capacity, the first pass that sees no change looks at
-them once more, so the reasons shown on pending Workloads are those of the cluster as it is.
+them once more (at most once every ``reconsider_seconds``: a look costs one cycle per parked
+workload), so the reasons shown on pending Workloads are those of the cluster as it is.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -115,6 +117,9 @@ class LiveSession:
         # Set by the caller after a pass that admitted something: once a pass sees no change, the
         # parked workloads are looked at again, so the reasons shown are those of the cluster now.
         self.settle = False
+        # A look costs a cycle per parked workload: at most one per this many seconds.
+        self.reconsider_seconds = 10.0
+        self._reconsidered_at = -math.inf
         self.skipped: list[InputError] = []  # invalid objects left out at the last rebuild
         self._stale: str | None = "first pass"
         self._built_at = 0.0
@@ -166,11 +171,13 @@ class LiveSession:
                 why = f"event refused: {err}"
             else:
                 self.fed += 1
-                if self.settle and not any(changes.values()):
+                quiet = not any(changes.values())
+                if self.settle and quiet and now - self._reconsidered_at >= self.reconsider_seconds:
                     # Nothing changed since a pass that took capacity: the parked workloads were
                     # last tried before it was taken, and their reasons may be stale.
                     session.reconsider(now)
                     self.settle = False
+                    self._reconsidered_at = now
                 return session
         return self._rebuild(items, now, why or "no session")
 
