@@ -313,6 +313,9 @@ def controller_process(kubeconfig: str, stop: Any, trickle: Any, results: Any, p
             "fullPasses": len(pass_seconds),
             "meanPassSeconds": sum(pass_seconds) / max(1, len(pass_seconds)),
             "counters": {k: v for k, v in vars(controller.counters).items() if k not in ("extra", "lock")},
+            # Why the scheduling session was built from the whole cache, by kind of reason (a
+            # controller that keeps none builds one every pass).
+            "sessionRebuilds": dict(getattr(getattr(controller, "live", None), "rebuild_reasons", {})),
         }
     )
 
@@ -448,6 +451,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "trickleCpuMsPerPod": round(controller["trickleCpuSeconds"] * 1000 / max(1, args.trickle), 2),
         "trickleSecondsPerJob": round(trickle_wall / max(1, args.trickle), 3),
         "controllerCounters": controller["counters"],
+        "sessionRebuilds": controller["sessionRebuilds"],
         "baselineSeconds": round(baseline["wallSeconds"], 2),
         "baselineBindingsPerSecond": round(base_rate, 1),
         "baselineCpuMsPerBinding": round(base_cpu * 1000, 3),

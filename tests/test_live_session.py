@@ -153,12 +153,12 @@ def test_a_pending_workload_deleted_is_withdrawn() -> None:
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        ("queue", "ClusterQueue changed"),
-        ("node-added", "node node-9 added"),
-        ("node-resized", "node node-0 resized"),
-        ("foreign-pod", "pod team/other holds devices outside an admitted workload"),
-        ("admitted-elsewhere", "workload team/b: the cluster shows its admission"),
-        ("relist", "relisted Workload"),
+        ("queue", "queues, flavors or namespaces changed: ClusterQueue"),
+        ("node-added", "node added: node-9"),
+        ("node-resized", "node resized: node-0"),
+        ("foreign-pod", "pod holds devices outside an admitted workload: team/other"),
+        ("admitted-elsewhere", "the cluster shows an admission: team/b"),
+        ("relist", "relisted: Workload"),
     ],
 )
 def test_changes_the_session_cannot_take_as_events_rebuild_it(change: str, reason: str) -> None:
@@ -189,6 +189,7 @@ def test_changes_the_session_cannot_take_as_events_rebuild_it(change: str, reaso
     assert driver.sync() is not first
     assert driver.live.rebuilds == 2
     assert driver.live.last_rebuild_reason == reason
+    assert driver.live.rebuild_reasons == {"first pass": 1, reason.partition(":")[0]: 1}
 
 
 def test_a_node_label_change_is_fed_and_a_pod_of_a_held_workload_is_not_a_rebuild() -> None:

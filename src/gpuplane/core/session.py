@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gpuplane.core.admission_checks import CheckEviction, ReservedDecision, Verdict
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
@@ -63,7 +64,7 @@ from gpuplane.core.plan import (
     placement_annotation,
     recorded_placement,
 )
-from gpuplane.core.scheduler import CycleResult, Scheduler, drain, drain_bound, plan_after, schedule
+from gpuplane.core.scheduler import CycleResult, Scheduler, Status, drain, drain_bound, plan_after, schedule
 from gpuplane.core.workloads import last_checkpoint
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.objects import ClusterState, Node, Workload
@@ -148,6 +149,40 @@ class DeviceUse:
 StopRule = Callable[[CycleOutcome], bool]
 
 
+class _Counted(dict[str, Status]):
+    """The scheduler's reasons by workload, counting the writes (for :meth:`Session.pending_changes`)."""
+
+    __slots__ = ("writes",)
+
+    def __init__(self, items: Mapping[str, Status]) -> None:
+        super().__init__(items)
+        self.writes = 0
+
+    def __setitem__(self, key: str, value: Status) -> None:
+        self.writes += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.writes += 1
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self.writes += 1
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        self.writes += 1
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.writes += 1
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self.writes += 1
+        return super().setdefault(key, default)
+
+
 def _reason(text: str, default: Reason = Reason.PENDING) -> Reason:
     """``text`` as a :class:`Reason`. The core reports only these spellings; a reason written by
     someone else (an object read from a cluster) reads as ``default``."""
@@ -181,6 +216,11 @@ class Session:
         self._lifecycles: dict[str, Lifecycle] = {}
         self._evictions_seen = 0
         self._reported: dict[str, tuple[str, str]] = {}  # for pending_changes()
+        # Whether an event or a cycle may have changed a reason or a position since the last
+        # pending_changes(), and how many reasons the scheduler had written by then.
+        self._touched = True
+        self._scheduler.status = _Counted(self._scheduler.status)
+        self._status_seen = -1
         for wl in state.workloads if history else ():
             created = min(wl.creation, now)
             if wl.finished:  # observed finished: its history starts there
@@ -207,11 +247,13 @@ class Session:
 
     # --- time and state ----------------------------------------------------------------------
 
-    def _advance(self, now: float) -> None:
+    def _advance(self, now: float, *, event: bool = True) -> None:
         if now < self._now:
             raise ValueError(f"time runs backwards: {now} < {self._now}")
         self._now = now
         self._scheduler.advance(now)
+        if event:  # an event may move queues and reasons: pending_changes() looks at all again
+            self._touched = True
 
     def _move(self, key: str, to: WorkloadState, reason: Reason, message: str = "") -> None:
         if not self._history:
@@ -366,13 +408,15 @@ class Session:
         driver that drains at every event may not need), and the notes and admission-check
         outcomes of its cycles.
         """
-        self._advance(now)
+        self._advance(now, event=False)
         scheduler = self._scheduler
         if max_cycles is None:
             max_cycles = drain_bound(scheduler.config, len(scheduler.workloads))
         since = (len(scheduler.preempted), len(scheduler.notes), len(scheduler.gate.evictions))
 
         def after_cycle(result: CycleResult) -> bool:
+            if result.changed:
+                self._touched = True
             if self._history:
                 self._apply(result.admitted, result.preempted)
             if stop is None:
@@ -388,6 +432,8 @@ class Session:
             )
 
         watch = self._history or stop is not None
+        if not watch:
+            self._touched = True  # not watched cycle by cycle: any may have changed a reason
         admitted, ran = drain(
             scheduler, max_cycles, until_quiet=until_quiet, after_cycle=after_cycle if watch else None
         )
@@ -441,6 +487,10 @@ class Session:
         but builds decisions only for those that changed: a driver that shows the reasons after
         every drain (the controller) asks this instead of :meth:`pending`."""
         scheduler = self._scheduler
+        status_writes = scheduler.status.writes if isinstance(scheduler.status, _Counted) else -2
+        if not self._touched and status_writes >= 0 and status_writes == self._status_seen:
+            return ()
+        self._touched, self._status_seen = False, status_writes
         reported: dict[str, tuple[str, str]] = {}
         out: list[PendingDecision] = []
         for cq_name, queue in scheduler.queues.items():

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -75,6 +76,11 @@ _STATE_KINDS = frozenset(
     )
 )
 _HOLDING_PHASES = (None, "Pending", "Running")
+
+
+def _kind_of(why: str) -> str:
+    """A rebuild's reason without the object it names: ``workload evicted: ns/a`` -> ``workload evicted``."""
+    return why.partition(":")[0]
 
 
 class Rebuild(Exception):  # noqa: N818 (a signal, not an error: the change is not fed, the session rebuilt)
@@ -114,6 +120,7 @@ class LiveSession:
         self.rebuilds_seen = 0  # for the caller: the rebuilds it has logged the skipped objects of
         self.fed = 0  # passes that fed it the changes only
         self.last_rebuild_reason = ""
+        self.rebuild_reasons: Counter[str] = Counter()  # why, by the reason's kind (its words, less names)
         # Set by the caller after a pass that admitted something: once a pass sees no change, the
         # parked workloads are looked at again, so the reasons shown are those of the cluster now.
         self.settle = False
@@ -155,13 +162,13 @@ class LiveSession:
             if session is None:
                 why = "no session"
             elif relisted & (_FED | _STATE_KINDS):
-                why = f"relisted {', '.join(sorted(relisted & (_FED | _STATE_KINDS)))}"
+                why = f"relisted: {', '.join(sorted(relisted & (_FED | _STATE_KINDS)))}"
             elif now < session.now:
                 why = "the clock went back"
             elif now - self._built_at >= self.resync_seconds:
                 why = "periodic resync"
             elif changed := sorted(set(changes) & _STATE_KINDS):
-                why = f"{changed[0]} changed"
+                why = f"queues, flavors or namespaces changed: {changed[0]}"
         if why is None and session is not None:
             try:
                 self._feed(session, get, changes, now)
@@ -199,6 +206,7 @@ class LiveSession:
         self._stale = None
         self.rebuilds += 1
         self.last_rebuild_reason = why
+        self.rebuild_reasons[_kind_of(why)] += 1
         log.debug("scheduling session rebuilt: %s", why)
         return self.session
 
@@ -213,7 +221,7 @@ class LiveSession:
         skipped: list[InputError] = []
         state = state_from_objects(docs, skipped=skipped)
         if skipped or state.invalid_workloads:
-            raise Rebuild(f"invalid {kind}")
+            raise Rebuild(f"invalid object: {kind}")
         return state
 
     def _feed(self, session: Session, get: Get, changes: Mapping[str, set[str]], now: float) -> None:
@@ -227,22 +235,22 @@ class LiveSession:
     def _feed_node(self, session: Session, name: str, obj: dict[str, Any] | None, now: float) -> None:
         known = self._nodes.get(name)
         if obj is None or known is None:
-            raise Rebuild(f"node {name} {'removed' if obj is None else 'added'}")
+            raise Rebuild(f"node {'removed' if obj is None else 'added'}: {name}")
         (node,) = self._parse("Node", [obj]).nodes
         if node == known:
             return
         if dict(node.allocatable) != dict(known.allocatable):
-            raise Rebuild(f"node {name} resized")
+            raise Rebuild(f"node resized: {name}")
         session.node_changed(node, now)
         self._nodes[name] = node
 
     def _feed_workload(self, session: Session, key: str, obj: dict[str, Any] | None, now: float) -> None:
         if key in self._invalid:
-            raise Rebuild(f"invalid workload {key} changed")
+            raise Rebuild(f"invalid workload changed: {key}")
         held = session.holds(key)
         if obj is None or _true(obj, "Finished"):
             if held and obj is None:
-                raise Rebuild(f"admitted workload {key} deleted")  # its pods may still run
+                raise Rebuild(f"admitted workload deleted: {key}")  # its pods may still run
             if held:
                 session.finish(key, now, Reason.FINISHED)
             else:
@@ -252,12 +260,12 @@ class LiveSession:
             return
         status = obj.get("status") or {}
         if status.get("admissionChecks"):
-            raise Rebuild(f"workload {key} has admission checks")
+            raise Rebuild(f"workload with admission checks: {key}")
         admitted = bool(status.get("admission"))
         if admitted != held:
-            raise Rebuild(f"workload {key}: the cluster {'shows' if admitted else 'lacks'} its admission")
+            raise Rebuild(f"the cluster {'shows' if admitted else 'lacks'} an admission: {key}")
         if admitted and _true(obj, "Evicted"):
-            raise Rebuild(f"workload {key} evicted")
+            raise Rebuild(f"workload evicted: {key}")
         spec = _spec_of(obj)
         if not admitted and key in self._workloads and self._specs.get(key) == spec:
             return  # only its status changed: the pending condition the controller wrote
@@ -280,7 +288,7 @@ class LiveSession:
             owner = labels.get(keys.WORKLOAD_LABEL)
             namespace = key.partition("/")[0]
             if not owner or not session.holds(f"{namespace}/{owner}"):
-                raise Rebuild(f"pod {key} holds devices outside an admitted workload")
+                raise Rebuild(f"pod holds devices outside an admitted workload: {key}")
         if obj is None or not _holds_devices(obj):
             self._pods.pop(key, None)
             return
