@@ -48,8 +48,8 @@ class Driver:
 
     def sync(self, advance: float = 1.0) -> Session:
         self.now += advance
-        changes, relisted = self.cache.take_changes()
-        return self.live.sync(self.cache.items, self.cache.get, changes, relisted, self.now)
+        changes = self.cache.take_changes()
+        return self.live.sync(self.cache.items, self.cache.get, changes, self.now)
 
     def drain(self) -> Plan:
         return self.sync().drain(self.now)
@@ -109,7 +109,7 @@ def test_a_pending_workload_whose_status_alone_changed_is_not_queued_again() -> 
     assert driver.drain().admitted == ()
     parsed: list[str] = []
     parse = driver.live._parse  # counting the parses is the point
-    driver.live._parse = lambda kind, objs: parsed.append(kind) or parse(kind, objs)  # type: ignore[method-assign]
+    driver.live._parse = lambda kind, objs: parsed.extend(kind for _ in objs) or parse(kind, objs)  # type: ignore[method-assign]
     wl = cache.get("Workload", f"{NS}/big")
     assert wl is not None
     condition = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "no quota"}
@@ -158,7 +158,7 @@ def test_a_pending_workload_deleted_is_withdrawn() -> None:
         ("node-resized", "node resized: node-0"),
         ("foreign-pod", "pod holds devices outside an admitted workload: team/other"),
         ("admitted-elsewhere", "the cluster shows an admission: team/b"),
-        ("relist", "relisted: Workload"),
+        ("relist", "queues, flavors or namespaces changed: ClusterQueue"),
     ],
 )
 def test_changes_the_session_cannot_take_as_events_rebuild_it(change: str, reason: str) -> None:
@@ -182,10 +182,10 @@ def test_changes_the_session_cannot_take_as_events_rebuild_it(change: str, reaso
         cache.upsert("Pod", pod)
     elif change == "admitted-elsewhere":
         other = LiveSession(lambda _state: SchedulerConfig())  # another scheduler admits it
-        elsewhere = other.sync(cache.items, cache.get, {}, set(), driver.now).drain(driver.now)
+        elsewhere = other.sync(cache.items, cache.get, {}, driver.now).drain(driver.now)
         driver.admit_in_cache(elsewhere)
-    else:
-        cache.replace_all("Workload", cache.items("Workload"))
+    else:  # a relist that finds a ClusterQueue changed
+        cache.replace_all("ClusterQueue", [cluster_queue("cq").flavor("h100", cpu="1", gpu=16).to_dict()])
     assert driver.sync() is not first
     assert driver.live.rebuilds == 2
     assert driver.live.last_rebuild_reason == reason
@@ -295,3 +295,23 @@ def test_pending_changes_reports_each_reason_once_until_it_changes() -> None:
     assert session.pending_changes() == ()
     cache.upsert("Workload", _wl("late", gpu=1, created="2026-01-01T00:02:00Z"))
     assert [p.workload for p in driver.sync().pending_changes()] == [f"{NS}/late"]
+
+
+def test_a_relist_feeds_only_what_differs_from_the_copy_it_replaced() -> None:
+    cache = _cache()
+    cache.upsert(
+        "Workload", {**_wl("a", gpu=1), "metadata": {**_wl("a")["metadata"], "resourceVersion": "5"}}
+    )
+    driver = Driver(cache)
+    session = driver.sync()
+    listed = [
+        *cache.items("Workload"),
+        {**_wl("b", gpu=1), "metadata": {**_wl("b")["metadata"], "resourceVersion": "9"}},
+    ]
+    cache.replace_all("Workload", listed)
+    cache.replace_all("Node", cache.items("Node"))  # the same nodes: nothing to feed
+    changes = cache.take_changes()
+    assert changes == {"Workload": {f"{NS}/b"}}
+    assert driver.live.sync(cache.items, cache.get, changes, driver.now + 1) is session
+    assert sorted(p.workload for p in session.pending()) == [f"{NS}/a", f"{NS}/b"]
+    assert driver.live.rebuilds == 1

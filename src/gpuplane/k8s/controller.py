@@ -241,8 +241,8 @@ class Controller:
             return None
         if not all(informer.synced.is_set() for informer in self.informers):
             # A cache that has not listed yet (or is relisting after 410 Gone) hides admitted
-            # workloads and bound pods: deciding on it would over-admit.
-            self.live.invalidate("caches not synced")
+            # workloads and bound pods: deciding on it would over-admit. The session waits: the
+            # relist notes what changed meanwhile.
             return None
         started = time.monotonic()
         self.interruptions.reconcile()
@@ -345,10 +345,10 @@ class Controller:
 
     def _schedule(self) -> Plan | None:
         """Bring the long-lived session up to date with what changed in the cache, then drain it."""
-        changes, relisted = self.cache.take_changes()
+        changes = self.cache.take_changes()  # a relist notes the keys it changed
         now = self.clock()
         try:
-            session = self.live.sync(self.cache.items, self.cache.get, changes, relisted, now)
+            session = self.live.sync(self.cache.items, self.cache.get, changes, now)
         except InputError as err:
             log.warning("cluster state rejected: %s", err)
             return None

@@ -9,8 +9,8 @@ dicts, exactly as the API server sent them.
 The :class:`Cache` holds every informer's objects behind one lock and supports the
 scheduler's *assume*: a locally recorded write that shadows the informer's copy until
 the watch delivers the written version (or the assumption is forgotten). It also notes which
-keys changed (and which kinds were listed anew) until :meth:`Cache.take_changes`, so a reader can
-look at only what changed since it last looked.
+keys changed (a relist: those that differ from the copy it replaces) until
+:meth:`Cache.take_changes`, so a reader can look at only what changed since it last looked.
 """
 
 from __future__ import annotations
@@ -49,25 +49,34 @@ class Cache:
     objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     assumed: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     changed: threading.Event = field(default_factory=threading.Event)
-    # Keys upserted, removed, assumed or forgotten, by kind, and kinds listed anew (every key may
-    # have changed), since the last take_changes().
+    # Keys upserted, removed, assumed or forgotten, or changed by a relist, by kind, since the
+    # last take_changes().
     touched: dict[str, set[str]] = field(default_factory=dict)
-    relisted: set[str] = field(default_factory=set)
 
-    def take_changes(self) -> tuple[dict[str, set[str]], set[str]]:
-        """The keys changed by kind, and the kinds listed anew, since the last call."""
+    def take_changes(self) -> dict[str, set[str]]:
+        """The keys changed since the last call, by kind."""
         with self.lock:
-            touched, relisted = self.touched, self.relisted
-            self.touched, self.relisted = {}, set()
-            return touched, relisted
+            touched, self.touched = self.touched, {}
+            return touched
 
     def _touch(self, kind: str, key: str) -> None:
         self.touched.setdefault(kind, set()).add(key)
 
     def replace_all(self, kind: str, items: list[dict[str, Any]]) -> None:
         with self.lock:
-            self.objects[kind] = {object_key(o): o for o in items}
-            self.relisted.add(kind)
+            old = self.objects.get(kind, {})
+            new = {object_key(o): o for o in items}
+            # A relist (after 410 Gone) notes only what differs from the copy it replaces.
+            for key in old.keys() | new.keys():
+                before, after = old.get(key), new.get(key)
+                if (
+                    before is None
+                    or after is None
+                    or rv_of(before) != rv_of(after)
+                    or (not rv_of(after) and before != after)
+                ):
+                    self._touch(kind, key)
+            self.objects[kind] = new
             self.changed.set()
 
     def upsert(self, kind: str, obj: dict[str, Any]) -> None:

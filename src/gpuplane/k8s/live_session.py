@@ -20,7 +20,7 @@ Job                                        nothing (the state holds Workloads, n
 =========================================  ===================================================
 
 Anything else rebuilds the session from the whole cache, as every pass did before: the first pass
-and each one after a leader change or a relist, a change of a queue, flavor, cohort, priority
+and each one after a leader change, a change of a queue, flavor, cohort, priority
 class, topology, admission check or namespace, a node added, removed or resized, a pod that holds
 devices outside a Workload the session holds, a Workload whose admission the cluster and the
 session disagree on (an admission written by someone else, or lost; an eviction), a Workload with
@@ -150,10 +150,10 @@ class LiveSession:
         items: Items,
         get: Get,
         changes: Mapping[str, set[str]],
-        relisted: set[str],
         now: float,
     ) -> Session:
-        """The session, up to date with the cache: fed ``changes`` (keys by kind, from the cache),
+        """The session, up to date with the cache: fed ``changes`` (keys by kind, from the cache; a
+        relist notes the keys that differ from the copy it replaced),
         or rebuilt from ``items`` when they cannot be fed. Raises :class:`InputError` when the
         cluster's state as a whole is refused (the session is then rebuilt on the next call)."""
         why = self._stale
@@ -161,8 +161,6 @@ class LiveSession:
         if why is None:
             if session is None:
                 why = "no session"
-            elif relisted & (_FED | _STATE_KINDS):
-                why = f"relisted: {', '.join(sorted(relisted & (_FED | _STATE_KINDS)))}"
             elif now < session.now:
                 why = "the clock went back"
             elif now - self._built_at >= self.resync_seconds:
@@ -215,6 +213,8 @@ class LiveSession:
     def _parse(self, kind: str, objects: Sequence[dict[str, Any]]) -> ClusterState:
         """The changed objects of one kind, parsed by the same loader as a rebuild (Workloads with
         the priority classes they name)."""
+        if not objects:
+            return ClusterState()
         docs = [typed(obj, kind) for obj in objects]
         if kind == "Workload":
             docs = [typed(pc, "WorkloadPriorityClass") for pc in self._priorities.values()] + docs
@@ -227,10 +227,26 @@ class LiveSession:
     def _feed(self, session: Session, get: Get, changes: Mapping[str, set[str]], now: float) -> None:
         for name in sorted(changes.get("Node", ())):
             self._feed_node(session, name, get("Node", name), now)
+        # The objects to parse are parsed together, in one call of the loader.
+        workloads = []
         for key in sorted(changes.get("Workload", ())):
-            self._feed_workload(session, key, get("Workload", key), now)
+            obj = get("Workload", key)
+            if self._workload_event(session, key, obj, now) and obj is not None:
+                workloads.append(obj)
+        for wl, obj in zip(self._parse("Workload", workloads).workloads, workloads, strict=True):
+            if session.holds(wl.key) or wl.key in self._workloads:
+                session.update(wl, now)
+            else:
+                session.submit(wl, now)
+            self._workloads[wl.key] = wl
+            self._specs[wl.key] = _spec_of(obj)
+        pods = []
         for key in sorted(changes.get("Pod", ())):
-            self._feed_pod(session, key, get("Pod", key))
+            obj = get("Pod", key)
+            if self._pod_event(session, key, obj) and obj is not None:
+                pods.append(obj)
+        for pod in self._parse("Pod", pods).pods:
+            self._pods[pod.key] = pod
 
     def _feed_node(self, session: Session, name: str, obj: dict[str, Any] | None, now: float) -> None:
         known = self._nodes.get(name)
@@ -244,7 +260,9 @@ class LiveSession:
         session.node_changed(node, now)
         self._nodes[name] = node
 
-    def _feed_workload(self, session: Session, key: str, obj: dict[str, Any] | None, now: float) -> None:
+    def _workload_event(self, session: Session, key: str, obj: dict[str, Any] | None, now: float) -> bool:
+        """Feed a Workload's finish or removal; True when it is to be parsed and submitted or
+        updated."""
         if key in self._invalid:
             raise Rebuild(f"invalid workload changed: {key}")
         held = session.holds(key)
@@ -257,7 +275,7 @@ class LiveSession:
                 session.withdraw(key, now)
             self._workloads.pop(key, None)
             self._specs.pop(key, None)
-            return
+            return False
         status = obj.get("status") or {}
         if status.get("admissionChecks"):
             raise Rebuild(f"workload with admission checks: {key}")
@@ -266,21 +284,15 @@ class LiveSession:
             raise Rebuild(f"the cluster {'shows' if admitted else 'lacks'} an admission: {key}")
         if admitted and _true(obj, "Evicted"):
             raise Rebuild(f"workload evicted: {key}")
-        spec = _spec_of(obj)
-        if not admitted and key in self._workloads and self._specs.get(key) == spec:
-            return  # only its status changed: the pending condition the controller wrote
-        (wl,) = self._parse("Workload", [obj]).workloads
-        if admitted or key in self._workloads:
-            session.update(wl, now)
-        else:
-            session.submit(wl, now)
-        self._workloads[key] = wl
-        self._specs[key] = spec
+        # A pending one whose status alone changed (the pending condition the controller wrote):
+        # nothing to tell the session.
+        return admitted or key not in self._workloads or self._specs.get(key) != _spec_of(obj)
 
-    def _feed_pod(self, session: Session, key: str, obj: dict[str, Any] | None) -> None:
+    def _pod_event(self, session: Session, key: str, obj: dict[str, Any] | None) -> bool:
+        """Check a pod's change; True when it holds devices now and is to be parsed."""
         known = self._pods.get(key)
         if known is None and not _holds_devices(obj):
-            return  # neither counted before nor now: a pod not bound yet, or ended
+            return False  # neither counted before nor now: a pod not bound yet, or ended
         labels = dict(known.template.labels) if known is not None else {}
         if obj is not None:
             labels.update((obj.get("metadata") or {}).get("labels") or {})
@@ -291,9 +303,8 @@ class LiveSession:
                 raise Rebuild(f"pod holds devices outside an admitted workload: {key}")
         if obj is None or not _holds_devices(obj):
             self._pods.pop(key, None)
-            return
-        (pod,) = self._parse("Pod", [obj]).pods
-        self._pods[key] = pod
+            return False
+        return True
 
     # --- views ---------------------------------------------------------------------------------
 
