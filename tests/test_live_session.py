@@ -315,3 +315,44 @@ def test_a_relist_feeds_only_what_differs_from_the_copy_it_replaced() -> None:
     assert driver.live.sync(cache.items, cache.get, changes, driver.now + 1) is session
     assert sorted(p.workload for p in session.pending()) == [f"{NS}/a", f"{NS}/b"]
     assert driver.live.rebuilds == 1
+
+
+def test_the_reasons_pending_changes_reports_add_up_to_every_pending_reason() -> None:
+    cache = _cache(gpus=16)
+    cache.upsert("ClusterQueue", cluster_queue("small").flavor("h100", cpu="1000", gpu=2).to_dict())
+    cache.upsert("LocalQueue", local_queue("small", NS, "small").to_dict())
+    driver = Driver(cache)
+    shown: dict[str, tuple[str, str]] = {}
+    seen: set[str] = set()  # ever pending
+
+    def check() -> None:
+        session = driver.sync()
+        session.drain(driver.now)
+        shown.update((p.workload, (p.reason, p.message)) for p in session.pending_changes())
+        pending = session.pending()
+        seen.update(p.workload for p in pending)
+        assert {p.workload: (p.reason, p.message) for p in pending} == {
+            p.workload: shown[p.workload] for p in pending
+        }
+
+    for i in range(8):
+        body = _wl(f"w{i}", gpu=1 + (i * 5) % 9, created=f"2026-01-01T00:{i:02d}:00Z")
+        if i % 2:
+            body["spec"]["queueName"] = "small"
+        cache.upsert("Workload", body)
+        check()
+    plan_holder = driver.live.session
+    assert plan_holder is not None
+    admitted = [d.workload for d in plan_holder.admitted()]
+    for key in admitted[:2]:  # two finish: room for others, new reasons for the rest
+        done = cache.get("Workload", key)
+        assert done is not None
+        finished = {"type": "Finished", "status": "True", "reason": "Succeeded"}
+        cache.upsert("Workload", {**done, "status": {"conditions": [finished]}})
+        check()
+    gone = cache.get("Workload", f"{NS}/w7")
+    assert gone is not None
+    cache.remove("Workload", gone)
+    check()
+    assert driver.live.rebuilds == 1
+    assert len(seen) >= 3

@@ -150,36 +150,38 @@ StopRule = Callable[[CycleOutcome], bool]
 
 
 class _Counted(dict[str, Status]):
-    """The scheduler's reasons by workload, counting the writes (for :meth:`Session.pending_changes`)."""
+    """The scheduler's reasons by workload, noting which keys were written (for
+    :meth:`Session.pending_changes`); ``everything`` after a write of unknown keys."""
 
-    __slots__ = ("writes",)
+    __slots__ = ("everything", "written")
 
     def __init__(self, items: Mapping[str, Status]) -> None:
         super().__init__(items)
-        self.writes = 0
+        self.written: set[str] = set()
+        self.everything = True
 
     def __setitem__(self, key: str, value: Status) -> None:
-        self.writes += 1
+        self.written.add(key)
         super().__setitem__(key, value)
 
     def __delitem__(self, key: str) -> None:
-        self.writes += 1
+        self.written.add(key)
         super().__delitem__(key)
 
     def pop(self, key: str, *default: Any) -> Any:
-        self.writes += 1
+        self.written.add(key)
         return super().pop(key, *default)
 
     def clear(self) -> None:
-        self.writes += 1
+        self.everything = True
         super().clear()
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        self.writes += 1
+        self.everything = True
         super().update(*args, **kwargs)
 
     def setdefault(self, key: str, default: Any = None) -> Any:
-        self.writes += 1
+        self.written.add(key)
         return super().setdefault(key, default)
 
 
@@ -215,12 +217,10 @@ class Session:
         self._track_reasons = track_reasons and history
         self._lifecycles: dict[str, Lifecycle] = {}
         self._evictions_seen = 0
-        self._reported: dict[str, tuple[str, str]] = {}  # for pending_changes()
-        # Whether an event or a cycle may have changed a reason or a position since the last
-        # pending_changes(), and how many reasons the scheduler had written by then.
-        self._touched = True
+        # For pending_changes(): the (reason, message) last reported, by ClusterQueue ("": the
+        # workloads queued in none) and workload; the scheduler's reasons note what was written.
+        self._reported: dict[str, dict[str, tuple[str, str]]] = {}
         self._scheduler.status = _Counted(self._scheduler.status)
-        self._status_seen = -1
         for wl in state.workloads if history else ():
             created = min(wl.creation, now)
             if wl.finished:  # observed finished: its history starts there
@@ -247,13 +247,11 @@ class Session:
 
     # --- time and state ----------------------------------------------------------------------
 
-    def _advance(self, now: float, *, event: bool = True) -> None:
+    def _advance(self, now: float) -> None:
         if now < self._now:
             raise ValueError(f"time runs backwards: {now} < {self._now}")
         self._now = now
         self._scheduler.advance(now)
-        if event:  # an event may move queues and reasons: pending_changes() looks at all again
-            self._touched = True
 
     def _move(self, key: str, to: WorkloadState, reason: Reason, message: str = "") -> None:
         if not self._history:
@@ -408,15 +406,13 @@ class Session:
         driver that drains at every event may not need), and the notes and admission-check
         outcomes of its cycles.
         """
-        self._advance(now, event=False)
+        self._advance(now)
         scheduler = self._scheduler
         if max_cycles is None:
             max_cycles = drain_bound(scheduler.config, len(scheduler.workloads))
         since = (len(scheduler.preempted), len(scheduler.notes), len(scheduler.gate.evictions))
 
         def after_cycle(result: CycleResult) -> bool:
-            if result.changed:
-                self._touched = True
             if self._history:
                 self._apply(result.admitted, result.preempted)
             if stop is None:
@@ -432,8 +428,6 @@ class Session:
             )
 
         watch = self._history or stop is not None
-        if not watch:
-            self._touched = True  # not watched cycle by cycle: any may have changed a reason
         admitted, ran = drain(
             scheduler, max_cycles, until_quiet=until_quiet, after_cycle=after_cycle if watch else None
         )
@@ -483,41 +477,63 @@ class Session:
 
     def pending_changes(self) -> tuple[PendingDecision, ...]:
         """The pending workloads whose reason or message changed since the last call (all of them
-        on the first), as :meth:`pending` gives them. It looks at each pending workload's status
-        but builds decisions only for those that changed: a driver that shows the reasons after
-        every drain (the controller) asks this instead of :meth:`pending`."""
+        on the first), as :meth:`pending` gives them. Only the ClusterQueues where a reason was
+        written since (or whose queue moved: every move writes one) are looked at: a driver that
+        shows the reasons after every drain (the controller) asks this instead of :meth:`pending`,
+        whose cost grows with every pending workload."""
         scheduler = self._scheduler
-        status_writes = scheduler.status.writes if isinstance(scheduler.status, _Counted) else -2
-        if not self._touched and status_writes >= 0 and status_writes == self._status_seen:
-            return ()
-        self._touched, self._status_seen = False, status_writes
-        reported: dict[str, tuple[str, str]] = {}
+        status = scheduler.status
+        dirty = self._dirty_queues(status)
         out: list[PendingDecision] = []
         for cq_name, queue in scheduler.queues.items():
+            if dirty is not None and cq_name not in dirty:
+                continue
+            before = self._reported.get(cq_name, {})
+            now: dict[str, tuple[str, str]] = {}
             lq_positions: dict[str, int] = {}
             for position, pending in enumerate(queue, start=1):
                 lq_name = pending.local_queue
                 lq_positions[lq_name] = lq_positions.get(lq_name, 0) + 1
-                status = scheduler.status.get(pending.key)
-                reason, message = (
-                    (status.reason, status.message) if status is not None else (Reason.QUEUED, "")
-                )
+                got = status.get(pending.key)
+                reason, message = (got.reason, got.message) if got is not None else (Reason.QUEUED, "")
                 if reason == Reason.QUEUED and not message:
                     message = f"queued at position {position} in ClusterQueue {cq_name}; not attempted yet"
-                reported[pending.key] = (reason, message)
-                if self._reported.get(pending.key) != (reason, message):
+                now[pending.key] = (reason, message)
+                if before.get(pending.key) != (reason, message):
                     out.append(
                         PendingDecision(
                             pending.key, cq_name, lq_name, position, lq_positions[lq_name], reason, message
                         )
                     )
-        for key in sorted(scheduler.unqueued):
+            self._reported[cq_name] = now
+        before = self._reported.get("", {})
+        now = {}
+        for key in sorted(scheduler.unqueued):  # not queued anywhere: few, looked at every time
             queue_name, lq_key, got = scheduler.unqueued[key]
-            reported[key] = (got.reason, got.message)
-            if self._reported.get(key) != reported[key]:
+            now[key] = (got.reason, got.message)
+            if before.get(key) != now[key]:
                 out.append(PendingDecision(key, queue_name, lq_key, None, None, got.reason, got.message))
-        self._reported = reported
+        self._reported[""] = now
         return tuple(out)
+
+    def _dirty_queues(self, status: Mapping[str, Status]) -> set[str] | None:
+        """The ClusterQueues of the workloads whose reason was written since the last call
+        (``None``: every one)."""
+        if not isinstance(status, _Counted) or status.everything or not self._history:
+            if isinstance(status, _Counted):
+                status.everything = False
+                status.written.clear()
+            return None
+        scheduler = self._scheduler
+        dirty: set[str] = set()
+        for key in status.written:
+            wl = scheduler.workloads.get(key)
+            lq = scheduler.state.local_queues.get(f"{wl.namespace}/{wl.queue_name}") if wl else None
+            if lq is None:
+                continue  # not queued in any ClusterQueue: among the unqueued, looked at every time
+            dirty.add(lq.cluster_queue)
+        status.written.clear()
+        return dirty
 
     def has_pending(self) -> bool:
         """Whether any workload waits in a ClusterQueue."""
