@@ -18,9 +18,23 @@ Reported, measured in the same run:
   same client, on pods that already exist: bindings per second and CPU seconds per binding;
 * the ratios of the two (throughput: controller / baseline; CPU: controller / baseline).
 
+* the controller's **passes**: how many it ran, and the mean wall time of one (the passes that
+  ran to the end, on the leader with synced caches);
+* the **trickle**: once the load is bound, ``--trickle`` more single-pod jobs (20), each submitted
+  once the one before is bound, so that each pass sees a few changed objects among many that stay
+  the same: its passes, their mean wall time, the controller's CPU per pod and the seconds per job.
+
+``--parked N`` adds N Workloads, created before the controller starts, in a ClusterQueue without
+GPU quota: they stay pending the whole run and never change after their first pending condition.
+``--idle-nodes N`` adds N nodes without GPUs, that no pod can use. Both are objects that do not
+change while the load runs; comparing runs at two values shows whether a pass costs more with more
+of them (``--sweep N,N,...`` runs the whole benchmark once per value of ``--parked``, with as many
+idle nodes, and prints one row per run).
+
 Usage::
 
     python3 bench/controller_e2e.py [--nodes 1000] [--jobs 5000] [--gangs 200] [--gang-size 4]
+                                    [--parked 0] [--idle-nodes 0] [--trickle 20] [--sweep N,N,...]
                                     [--out DIR] [--profile FILE]
 
 ``--profile FILE`` writes a cProfile of the controller process (read it with ``python -m pstats``).
@@ -52,7 +66,15 @@ from gpuplane.k8s import api as k8s  # noqa: E402
 from gpuplane.k8s.api import ApiError, KubeApi, load_api_client  # noqa: E402
 from gpuplane.k8s.controller import Controller, ControllerConfig  # noqa: E402
 from gpuplane.k8s.informer import Cache, Informer  # noqa: E402
-from manifests import GPU, cluster_queue, local_queue, node, pod_spec, resource_flavor  # noqa: E402
+from manifests import (  # noqa: E402
+    GPU,
+    cluster_queue,
+    local_queue,
+    node,
+    pod_spec,
+    resource_flavor,
+    workload,
+)
 
 NAMESPACE = "bench"
 BASELINE_NAMESPACE = "baseline"
@@ -90,7 +112,7 @@ def in_parallel(work: list[Any], call: Any) -> None:
             pass
 
 
-def setup(api: KubeApi, nodes: int, gpus: int) -> None:
+def setup(api: KubeApi, nodes: int, gpus: int, parked: int = 0, idle_nodes: int = 0) -> None:
     import yaml  # noqa: PLC0415 (set-up only)
 
     for path in sorted(CRD_DIR.glob("*.yaml")):
@@ -121,6 +143,27 @@ def setup(api: KubeApi, nodes: int, gpus: int) -> None:
         api.create(k8s.NODES, body)
 
     in_parallel(list(range(nodes)), add_node)
+    in_parallel(
+        list(range(idle_nodes)),
+        lambda i: api.create(
+            k8s.NODES,
+            node(f"idle-{i:05d}")
+            .allocatable(cpu="16", memory="64Gi", pods="110")
+            .label("kubernetes.io/hostname", f"idle-{i:05d}")
+            .to_dict(),
+        ),
+    )
+    if parked:
+        api.create(k8s.CLUSTER_QUEUES, cluster_queue("parked").flavor(FLAVOR, cpu="1000", gpu=0).to_dict())
+        api.create(k8s.LOCAL_QUEUES, local_queue("parked", NAMESPACE, "parked").to_dict(), NAMESPACE)
+        in_parallel(
+            list(range(parked)),
+            lambda i: api.create(
+                k8s.WORKLOADS,
+                workload(f"parked-{i:05d}", NAMESPACE).queue("parked").podset(cpu="100m", gpu=1).to_dict(),
+                NAMESPACE,
+            ),
+        )
 
 
 def job_body(name: str, pods: int, gpus: int) -> dict[str, Any]:
@@ -218,8 +261,9 @@ class JobPods:
 # --- the two measured children ------------------------------------------------------------------------
 
 
-def controller_process(kubeconfig: str, stop: Any, results: Any, profile: str | None) -> None:
-    """The controller under test, until ``stop`` is set; sends its counters and CPU time."""
+def controller_process(kubeconfig: str, stop: Any, trickle: Any, results: Any, profile: str | None) -> None:
+    """The controller under test, until ``stop`` is set; sends its counters, CPU time and pass times
+    (those of the main load, and those once ``trickle`` is set)."""
     api = KubeApi(load_api_client(kubeconfig))
     api.api_client.user_agent = "gpuplane-controller/bench"
     controller = Controller(api, ControllerConfig(leader_election=False))
@@ -231,6 +275,23 @@ def controller_process(kubeconfig: str, stop: Any, results: Any, profile: str | 
         profiler.enable()
     controller.start(wait=120)
     passes = 0
+    pass_seconds: list[float] = []
+    trickle_seconds: list[float] = []
+    trickle_cpu = 0.0
+    reconcile = controller.reconcile
+
+    def timed() -> Any:
+        nonlocal trickle_cpu
+        late = trickle.is_set()
+        if late and not trickle_cpu:
+            trickle_cpu = time.process_time()
+        started = time.perf_counter()
+        plan = reconcile()
+        if plan is not None:
+            (trickle_seconds if late else pass_seconds).append(time.perf_counter() - started)
+        return plan
+
+    controller.reconcile = timed  # type: ignore[method-assign]
 
     def stopping() -> bool:
         nonlocal passes
@@ -244,9 +305,17 @@ def controller_process(kubeconfig: str, stop: Any, results: Any, profile: str | 
     controller.stop()
     results.put(
         {
-            "cpuSeconds": time.process_time(),
+            "cpuSeconds": trickle_cpu or time.process_time(),
+            "trickleCpuSeconds": time.process_time() - trickle_cpu if trickle_cpu else 0.0,
+            "tricklePasses": len(trickle_seconds),
+            "trickleMeanPassSeconds": sum(trickle_seconds) / max(1, len(trickle_seconds)),
             "passes": passes,
+            "fullPasses": len(pass_seconds),
+            "meanPassSeconds": sum(pass_seconds) / max(1, len(pass_seconds)),
             "counters": {k: v for k, v in vars(controller.counters).items() if k not in ("extra", "lock")},
+            # Why the scheduling session was built from the whole cache, by kind of reason (a
+            # controller that keeps none builds one every pass).
+            "sessionRebuilds": dict(getattr(getattr(controller, "live", None), "rebuild_reasons", {})),
         }
     )
 
@@ -269,9 +338,26 @@ def baseline_process(kubeconfig: str, pods: list[tuple[str, str]], results: Any)
 # --- the run -------------------------------------------------------------------------------------------
 
 
+def trickle_jobs(api: KubeApi, job_pods: JobPods, bound: int, args: argparse.Namespace, child: Any) -> float:
+    """After the main load: ``args.trickle`` single-pod jobs, one at a time, each once the one
+    before it is bound. Each pass then sees a few changed objects among all that stay the same.
+    Returns the wall seconds."""
+    started = time.perf_counter()
+    for i in range(args.trickle):
+        api.create(k8s.JOBS, job_body(f"trickle-{i:04d}", 1, 1), NAMESPACE)
+        bound += 1
+        while job_pods.bound() < bound:
+            if not child.is_alive():
+                raise SystemExit("the controller died")
+            if time.perf_counter() - started > args.timeout:
+                raise SystemExit(f"timed out in the trickle at job {i}")
+            time.sleep(0.01)
+    return time.perf_counter() - started
+
+
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     total_pods = args.jobs + args.gangs * args.gang_size
-    total_gpus = args.jobs + args.gangs * args.gang_size * 2
+    total_gpus = args.jobs + args.gangs * args.gang_size * 2 + args.trickle
     if total_gpus > args.nodes * 8:
         raise SystemExit(f"{total_gpus} GPUs asked of {args.nodes * 8}: every pod must fit")
     context = mp.get_context("spawn")
@@ -280,7 +366,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         try:
             api = KubeApi(load_api_client(kubeconfig))
             t = time.perf_counter()
-            setup(api, args.nodes, total_gpus)
+            setup(api, args.nodes, total_gpus, args.parked, args.idle_nodes)
             jobs = [job_body(f"single-{i:05d}", 1, 1) for i in range(args.jobs)]
             jobs += [job_body(f"gang-{i:04d}", args.gang_size, 2) for i in range(args.gangs)]
             in_parallel(jobs, lambda body: api.create(k8s.JOBS, body, NAMESPACE))
@@ -291,9 +377,11 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
             job_pods = JobPods(KubeApi(load_api_client(kubeconfig)))
             job_pods.begin()
-            stop, results = context.Event(), context.Queue()
+            stop, trickle, results = context.Event(), context.Event(), context.Queue()
             start = time.perf_counter()
-            child = context.Process(target=controller_process, args=(kubeconfig, stop, results, args.profile))
+            child = context.Process(
+                target=controller_process, args=(kubeconfig, stop, trickle, results, args.profile)
+            )
             child.start()
             first = None
             last_report = start
@@ -309,6 +397,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     raise SystemExit(f"timed out with {bound:,}/{total_pods:,} pods bound")
                 time.sleep(0.05)
             elapsed = time.perf_counter() - start
+            trickle.set()
+            trickle_wall = trickle_jobs(api, job_pods, total_pods, args, child)
             stop.set()
             controller = results.get(timeout=120)
             child.join(timeout=60)
@@ -351,8 +441,17 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "podsBoundPerSecond": round(e2e_rate, 1),
         "controllerCpuSeconds": round(controller["cpuSeconds"], 2),
         "controllerCpuMsPerPod": round(cpu_per_pod * 1000, 3),
-        "controllerPasses": controller["passes"],
+        "parked": args.parked,
+        "idleNodes": args.idle_nodes,
+        "controllerPasses": controller["fullPasses"],
+        "meanPassMs": round(controller["meanPassSeconds"] * 1000, 1),
+        "trickleJobs": args.trickle,
+        "tricklePasses": controller["tricklePasses"],
+        "trickleMeanPassMs": round(controller["trickleMeanPassSeconds"] * 1000, 1),
+        "trickleCpuMsPerPod": round(controller["trickleCpuSeconds"] * 1000 / max(1, args.trickle), 2),
+        "trickleSecondsPerJob": round(trickle_wall / max(1, args.trickle), 3),
         "controllerCounters": controller["counters"],
+        "sessionRebuilds": controller["sessionRebuilds"],
         "baselineSeconds": round(baseline["wallSeconds"], 2),
         "baselineBindingsPerSecond": round(base_rate, 1),
         "baselineCpuMsPerBinding": round(base_cpu * 1000, 3),
@@ -367,12 +466,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=5000, help="single-pod jobs of 1 GPU")
     parser.add_argument("--gangs", type=int, default=200, help="jobs of --gang-size pods x 2 GPUs")
     parser.add_argument("--gang-size", type=int, default=4)
+    parser.add_argument("--parked", type=int, default=0, help="Workloads pending all along (no quota)")
+    parser.add_argument("--idle-nodes", type=int, default=0, help="nodes without GPUs")
+    parser.add_argument("--trickle", type=int, default=20, help="jobs submitted one by one after the load")
+    parser.add_argument("--sweep", help="comma-separated values of --parked (and --idle-nodes): one run each")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up")
     parser.add_argument("--out", type=Path, help="write controller-e2e.json here")
     parser.add_argument("--profile", help="write a cProfile of the controller process here")
     args = parser.parse_args(argv)
     console = Console()
-    result = run(args, console)
+    if args.sweep:
+        try:
+            values = [int(v) for v in args.sweep.split(",")]
+        except ValueError:
+            parser.error(f"--sweep: not a list of integers: {args.sweep}")
+        results = [
+            run(argparse.Namespace(**{**vars(args), "parked": n, "idle_nodes": n}), console) for n in values
+        ]
+        print_sweep(results, console)
+    else:
+        results = [run(args, console)]
+        print_one(args, results[0], console)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        written = results if args.sweep else results[0]
+        (args.out / "controller-e2e.json").write_text(json.dumps(written, indent=1))
+    return 0
+
+
+def print_one(args: argparse.Namespace, result: dict[str, Any], console: Console) -> None:
     table = Table(title=f"controller-e2e: {args.nodes:,} nodes, {args.jobs:,} jobs + {args.gangs:,} gangs")
     table.add_column("measure")
     table.add_column("controller, end to end", justify="right")
@@ -392,12 +514,39 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['baselineCpuMsPerBinding']:,.2f}",
         f"{result['cpuRatio']:.1f}x",
     )
+    table.add_row("passes", f"{result['controllerPasses']:,}", "", "")
+    table.add_row("mean pass ms", f"{result['meanPassMs']:,.1f}", "", "")
+    table.add_row(f"trickle ({result['trickleJobs']} jobs): passes", f"{result['tricklePasses']:,}", "", "")
+    table.add_row("trickle: mean pass ms", f"{result['trickleMeanPassMs']:,.1f}", "", "")
+    table.add_row("trickle: CPU ms / pod", f"{result['trickleCpuMsPerPod']:,.1f}", "", "")
     console.print(table)
     console.print(json.dumps(result))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "controller-e2e.json").write_text(json.dumps(result, indent=1))
-    return 0
+
+
+def print_sweep(results: list[dict[str, Any]], console: Console) -> None:
+    first = results[0]
+    table = Table(
+        title=f"controller-e2e: {first['nodes']:,} nodes, {first['jobs']:,} jobs + {first['gangs']:,} gangs, "
+        "with unchanged objects"
+    )
+    columns = ("parked Workloads + idle nodes", "load: passes", "mean pass ms", "CPU ms / pod")
+    columns += ("trickle: passes", "mean pass ms", "CPU ms / pod", "s / job", "trickle pass vs first row")
+    for name in columns:
+        table.add_column(name, justify="right")
+    for result in results:
+        table.add_row(
+            f"{result['parked']:,} + {result['idleNodes']:,}",
+            f"{result['controllerPasses']:,}",
+            f"{result['meanPassMs']:,.1f}",
+            f"{result['controllerCpuMsPerPod']:,.2f}",
+            f"{result['tricklePasses']:,}",
+            f"{result['trickleMeanPassMs']:,.1f}",
+            f"{result['trickleCpuMsPerPod']:,.1f}",
+            f"{result['trickleSecondsPerJob']:,.2f}",
+            f"{result['trickleMeanPassMs'] / max(first['trickleMeanPassMs'], 1e-9):.2f}x",
+        )
+    console.print(table)
+    console.print(json.dumps(results))
 
 
 if __name__ == "__main__":

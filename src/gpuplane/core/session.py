@@ -8,9 +8,9 @@ tell it what happened and ask it to decide; they never reach into the state behi
     ---------                          -------------                     ---------------
     submit / update / withdraw         cycle(now) -> Plan (one cycle)    pending(), admitted()
     finish / evict                     drain(now, stop=...) -> Plan      usage(), lifecycle(key)
-    node_down / node_up / node_changed   (cycles until nothing changes,  has_pending()
+    node_down / node_up / node_changed   (cycles until nothing changes,  has_pending(), holds(key)
     record_checkpoint                     the stop rule says so, or      waiting_for(reasons)
-                                          the bound is hit)
+    reconsider                            the bound is hit)              pending_changes()
 
 Every call that changes something takes the current time (seconds, the driver's clock); time never
 runs backwards, and nothing here reads a clock. Plans are frozen; each admission carries, per pod,
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gpuplane.core.admission_checks import CheckEviction, ReservedDecision, Verdict
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
@@ -86,7 +87,7 @@ from gpuplane.core.plan import (
     placement_annotation,
     recorded_placement,
 )
-from gpuplane.core.scheduler import CycleResult, Scheduler, drain, drain_bound, plan_after, schedule
+from gpuplane.core.scheduler import CycleResult, Scheduler, Status, drain, drain_bound, plan_after, schedule
 from gpuplane.core.workloads import last_checkpoint
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.objects import ClusterState, Node, Workload
@@ -200,6 +201,42 @@ class DeviceUse:
 StopRule = Callable[[CycleOutcome], bool]
 
 
+class _Counted(dict[str, Status]):
+    """The scheduler's reasons by workload, noting which keys were written (for
+    :meth:`Session.pending_changes`); ``everything`` after a write of unknown keys."""
+
+    __slots__ = ("everything", "written")
+
+    def __init__(self, items: Mapping[str, Status]) -> None:
+        super().__init__(items)
+        self.written: set[str] = set()
+        self.everything = True
+
+    def __setitem__(self, key: str, value: Status) -> None:
+        self.written.add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.written.add(key)
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self.written.add(key)
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        self.everything = True
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.everything = True
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self.written.add(key)
+        return super().setdefault(key, default)
+
+
 def _reason(text: str, default: Reason = Reason.PENDING) -> Reason:
     """``text`` as a :class:`Reason`. The core reports only these spellings; a reason written by
     someone else (an object read from a cluster) reads as ``default``."""
@@ -232,6 +269,10 @@ class Session:
         self._track_reasons = track_reasons and history
         self._lifecycles: dict[str, Lifecycle] = {}
         self._evictions_seen = 0
+        # For pending_changes(): the (reason, message) last reported, by ClusterQueue ("": the
+        # workloads queued in none) and workload; the scheduler's reasons note what was written.
+        self._reported: dict[str, dict[str, tuple[str, str]]] = {}
+        self._scheduler.status = _Counted(self._scheduler.status)
         for wl in state.workloads if history else ():
             created = min(wl.creation, now)
             if wl.finished:  # observed finished: its history starts there
@@ -384,6 +425,13 @@ class Session:
         cluster.node_changed(node)
         self._scheduler.capacity_changed(freed=True)
 
+    def reconsider(self, now: float) -> None:
+        """Give every parked workload another look in the next cycle, though no capacity was
+        freed: capacity taken since they were tried may have changed why they wait (a driver
+        that shows the reasons calls this once the cluster has settled)."""
+        self._advance(now)
+        self._scheduler.capacity_changed(freed=True)
+
     # --- deciding ----------------------------------------------------------------------------
 
     def cycle(self, now: float) -> Plan:
@@ -479,6 +527,66 @@ class Session:
         """Every workload not admitted, with its reason and position."""
         return tuple(self._scheduler.pending_decisions())
 
+    def pending_changes(self) -> tuple[PendingDecision, ...]:
+        """The pending workloads whose reason or message changed since the last call (all of them
+        on the first), as :meth:`pending` gives them. Only the ClusterQueues where a reason was
+        written since (or whose queue moved: every move writes one) are looked at: a driver that
+        shows the reasons after every drain (the controller) asks this instead of :meth:`pending`,
+        whose cost grows with every pending workload."""
+        scheduler = self._scheduler
+        status = scheduler.status
+        dirty = self._dirty_queues(status)
+        out: list[PendingDecision] = []
+        for cq_name, queue in scheduler.queues.items():
+            if dirty is not None and cq_name not in dirty:
+                continue
+            before = self._reported.get(cq_name, {})
+            now: dict[str, tuple[str, str]] = {}
+            lq_positions: dict[str, int] = {}
+            for position, pending in enumerate(queue, start=1):
+                lq_name = pending.local_queue
+                lq_positions[lq_name] = lq_positions.get(lq_name, 0) + 1
+                got = status.get(pending.key)
+                reason, message = (got.reason, got.message) if got is not None else (Reason.QUEUED, "")
+                if reason == Reason.QUEUED and not message:
+                    message = f"queued at position {position} in ClusterQueue {cq_name}; not attempted yet"
+                now[pending.key] = (reason, message)
+                if before.get(pending.key) != (reason, message):
+                    out.append(
+                        PendingDecision(
+                            pending.key, cq_name, lq_name, position, lq_positions[lq_name], reason, message
+                        )
+                    )
+            self._reported[cq_name] = now
+        before = self._reported.get("", {})
+        now = {}
+        for key in sorted(scheduler.unqueued):  # not queued anywhere: few, looked at every time
+            queue_name, lq_key, got = scheduler.unqueued[key]
+            now[key] = (got.reason, got.message)
+            if before.get(key) != now[key]:
+                out.append(PendingDecision(key, queue_name, lq_key, None, None, got.reason, got.message))
+        self._reported[""] = now
+        return tuple(out)
+
+    def _dirty_queues(self, status: Mapping[str, Status]) -> set[str] | None:
+        """The ClusterQueues of the workloads whose reason was written since the last call
+        (``None``: every one)."""
+        if not isinstance(status, _Counted) or status.everything or not self._history:
+            if isinstance(status, _Counted):
+                status.everything = False
+                status.written.clear()
+            return None
+        scheduler = self._scheduler
+        dirty: set[str] = set()
+        for key in status.written:
+            wl = scheduler.workloads.get(key)
+            lq = scheduler.state.local_queues.get(f"{wl.namespace}/{wl.queue_name}") if wl else None
+            if lq is None:
+                continue  # not queued in any ClusterQueue: among the unqueued, looked at every time
+            dirty.add(lq.cluster_queue)
+        status.written.clear()
+        return dirty
+
     def has_pending(self) -> bool:
         """Whether any workload waits in a ClusterQueue."""
         return self._scheduler.pending_count() > 0
@@ -494,6 +602,11 @@ class Session:
                 if got is not None and got.reason in reasons:
                     out.append(queued.key)
         return out
+
+    def holds(self, key: str) -> bool:
+        """Whether the workload holds quota now: admitted or reserved in this session, or held
+        when it started (an evicted one too, until its pods are gone)."""
+        return key in self._scheduler.tree.admitted
 
     def admitted(self) -> tuple[AdmissionDecision, ...]:
         """Every admission made in this session that still stands, by workload."""

@@ -40,22 +40,17 @@ from functools import partial
 from typing import Any
 
 from gpuplane.core.session import (
-    CONDITIONS,
     PLACEMENT_ANNOTATION,
-    AdmissionDecision,
     CheckEviction,
     ConditionType,
     CycleOutcome,
-    PendingDecision,
     Plan,
     Reason,
     SchedulerConfig,
     Session,
-    WorkloadState,
     condition,
     config_from_kueue,
     node_state,
-    placement_annotation,
     pod_needs,
     recorded_grants,
     recorded_placement,
@@ -64,16 +59,22 @@ from gpuplane.core.session import (
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
-from gpuplane.k8s.clusterstate import state_objects
 from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
+from gpuplane.k8s.live_session import LiveSession
+from gpuplane.k8s.plan_writes import (
+    ADMISSION_ORDER,
+    Verb,
+    Write,
+    admission_writes,
+    pending_writes,
+    preemption_writes,
+)
 from gpuplane.k8s.provisioning import (
     Provisioner,
     annotated_templates,
     awaiting_checks,
-    checks_passed,
     evicted_by_check,
-    pending_checks,
     pod_set_updates,
 )
 from gpuplane.k8s.spot import InterruptionGuard
@@ -83,17 +84,13 @@ from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
 from gpuplane.model.karpenter import DO_NOT_DISRUPT
 from gpuplane.model.kinds import parse_node, pod_template
-from gpuplane.model.loader import state_from_objects
 from gpuplane.model.objects import ClusterState
-from gpuplane.model.quantity import format_quantity
-from gpuplane.model.topology import assigned_domains, topology_assignment
+from gpuplane.model.topology import assigned_domains
 
 log = logging.getLogger(__name__)
 
 DEVICES_ANNOTATION = keys.DEVICES_ANNOTATION
 HOSTNAME = keys.HOSTNAME_LABEL
-# The conditions an admission sets, in the order they are written.
-_ADMISSION_ORDER = (ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED)
 
 STATE_RESOURCES = (
     k8s.NAMESPACES,
@@ -123,6 +120,7 @@ class ControllerConfig:
     checkpoint_aware: bool = True
     write_workers: int = 16  # independent writes in flight at once
     checkpoint_grace_seconds: float = 120.0  # on a node interruption, before eviction
+    session_resync_seconds: float = 300.0  # the scheduling session is rebuilt from the cache this often
 
 
 @dataclass
@@ -164,7 +162,8 @@ class Controller:
         self.counters = Counters()
         # Called after each pass with (state, plan, now, pass seconds): metrics, visibility, ETA.
         self.observers: list[Callable[[ClusterState, Plan, float, float], None]] = []
-        self._last_state: ClusterState | None = None
+        # One scheduling session for as long as this controller leads, fed with the cache's changes.
+        self.live = LiveSession(self._scheduler_config, self.config.session_resync_seconds)
         resources = list(STATE_RESOURCES)
         resources += [jobs.INTEGRATIONS[k].resource for k in self.config.integrations]
         self.informers = [Informer(api, r, self.cache) for r in resources]
@@ -240,10 +239,12 @@ class Controller:
 
     def reconcile(self) -> Plan | None:
         if self.config.leader_election and not self.elector.try_acquire_or_renew():
+            self.live.invalidate("not the leader")  # another leader may change anything meanwhile
             return None
         if not all(informer.synced.is_set() for informer in self.informers):
             # A cache that has not listed yet (or is relisting after 410 Gone) hides admitted
-            # workloads and bound pods: deciding on it would over-admit.
+            # workloads and bound pods: deciding on it would over-admit. The session waits: the
+            # relist notes what changed meanwhile.
             return None
         started = time.monotonic()
         self.interruptions.reconcile()
@@ -251,6 +252,8 @@ class Controller:
         with self.counters.lock:
             self.counters.extra["warm_buffer_pods"] = sum(self.warm.sizes.values())
         self._ensure_workloads()
+        failures = self.counters.write_failures
+        replanned = self.counters.extra.get("replanned_devices", 0)
         plan = self._schedule()
         if plan is None:
             return None
@@ -265,13 +268,17 @@ class Controller:
         self._stop_evicted()
         self._release_and_bind()
         self._record_pending(plan)
+        if self.counters.write_failures > failures:
+            self.live.invalidate("a write failed")  # the cluster may not show what the session holds
+        if self.counters.extra.get("replanned_devices", 0) > replanned:
+            self.live.invalidate("devices chosen again at bind time")
         self._notify(plan, time.monotonic() - started)
         return plan
 
     def _notify(self, plan: Plan, seconds: float) -> None:
-        state = self._last_state
-        if state is None:
+        if not self.observers:
             return
+        state = self.live.state()
         for observe in self.observers:
             try:
                 observe(state, plan, self.clock(), seconds)
@@ -331,123 +338,84 @@ class Controller:
                 bodies.append(body)
         self._each(partial(self._create_workload, body) for body in bodies)
 
-    def _schedule(self) -> Plan | None:
-        skipped: list[InputError] = []
-        try:
-            state = state_from_objects(state_objects(self.cache.items), skipped=skipped)
-        except InputError as err:
-            log.warning("cluster state rejected: %s", err)
-            return None
-        for problem in skipped:  # one bad object must not stop scheduling for everyone
-            log.warning("ignoring invalid object: %s", problem)
-        with self.counters.lock:
-            self.counters.extra["invalid_objects"] = len(skipped)
-        config = replace(
+    def _scheduler_config(self, state: ClusterState) -> SchedulerConfig:
+        return replace(
             self.config.scheduler or config_from_kueue(state.configuration),
             min_runtime_seconds=self.config.min_runtime_seconds,
             checkpoint_aware=self.config.checkpoint_aware,
         )
-        self._last_state = state
-        return _drain_until_preemption(state, config, self.clock())
+
+    def _schedule(self) -> Plan | None:
+        """Bring the long-lived session up to date with what changed in the cache, then drain it."""
+        changes = self.cache.take_changes()  # a relist notes the keys it changed
+        now = self.clock()
+        try:
+            session = self.live.sync(self.cache.items, self.cache.get, changes, now)
+        except InputError as err:
+            log.warning("cluster state rejected: %s", err)
+            return None
+        if self.live.rebuilds_seen != self.live.rebuilds:
+            self.live.rebuilds_seen = self.live.rebuilds
+            for problem in self.live.skipped:  # one bad object must not stop scheduling for everyone
+                log.warning("ignoring invalid object: %s", problem)
+        with self.counters.lock:
+            self.counters.extra["invalid_objects"] = len(self.live.skipped)
+            self.counters.extra["session_rebuilds"] = self.live.rebuilds
+        # Every pending workload's reason goes to the observers (metrics, visibility, ETA); the
+        # pending step alone needs only the reasons that changed, which costs no pass over them all.
+        plan, stopped = _drain_until_preemption(session, now, with_pending=bool(self.observers))
+        if not self.observers:
+            plan = replace(plan, pending=session.pending_changes())
+        if plan.admitted:
+            self.live.settle = True
+        if stopped:
+            # Victims hold their quota in the cluster until their jobs stop; the session already
+            # counts it free. The next pass starts from the cluster again.
+            self.live.invalidate("the last pass preempted")
+        return plan
 
     # --- admissions -------------------------------------------------------------
 
     def _apply_admissions(self, plan: Plan) -> None:
-        writes = []
-        for decision in plan.admitted:
-            wl = self.cache.get("Workload", decision.workload)
-            if wl is None or (wl.get("status", {}).get("admission") and not checks_passed(wl, decision)):
-                continue
-            updated = self._admitted_workload(wl, decision)
-            recorded = (wl["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION)
-            self.cache.assume("Workload", updated)  # assume, then write
-            writes.append(partial(self._write_admission, decision, updated, recorded))
-        self._each(writes)
+        writes = admission_writes(partial(self.cache.get, "Workload"), plan, micro_time(self.clock()))
+        if len(writes) < len(plan.admitted):
+            self.live.invalidate("an admission was not written")
+        for write in writes:
+            self.cache.assume("Workload", write.body)  # assume, then write
+        self._each(partial(self._write_admission, w) for w in writes)
 
-    def _admitted_workload(self, wl: dict[str, Any], decision: AdmissionDecision) -> dict[str, Any]:
-        """``wl`` with the decision's admission and the QuotaReserved and Admitted conditions."""
-        now = micro_time(self.clock())
-        assignments = []
-        by_name = {ps["name"]: ps for ps in wl["spec"]["podSets"]}
-        for ps in decision.pod_sets:
-            requests = _template_requests(by_name[ps.name]["template"])
-            assignment: dict[str, Any] = {
-                "name": ps.name,
-                "count": ps.count,
-                "flavors": dict(ps.flavors),
-                "resourceUsage": {
-                    r: format_quantity(r, q * ps.count) for r, q in requests.items() if r in ps.flavors
-                },
-            }
-            if ps.placement is not None and not decision.checks:
-                per_node: dict[str, int] = {}
-                for place in ps.placement:
-                    per_node[place.node] = per_node.get(place.node, 0) + 1
-                assignment["topologyAssignment"] = topology_assignment(
-                    [HOSTNAME],
-                    [((n,), c) for n, c in sorted(per_node.items())],
-                    wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2",
-                )
-            assignments.append(assignment)
-        updated: dict[str, Any] = json.loads(json.dumps(wl))
-        # The plan's devices, recorded on the Workload: the binding step binds exactly these.
-        annotations = updated["metadata"].setdefault("annotations", {})
-        planned = placement_annotation(decision)
-        if planned is None:
-            annotations.pop(PLACEMENT_ANNOTATION, None)
-        else:
-            annotations[PLACEMENT_ANNOTATION] = planned
-        status = updated.setdefault("status", {})
-        status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
-        # A reservation whose checks have all passed keeps its QuotaReserved time; Admitted is new.
-        reserved = (wl.get("status") or {}).get("admission") and next(
-            (c for c in wl["status"].get("conditions", []) if c.get("type") == ConditionType.QUOTA_RESERVED),
-            None,
-        )
-        state = WorkloadState.QUOTA_RESERVED if decision.checks else WorkloadState.ADMITTED
-        status["conditions"] = with_conditions(
-            status.get("conditions", []),
-            *(
-                reserved
-                if ctype == ConditionType.QUOTA_RESERVED and reserved
-                else condition(ctype, Reason(ctype), now)
-                for ctype in _ADMISSION_ORDER
-                if ctype in CONDITIONS[state]
-            ),
-            drop=(ConditionType.ADMITTED, ConditionType.EVICTED, ConditionType.PREEMPTED),
-        )
-        if decision.checks:  # quota reserved; admitted once every check is Ready
-            status["admissionChecks"] = pending_checks(decision.checks, now)
-        return updated
-
-    def _write_admission(
-        self, decision: AdmissionDecision, updated: dict[str, Any], recorded: str | None = None
-    ) -> None:
+    def _write_admission(self, write: Write) -> None:
         """Write an assumed admission; forget the assumption if the write fails, for any reason.
 
         The plan's placement annotation (metadata, which a status write leaves alone) goes first,
-        when it differs from the ``recorded`` one: an admission is never written without it.
+        when it differs from the one recorded on the observed Workload: an admission is never
+        written without it.
         """
+        updated = write.body
         planned = (updated["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION)
         try:
-            if planned != recorded:
+            if planned != write.recorded:
                 meta = updated["metadata"]
                 patch = {"metadata": {"annotations": {PLACEMENT_ANNOTATION: planned}}}
                 patched = self.api.patch(k8s.WORKLOADS, meta["name"], patch, meta.get("namespace"))
                 meta["resourceVersion"] = patched["metadata"]["resourceVersion"]
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
         except ApiError as err:
-            self.cache.forget("Workload", decision.workload)
+            self.cache.forget("Workload", write.workload)
             self.counters.add("write_failures")
-            log.debug("admission of %s failed: %s", decision.workload, err)
+            log.debug("admission of %s failed: %s", write.workload, err)
             return
         except BaseException:
-            self.cache.forget("Workload", decision.workload)
+            self.cache.forget("Workload", write.workload)
             raise
         self.cache.upsert("Workload", written)
         self.counters.add("admitted")
+        assert write.admission is not None
         self._event(
-            written, "Normal", Reason.QUOTA_RESERVED, f"Admitted by ClusterQueue {decision.cluster_queue}"
+            written,
+            "Normal",
+            Reason.QUOTA_RESERVED,
+            f"Admitted by ClusterQueue {write.admission.cluster_queue}",
         )
 
     def _write_check_eviction(self, eviction: CheckEviction) -> None:
@@ -484,20 +452,17 @@ class Controller:
     # never admitted into room that the victim's pods still use.
 
     def _apply_preemptions(self, plan: Plan) -> None:
-        writes = []
-        for victim in plan.preempted:
-            wl = self.cache.get("Workload", victim.workload)
-            if wl is None or _condition(wl, ConditionType.EVICTED):
-                continue
-            message = f"Preempted to accommodate {victim.preemptor} ({victim.reason})"
-            if self.config.dry_run_preemption:
+        get = partial(self.cache.get, "Workload")
+        now = micro_time(self.clock())
+        applied: list[Callable[[], None]] = []
+        for write in preemption_writes(get, plan, now, dry_run=self.config.dry_run_preemption):
+            if write.verb == Verb.WOULD_PREEMPT:
                 self.counters.add("would_preempt")
-                writes.append(partial(self._event, wl, "Warning", "WouldPreempt", f"dry run: {message}"))
+                applied.append(partial(self._event, write.body, "Warning", "WouldPreempt", write.message))
                 continue
-            updated = _evicted_workload(wl, message, victim.reason, micro_time(self.clock()))
-            self.cache.assume("Workload", updated)
-            writes.append(partial(self._write_eviction, updated, message))
-        self._each(writes)
+            self.cache.assume("Workload", write.body)
+            applied.append(partial(self._write_eviction, write.body, write.message))
+        self._each(applied)
 
     def _write_eviction(self, updated: dict[str, Any], message: str) -> None:
         key = object_key(updated)
@@ -596,7 +561,7 @@ class Controller:
                     evicted.get("message", ""),
                     status=False,
                 )
-                for ctype in _ADMISSION_ORDER
+                for ctype in ADMISSION_ORDER
             ),
         )
         try:
@@ -875,46 +840,18 @@ class Controller:
     # --- pending --------------------------------------------------------------------
 
     def _record_pending(self, plan: Plan) -> None:
-        writes = []
-        for pending in plan.pending:
-            wl = self.cache.get("Workload", pending.workload)
-            if wl is None or wl.get("status", {}).get("admission"):
-                continue
-            current = next(
-                (
-                    c
-                    for c in wl.get("status", {}).get("conditions", [])
-                    if c.get("type") == ConditionType.QUOTA_RESERVED
-                ),
-                None,
-            )
-            if (
-                current
-                and current.get("reason") == pending.reason
-                and current.get("message") == (pending.message or pending.reason)
-            ):
-                continue
-            if self._pending_written.get(pending.workload) == (pending.reason, pending.message):
-                continue
-            updated: dict[str, Any] = json.loads(json.dumps(wl))
-            status = updated.setdefault("status", {})
-            status["conditions"] = with_conditions(
-                status.get("conditions", []),
-                condition(
-                    ConditionType.QUOTA_RESERVED,
-                    pending.reason,
-                    micro_time(self.clock()),
-                    pending.message or pending.reason,
-                    status=False,
-                ),
-            )
-            writes.append(partial(self._write_pending, pending, updated))
-        self._each(writes)
+        get = partial(self.cache.get, "Workload")
+        writes = pending_writes(get, plan, micro_time(self.clock()), self._pending_written)
+        self._each(partial(self._write_pending, w) for w in writes)
 
-    def _write_pending(self, pending: PendingDecision, updated: dict[str, Any]) -> None:
+    def _write_pending(self, write: Write) -> None:
+        pending = write.pending
+        assert pending is not None
         try:
-            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+            written = self.api.replace(k8s.WORKLOADS, write.body, sub="status")
         except ApiError:
+            # The session reports a reason once; the next pass looks at every one again.
+            self.live.invalidate("a pending condition was not written")
             return
         self.cache.upsert("Workload", written)
         self._pending_written[pending.workload] = (pending.reason, pending.message)
@@ -972,42 +909,31 @@ def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, st
     return out
 
 
-def _evicted_workload(wl: dict[str, Any], message: str, reason: str, now: str) -> dict[str, Any]:
-    """``wl`` marked Evicted (reason Preempted) and Preempted (``reason``), as Kueue marks a victim;
-    its admission and QuotaReserved condition stay until its job is no longer active."""
-    updated: dict[str, Any] = json.loads(json.dumps(wl))
-    status = updated.setdefault("status", {})
-    status["conditions"] = with_conditions(
-        status.get("conditions", []),
-        condition(ConditionType.EVICTED, Reason.PREEMPTED, now, message),
-        condition(ConditionType.PREEMPTED, reason, now, message),
-    )
-    return updated
+def _drain_until_preemption(session: Session, now: float, *, with_pending: bool = True) -> tuple[Plan, bool]:
+    """Scheduling cycles until one changes nothing or one preempts; and whether one preempted.
 
-
-def _drain_until_preemption(state: ClusterState, config: SchedulerConfig, now: float) -> Plan:
-    """Scheduling cycles until one changes nothing or one preempts.
-
-    A pass starts from a fresh snapshot, so a single cycle would retry the same head of every
-    ClusterQueue each pass, and a head that does not fit would block the rest of its queue for
-    good (BestEffortFIFO would act as StrictFIFO). Draining lets the heads behind it through, as
-    Kueue's long-lived queues do. It stops at the first cycle that preempts: the victims are gone
-    only in the simulation, and a later admission could count on room they still hold; the next
-    pass sees the evictions in the cluster. A cycle whose preemptor only waits for victims already
-    evicted (still holding their quota until their jobs stop) ends the drain the same way. An
-    admission that a later cycle of the same drain preempted again is dropped together with that
-    preemption.
+    The session lives across passes, so the heads of the queues that did not fit stay parked
+    until capacity is freed, as in Kueue's long-lived queues, and the heads behind them get
+    their turn in the same drain (BestEffortFIFO). It stops at the first cycle that preempts:
+    the victims are gone only in the session, and a later admission could count on room they
+    still hold; the controller rebuilds the session from the cluster for the next pass, which
+    sees the evictions. A cycle whose preemptor only waits for victims already evicted (still
+    holding their quota until their jobs stop) ends the drain the same way. An admission that a
+    later cycle of the same drain preempted again is dropped together with that preemption.
     """
     new: set[str] = set()  # admitted in this drain, whether or not the admission still stands
+    stopped = False
 
     def preempts(cycle: CycleOutcome) -> bool:
+        nonlocal stopped
         new.update(d.workload for d in cycle.admitted)
-        return bool(cycle.preempted or cycle.waiting_on_victims or cycle.check_evictions)
+        stopped = bool(cycle.preempted or cycle.waiting_on_victims or cycle.check_evictions)
+        return stopped
 
-    plan = Session(state, config, now, track_reasons=False).drain(now, stop=preempts)
+    plan = session.drain(now, stop=preempts, with_pending=with_pending)
     # Only the last cycle can preempt (it ends the drain); a victim admitted earlier in the same
     # drain is dropped together with that preemption.
-    return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new))
+    return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new)), stopped
 
 
 def _condition(obj: dict[str, Any], ctype: str) -> bool:
@@ -1015,13 +941,6 @@ def _condition(obj: dict[str, Any], ctype: str) -> bool:
         c.get("type") == ctype and c.get("status") == "True"
         for c in obj.get("status", {}).get("conditions", []) or []
     )
-
-
-def _template_requests(template: dict[str, Any]) -> dict[str, int]:
-    try:
-        return dict(pod_template(template.get("spec", {}), "spec").requests)
-    except InputError:
-        return {}
 
 
 def _planned_slots(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, list[tuple[str, str | None]]]:

@@ -15,7 +15,9 @@ timeout.
 
 The :class:`Cache` holds every informer's objects behind one lock and supports the
 scheduler's *assume*: a locally recorded write that shadows the informer's copy until
-the watch delivers the written version (or the assumption is forgotten).
+the watch delivers the written version (or the assumption is forgotten). It also notes which
+keys changed (a relist: those that differ from the copy it replaces) until
+:meth:`Cache.take_changes`, so a reader can look at only what changed since it last looked.
 """
 
 from __future__ import annotations
@@ -56,6 +58,18 @@ class Cache:
     objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     assumed: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     changed: threading.Event = field(default_factory=threading.Event)
+    # Keys upserted, removed, assumed or forgotten, or changed by a relist, by kind, since the
+    # last take_changes().
+    touched: dict[str, set[str]] = field(default_factory=dict)
+
+    def take_changes(self) -> dict[str, set[str]]:
+        """The keys changed since the last call, by kind."""
+        with self.lock:
+            touched, self.touched = self.touched, {}
+            return touched
+
+    def _touch(self, kind: str, key: str) -> None:
+        self.touched.setdefault(kind, set()).add(key)
 
     def replace_all(self, kind: str, items: list[dict[str, Any]], resource_version: str = "") -> None:
         """The objects of a list served at ``resource_version``.
@@ -64,13 +78,24 @@ class Cache:
         list was on its way) is kept: the watch from the list's version delivers it again.
         """
         with self.lock:
+            old = self.objects.get(kind, {})
             listed = {object_key(o): o for o in items}
             try:
                 at = int(resource_version)
             except ValueError:
                 at = 0
             if at:
-                listed.update({key: o for key, o in self.objects.get(kind, {}).items() if rv_of(o) > at})
+                listed.update({key: o for key, o in old.items() if rv_of(o) > at})
+            # A relist (after 410 Gone) notes only what differs from the copy it replaces.
+            for key in old.keys() | listed.keys():
+                before, after = old.get(key), listed.get(key)
+                if (
+                    before is None
+                    or after is None
+                    or rv_of(before) != rv_of(after)
+                    or (not rv_of(after) and before != after)
+                ):
+                    self._touch(kind, key)
             self.objects[kind] = listed
             self.changed.set()
 
@@ -89,6 +114,7 @@ class Cache:
             shadow = self.assumed.get((kind, key))
             if shadow is not None and rv_of(obj) >= rv_of(shadow):
                 del self.assumed[(kind, key)]
+            self._touch(kind, key)
             self.changed.set()
 
     def remove(self, kind: str, obj: dict[str, Any]) -> None:
@@ -96,18 +122,21 @@ class Cache:
             key = object_key(obj)
             self.objects.setdefault(kind, {}).pop(key, None)
             self.assumed.pop((kind, key), None)
+            self._touch(kind, key)
             self.changed.set()
 
     def assume(self, kind: str, obj: dict[str, Any]) -> None:
         """Record a write before (or while) it reaches the server."""
         with self.lock:
             self.assumed[(kind, object_key(obj))] = obj
+            self._touch(kind, object_key(obj))
             self.changed.set()
 
     def forget(self, kind: str, key: str) -> None:
         """Drop an assumption after a failed write (safe to call twice)."""
         with self.lock:
-            self.assumed.pop((kind, key), None)
+            if self.assumed.pop((kind, key), None) is not None:
+                self._touch(kind, key)
 
     def items(self, kind: str) -> list[dict[str, Any]]:
         with self.lock:

@@ -1,0 +1,244 @@
+"""Observed state + plan -> writes: the pure half of a controller pass.
+
+The functions here read the Workloads a plan names (through ``get``, the informer cache as the
+controller observes it) and return the writes that carry the plan out, as data. They make no
+request and change nothing; the controller's applier assumes each write in the cache, sends it,
+and counts and reports what happened. So what a pass would write is testable without any API
+server::
+
+    admission_writes(get, plan, now)                       -> [Write(ADMIT, ...)]
+    preemption_writes(get, plan, now, dry_run=...)         -> [Write(EVICT | WOULD_PREEMPT, ...)]
+    pending_writes(get, plan, now, written)                -> [Write(PENDING, ...)]
+
+``now`` is the time as the API writes it (a MicroTime string). Each step is idempotent: a
+Workload that already shows what the plan asks gets no write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gpuplane.core.session import (
+    CONDITIONS,
+    PLACEMENT_ANNOTATION,
+    AdmissionDecision,
+    ConditionType,
+    PendingDecision,
+    Plan,
+    PreemptionDecision,
+    Reason,
+    WorkloadState,
+    condition,
+    placement_annotation,
+    with_conditions,
+)
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s.provisioning import checks_passed, pending_checks
+from gpuplane.model import labels as keys
+from gpuplane.model.errors import InputError
+from gpuplane.model.kinds import pod_template
+from gpuplane.model.quantity import format_quantity
+from gpuplane.model.topology import topology_assignment
+
+Get = Callable[[str], dict[str, Any] | None]  # a Workload by key, as observed
+
+# The conditions an admission sets, in the order they are written.
+ADMISSION_ORDER = (ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED)
+
+
+class Verb(StrEnum):
+    ADMIT = "admit"  # status.admission and conditions (and the plan's placement annotation)
+    EVICT = "evict"  # Evicted + Preempted conditions; the admission stays until the job stops
+    WOULD_PREEMPT = "would-preempt"  # dry run: an Event only
+    PENDING = "pending"  # QuotaReserved=False with the core's reason
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write a plan asks for: the Workload ``workload`` as it should be (``body``)."""
+
+    verb: Verb
+    workload: str
+    body: dict[str, Any]
+    message: str = ""
+    # ADMIT: the placement annotation the observed Workload carries (a patch goes first if it
+    # differs from the body's), the decision; PENDING: the decision.
+    recorded: str | None = None
+    admission: AdmissionDecision | None = None
+    pending: PendingDecision | None = None
+
+
+def _true(obj: Mapping[str, Any], ctype: str) -> bool:
+    return any(
+        c.get("type") == ctype and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions", []) or []
+    )
+
+
+def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
+    copied: dict[str, Any] = json.loads(json.dumps(obj))
+    return copied
+
+
+# --- admissions ---------------------------------------------------------------------------------
+
+
+def admission_writes(get: Get, plan: Plan, now: str) -> list[Write]:
+    """The plan's admissions, each as the admitted Workload. One that is gone, or that already
+    holds a reservation whose checks have not all passed, gets none."""
+    out = []
+    for decision in plan.admitted:
+        wl = get(decision.workload)
+        if wl is None or ((wl.get("status") or {}).get("admission") and not checks_passed(wl, decision)):
+            continue
+        recorded = ((wl.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+        out.append(
+            Write(
+                Verb.ADMIT,
+                decision.workload,
+                admitted_workload(wl, decision, now),
+                recorded=recorded,
+                admission=decision,
+            )
+        )
+    return out
+
+
+def _template_requests(template: dict[str, Any]) -> dict[str, int]:
+    try:
+        return dict(pod_template(template.get("spec", {}), "spec").requests)
+    except InputError:
+        return {}
+
+
+def admitted_workload(wl: Mapping[str, Any], decision: AdmissionDecision, now: str) -> dict[str, Any]:
+    """``wl`` with the decision's admission and the QuotaReserved and Admitted conditions."""
+    assignments = []
+    by_name = {ps["name"]: ps for ps in wl["spec"]["podSets"]}
+    for ps in decision.pod_sets:
+        requests = _template_requests(by_name[ps.name]["template"])
+        assignment: dict[str, Any] = {
+            "name": ps.name,
+            "count": ps.count,
+            "flavors": dict(ps.flavors),
+            "resourceUsage": {
+                r: format_quantity(r, q * ps.count) for r, q in requests.items() if r in ps.flavors
+            },
+        }
+        if ps.placement is not None and not decision.checks:
+            per_node: dict[str, int] = {}
+            for place in ps.placement:
+                per_node[place.node] = per_node.get(place.node, 0) + 1
+            assignment["topologyAssignment"] = topology_assignment(
+                [keys.HOSTNAME_LABEL],
+                [((n,), c) for n, c in sorted(per_node.items())],
+                wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2",
+            )
+        assignments.append(assignment)
+    updated = _copy(wl)
+    # The plan's devices, recorded on the Workload: the binding step binds exactly these.
+    annotations = updated["metadata"].setdefault("annotations", {})
+    planned = placement_annotation(decision)
+    if planned is None:
+        annotations.pop(PLACEMENT_ANNOTATION, None)
+    else:
+        annotations[PLACEMENT_ANNOTATION] = planned
+    status = updated.setdefault("status", {})
+    status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
+    # A reservation whose checks have all passed keeps its QuotaReserved time; Admitted is new.
+    reserved = (wl.get("status") or {}).get("admission") and next(
+        (c for c in wl["status"].get("conditions", []) if c.get("type") == ConditionType.QUOTA_RESERVED),
+        None,
+    )
+    state = WorkloadState.QUOTA_RESERVED if decision.checks else WorkloadState.ADMITTED
+    status["conditions"] = with_conditions(
+        status.get("conditions", []),
+        *(
+            reserved
+            if ctype == ConditionType.QUOTA_RESERVED and reserved
+            else condition(ctype, Reason(ctype), now)
+            for ctype in ADMISSION_ORDER
+            if ctype in CONDITIONS[state]
+        ),
+        drop=(ConditionType.ADMITTED, ConditionType.EVICTED, ConditionType.PREEMPTED),
+    )
+    if decision.checks:  # quota reserved; admitted once every check is Ready
+        status["admissionChecks"] = pending_checks(decision.checks, now)
+    return updated
+
+
+# --- preemptions --------------------------------------------------------------------------------
+
+
+def preemption_writes(get: Get, plan: Plan, now: str, *, dry_run: bool) -> list[Write]:
+    """Each victim marked Evicted and Preempted (or, in a dry run, an Event only). A victim that
+    is gone, or already evicted, gets none."""
+    out = []
+    for victim in plan.preempted:
+        wl = get(victim.workload)
+        if wl is None or _true(wl, ConditionType.EVICTED):
+            continue
+        message = preemption_message(victim)
+        if dry_run:
+            out.append(Write(Verb.WOULD_PREEMPT, victim.workload, dict(wl), f"dry run: {message}"))
+        else:
+            out.append(
+                Write(Verb.EVICT, victim.workload, evicted_workload(wl, message, victim.reason, now), message)
+            )
+    return out
+
+
+def preemption_message(victim: PreemptionDecision) -> str:
+    return f"Preempted to accommodate {victim.preemptor} ({victim.reason})"
+
+
+def evicted_workload(wl: Mapping[str, Any], message: str, reason: str, now: str) -> dict[str, Any]:
+    """``wl`` marked Evicted (reason Preempted) and Preempted (``reason``), as Kueue marks a victim;
+    its admission and QuotaReserved condition stay until its job is no longer active."""
+    updated = _copy(wl)
+    status = updated.setdefault("status", {})
+    status["conditions"] = with_conditions(
+        status.get("conditions", []),
+        condition(ConditionType.EVICTED, Reason.PREEMPTED, now, message),
+        condition(ConditionType.PREEMPTED, reason, now, message),
+    )
+    return updated
+
+
+# --- pending ------------------------------------------------------------------------------------
+
+
+def pending_writes(get: Get, plan: Plan, now: str, written: Mapping[str, tuple[str, str]]) -> list[Write]:
+    """A QuotaReserved=False condition with the core's reason on each pending Workload that does
+    not show it yet. ``written``: what the controller wrote last, by workload (a write whose watch
+    event has not arrived yet is not made twice)."""
+    out = []
+    for pending in plan.pending:
+        if written.get(pending.workload) == (pending.reason, pending.message):
+            continue
+        wl = get(pending.workload)
+        if wl is None or (wl.get("status") or {}).get("admission"):
+            continue
+        current = next(
+            (
+                c
+                for c in (wl.get("status") or {}).get("conditions", [])
+                if c.get("type") == ConditionType.QUOTA_RESERVED
+            ),
+            None,
+        )
+        message = pending.message or pending.reason
+        if current and current.get("reason") == pending.reason and current.get("message") == message:
+            continue
+        updated = _copy(wl)
+        status = updated.setdefault("status", {})
+        status["conditions"] = with_conditions(
+            status.get("conditions", []),
+            condition(ConditionType.QUOTA_RESERVED, pending.reason, now, message, status=False),
+        )
+        out.append(Write(Verb.PENDING, pending.workload, updated, pending=pending))
+    return out
