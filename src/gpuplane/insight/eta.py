@@ -1,28 +1,31 @@
-"""When will a pending workload start? A pure estimate from what a scheduler can know.
+"""When will a pending workload start? Pure estimates from what a scheduler can know.
 
-The estimate treats a pool of capacity as one bucket (GPU-equivalents) and plays the queue
-forward::
+Two estimates, both playing the queue forward from expected ends:
 
-    free = capacity - held by running work
-    for each workload ahead in queue order, then the one asked about:
-        wait for the earliest expected releases until it fits; it starts, and releases
-        `expected duration` later
+* :func:`replay_start`, the simulator's ETA at submission: pools (flavors) with their
+  capacity, queues with their quotas (a namespace quota over every pool, a ClusterQueue's
+  nominal and borrowing limit per flavor), the queued work of every queue in the order the
+  scheduler takes it (priority, then arrival; BestEffortFIFO lets work that fits start past
+  work that does not), and reclaim of borrowed quota by a queue within its nominal::
 
-Inputs are only what the control plane knows at submission time: the queue order, each
-workload's request, and *expected* durations (a declared runtime annotation, or the mean of the
-workload's class); never the true run times. Running work past its expected end is taken to end
-now. Placement (fragmentation, topology) is ignored, so the estimate is a lower bound when the
-pool is fragmented.
+      at now, and after each expected end (of running work, or of work started in the replay):
+          start every queued item that fits, in order; then the asked one, if it fits
 
-Several views can bound one workload (its team's quota, the nodes it may use): the ETA is the
-latest of their estimates (:func:`latest_start`).
+* :func:`predict_start`, one pool as one bucket (a node's GPUs, for the live ETA of a pod
+  that needs one node).
+
+Inputs are only what the control plane knows: the queue order, each workload's request, and
+*expected* durations (a declared runtime, or what the caller learned per class); never the true
+run times. Running work past its expected end is taken to end now. Placement (fragmentation,
+topology) is ignored, so an estimate is a lower bound when a pool is fragmented.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 EPSILON = 1e-9
 
@@ -89,11 +92,182 @@ def predict_start(
     return t + (backlog / capacity if capacity > 0 else 0.0)
 
 
-def latest_start(estimates: Iterable[float | None]) -> float | None:
-    """The binding view: the latest estimate, or ``None`` if any view says never."""
-    out: float | None = None
-    for value in estimates:
-        if value is None:
+# --- the queue replay: pools, queues, quotas and queue order together -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What bounds every start: pools (flavors) and the quotas of queues.
+
+    ``pools`` is each pool's capacity. ``queue_limit`` caps a queue's usage over every pool (a
+    namespace ResourceQuota); ``flavor_limit`` caps it in one pool (nominal quota plus borrowing
+    limit; missing means the queue may borrow the whole pool). ``nominal`` is a queue's nominal
+    quota per pool when borrowed quota can be reclaimed: a queue below it there may count what the
+    other queues use above theirs as free. ``preemption``: work of a lower priority than the
+    asked workload gives way to it (it is left out of the replay).
+    """
+
+    pools: Mapping[str, float]
+    queue_limit: Mapping[str, float] = field(default_factory=dict)
+    flavor_limit: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    nominal: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    preemption: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """Running work: what it holds of a pool, for which queue, until when (expected)."""
+
+    end: float
+    pool: str
+    queue: str
+    amount: float
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """Queued work: the pools it may use (in the order it tries them), its queue, size and expected run."""
+
+    queue: str
+    pools: tuple[str, ...]
+    amount: float
+    duration: float
+
+
+@dataclass(slots=True)
+class _Usage:
+    """What is in use during a replay, by pool, by queue and pool, and by queue."""
+
+    capacity: Capacity
+    pool: dict[str, float]
+    queue_pool: dict[tuple[str, str], float]
+    queue: dict[str, float]
+
+    def add(self, pool: str, queue: str, amount: float) -> None:
+        self.pool[pool] = self.pool.get(pool, 0.0) + amount
+        key = (queue, pool)
+        self.queue_pool[key] = self.queue_pool.get(key, 0.0) + amount
+        self.queue[queue] = self.queue.get(queue, 0.0) + amount
+
+    def reclaimable(self, queue: str, pool: str, amount: float) -> float:
+        """What other queues borrow in ``pool``, if ``queue`` stays within its nominal quota there."""
+        nominal = self.capacity.nominal
+        mine = nominal.get((queue, pool))
+        if mine is None or self.queue_pool.get((queue, pool), 0.0) + amount > mine + EPSILON:
+            return 0.0
+        return sum(
+            max(0.0, used - nominal.get(key, 0.0))
+            for key, used in self.queue_pool.items()
+            if key[1] == pool and key[0] != queue
+        )
+
+    def room(self, item: Queued, reclaim: bool) -> str | None:
+        """The first pool ``item`` fits in now, or ``None``."""
+        cap = self.capacity
+        amount = item.amount
+        limit = cap.queue_limit.get(item.queue)
+        if limit is not None and self.queue.get(item.queue, 0.0) + amount > limit + EPSILON:
             return None
-        out = value if out is None else max(out, value)
-    return out
+        for pool in item.pools:
+            flavor = cap.flavor_limit.get((item.queue, pool))
+            if (
+                flavor is not None
+                and self.queue_pool.get((item.queue, pool), 0.0) + amount > flavor + EPSILON
+            ):
+                continue
+            free = cap.pools.get(pool, 0.0) - self.pool.get(pool, 0.0)
+            if reclaim and free + EPSILON < amount:
+                free += self.reclaimable(item.queue, pool, amount)
+            if free + EPSILON >= amount:
+                return pool
+        return None
+
+
+def ever_fits(item: Queued, capacity: Capacity) -> bool:
+    """Whether ``item`` fits some pool of its own with nothing else running."""
+    limit = capacity.queue_limit.get(item.queue, math.inf)
+    return any(
+        item.amount
+        <= min(capacity.pools.get(p, 0.0), capacity.flavor_limit.get((item.queue, p), math.inf), limit)
+        + EPSILON
+        for p in item.pools
+    )
+
+
+def drain_rate(item: Queued, capacity: Capacity) -> float:
+    """What ``item``'s queue can hold at most at once in ``item``'s pools: the rate a backlog drains at."""
+    in_pools = sum(
+        min(capacity.pools.get(p, 0.0), capacity.flavor_limit.get((item.queue, p), math.inf))
+        for p in item.pools
+    )
+    return max(EPSILON, min(in_pools, capacity.queue_limit.get(item.queue, math.inf)))
+
+
+MAX_STEPS = 256  # expected ends a replay plays (one more than this) before it extrapolates
+
+
+def replay_start(
+    now: float,
+    asked: Queued,
+    *,
+    capacity: Capacity,
+    used: Iterable[tuple[str, str, float]],
+    releases: Iterable[Running],
+    ahead: Sequence[Queued] = (),
+    backlog: float = 0.0,
+    max_steps: int = MAX_STEPS,
+) -> float | None:
+    """Expected start of ``asked``, queued behind ``ahead``, by playing the queues forward.
+
+    ``used`` is ``(pool, queue, amount)`` of the running work; ``releases`` the same work as
+    :class:`Running` in order of expected end (read only as far as needed; an end in the past is
+    taken as ``now``). ``ahead`` is the queued work that goes first, in the order the scheduler
+    takes it (priority, then arrival). ::
+
+        at now, and after each expected end:
+            for each queued item in order, then ``asked``:
+                start it in its first pool with room (pool capacity, queue and flavor quotas)
+                -- an item that does not fit lets the ones behind it try (BestEffortFIFO) --
+                a started item ends ``duration`` later
+        ``asked`` alone may reclaim what other queues borrow, while it stays within its nominal
+
+    ``backlog`` is further queued work ahead (GPU-equivalent seconds) not worth playing one by
+    one: it delays the start by ``backlog`` over :func:`drain_rate`. After
+    ``max_steps`` expected ends the rest of the queue ahead is counted the same way. Returns
+    ``None`` when ``asked`` can never fit, or nothing left running would make room for it.
+    """
+    if not ever_fits(asked, capacity):
+        return None
+    usage = _Usage(capacity, {}, {}, {})
+    for pool, queue, amount in used:
+        usage.add(pool, queue, amount)
+    rate = drain_rate(asked, capacity)
+    waiting = [item for item in ahead if ever_fits(item, capacity)]
+    started: list[tuple[float, int, str, str, float]] = []  # heap: (end, sequence, pool, queue, amount)
+    pending = iter(releases)
+    upcoming = next(pending, None)
+    t = now
+    for _ in range(max_steps + 1):
+        still: list[Queued] = []
+        for item in waiting:
+            room = usage.room(item, reclaim=False)
+            if room is None:
+                still.append(item)
+                continue
+            usage.add(room, item.queue, item.amount)
+            heapq.heappush(started, (t + item.duration, len(started), room, item.queue, item.amount))
+        waiting = still
+        if usage.room(asked, reclaim=True) is not None:
+            return t + backlog / rate
+        # The next expected end: of running work or of work started in the replay.
+        if started and (upcoming is None or started[0][0] <= upcoming.end):
+            end, _, pool, queue, amount = heapq.heappop(started)
+        elif upcoming is not None:
+            end, pool, queue, amount = upcoming.end, upcoming.pool, upcoming.queue, upcoming.amount
+            upcoming = next(pending, None)
+        else:
+            return None
+        t = max(t, end)
+        usage.add(pool, queue, -amount)
+    left = sum(item.amount * item.duration for item in waiting)
+    return t + (backlog + left) / rate

@@ -23,13 +23,13 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpuplane.core.session import Reason
 from gpuplane.insight import idle
-from gpuplane.insight.eta import Ahead, latest_start, predict_start
+from gpuplane.insight.eta import Capacity, Queued, Running, replay_start
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
 
@@ -44,17 +44,6 @@ PREEMPTED = Reason.PREEMPTED
 NODE_FAILURE = Reason.NODE_FAILURES
 
 ProgressCallback = Callable[[float], None]
-
-
-@dataclass(frozen=True, slots=True)
-class EtaView:
-    """One bound on when a job can start: a pool of ``capacity`` GPU-equivalents shared by the
-    running and queued work that matches (pools, team, priority at least ``min_priority``)."""
-
-    capacity: float
-    pools: frozenset[str]
-    team: str | None = None
-    min_priority: int = -(2**31)
 
 
 @dataclass(slots=True)
@@ -94,7 +83,8 @@ class Model(Protocol):
     def pools_of(self, job: Job) -> tuple[str, ...]:
         """The pools the job may run on in this configuration."""
 
-    def eta_views(self, job: Job) -> list[EtaView]: ...
+    def eta_capacity(self) -> Capacity | None:
+        """Pools and quotas the ETA replays queued work against (``None``: no ETA)."""
 
     def quota_blocked(self) -> float:
         """GPU-equivalents of queued work held back by quota (not by placement)."""
@@ -137,14 +127,25 @@ class JobRun:
 
 
 GroupKey = tuple[frozenset[str], str, int]  # (pools, team, priority)
-AHEAD_LISTED = 32  # queued work the ETA plays forward one by one; the rest counts as a backlog
+LISTED_PER_QUEUE = 16  # queued work per team the ETA plays one by one; the rest counts as a backlog
+
+
+def _ends(pool: str, entries: list[tuple[float, int, float, str, int]], floor: int) -> Iterator[Running]:
+    """One pool's running work of at least priority ``floor``, in order of expected end."""
+    for end, _, amount, owner, priority in entries:
+        if priority >= floor:
+            yield Running(end, pool, owner, amount)
+
+
+def _by_end(running: Running) -> float:
+    return running.end
 
 
 class _Book:
     """What an ETA may know: running work by pool (by expected end), queued work in queue order.
 
-    Queued work is grouped by (pools, team, priority) so a view can pick the groups it competes
-    with without scanning every queued job.
+    Queued work is grouped by (pools, team, priority) so an estimate can pick the groups it
+    competes with without scanning every queued job.
     """
 
     def __init__(self) -> None:
@@ -154,6 +155,7 @@ class _Book:
         self.group_work: dict[GroupKey, float] = {}
         self.where: dict[int, GroupKey] = {}
         self.sequence = 0
+        self.pool_order: dict[frozenset[str], tuple[str, ...]] = {}
 
     def add_running(self, run: JobRun) -> None:
         entry = (run.expected_end, run.job.id, run.alloc, run.job.team, run.priority)
@@ -187,53 +189,70 @@ class _Book:
         _, amount, duration = self.groups[key].pop(run.job.id)
         self.group_work[key] -= amount * duration
 
-    def estimate(self, view: EtaView, need: float, now: float) -> float | None:
-        """The view's ETA for a new job needing ``need`` (queued behind everything queued now)."""
+    def _pools(self, pools: frozenset[str], capacity: Capacity) -> tuple[str, ...]:
+        """``pools`` in the order of the capacity's pools (the order flavors are tried in)."""
+        order = self.pool_order.get(pools)
+        if order is None:
+            order = self.pool_order[pools] = tuple(p for p in capacity.pools if p in pools)
+        return order
+
+    def estimate(self, run: JobRun, capacity: Capacity, now: float) -> float | None:
+        """The ETA of ``run``, about to be queued behind everything queued now.
+
+        The queued work it competes with (same team, or a pool in common) of at least its
+        priority (any priority without preemption) is replayed with the running work's expected
+        ends (:func:`gpuplane.insight.eta.replay_start`): the first :data:`LISTED_PER_QUEUE` of
+        each team one by one, the rest of its own team (of every team when its team has no quota
+        of its own) as a backlog.
+        """
+        team, pools = run.job.team, run.pools
+        floor = run.priority if capacity.preemption else -(2**31)
         keys = [
             k
             for k, members in self.groups.items()
-            if members
-            and k[2] >= view.min_priority
-            and (view.team is None or k[1] == view.team)
-            and not view.pools.isdisjoint(k[0])
+            if members and k[2] >= floor and (k[1] == team or not pools.isdisjoint(k[0]))
         ]
-        held = 0.0
-        for (pool, team, priority), amount in self.held.items():
-            if (
-                pool in view.pools
-                and (view.team is None or team == view.team)
-                and priority >= view.min_priority
-            ):
-                held += amount
-        if not keys and held + need <= view.capacity + 1e-9:
-            return now
-        ordered = heapq.merge(
-            *(
-                ((-k[2], seq, amount, duration) for seq, amount, duration in self.groups[k].values())
-                for k in keys
+        used = [
+            (pool, owner, amount)
+            for (pool, owner, priority), amount in self.held.items()
+            if priority >= floor and amount > 0
+        ]
+        asked = Queued(
+            team,
+            self._pools(pools, capacity),
+            run.alloc,
+            max(run.job.startup, run.job.expected - run.progress),
+        )
+        by_team: dict[str, list[GroupKey]] = {}
+        for k in keys:
+            by_team.setdefault(k[1], []).append(k)
+        listed: list[tuple[int, int, Queued]] = []
+        unlisted = 0.0
+        own_limit = team in capacity.queue_limit or any(q == team for q, _ in capacity.flavor_limit)
+        for owner, owned in by_team.items():
+            ordered = heapq.merge(
+                *(
+                    ((-k[2], seq, k, amount, duration) for seq, amount, duration in self.groups[k].values())
+                    for k in owned
+                )
             )
-        )
-        ahead = [
-            Ahead(amount, duration) for _, _, amount, duration in itertools.islice(ordered, AHEAD_LISTED)
-        ]
-        backlog = sum(self.group_work[k] for k in keys) - sum(a.amount * a.expected_duration for a in ahead)
-        only, floor = view.team, view.min_priority
-        lists = [entries for p in view.pools if (entries := self.running.get(p))]
-        # One pool's list is already in order of expected end: merging it would only add a step.
-        running = lists[0] if len(lists) == 1 else heapq.merge(*lists)
-        releases = (
-            (end if end > now else now, amount)
-            for end, _, amount, owner, priority in running
-            if priority >= floor and (only is None or owner == only)
-        )
-        return predict_start(
+            work = sum(self.group_work[k] for k in owned)
+            for neg, seq, k, amount, duration in itertools.islice(ordered, LISTED_PER_QUEUE):
+                listed.append((neg, seq, Queued(owner, self._pools(k[0], capacity), amount, duration)))
+                work -= amount * duration
+            if owner == team or not own_limit:
+                unlisted += max(0.0, work)
+        listed.sort(key=lambda entry: (entry[0], entry[1]))
+        streams = [_ends(p, entries, floor) for p in capacity.pools if (entries := self.running.get(p))]
+        releases = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_by_end)
+        return replay_start(
             now,
-            need,
-            capacity=view.capacity,
-            held=held,
+            asked,
+            capacity=capacity,
+            used=used,
             releases=releases,
-            ahead=ahead,
-            backlog=max(0.0, backlog),
+            ahead=[entry[2] for entry in listed],
+            backlog=unlisted,
         )
 
 
@@ -262,6 +281,7 @@ class Engine:
         self.runs: dict[int, JobRun] = {}
         self.running: dict[int, JobRun] = {}
         self.book = _Book()
+        self.eta_capacity = model.eta_capacity()
         self.events: list[tuple[float, int, int, int, int]] = []
         self.sequence = 0
         self.next_id = len(workloads.jobs)
@@ -635,5 +655,6 @@ class Engine:
 
     def predict(self, run: JobRun, now: float) -> float | None:
         """The ETA the insight layer gives at submission (before this job is queued)."""
-        views = self.model.eta_views(run.job)
-        return latest_start(self.book.estimate(view, run.alloc, now) for view in views)
+        if self.eta_capacity is None:
+            return None
+        return self.book.estimate(run, self.eta_capacity, now)
