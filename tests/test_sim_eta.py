@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpuplane.insight.eta import Ahead, Capacity, Queued, Running, predict_start, replay_start
+from gpuplane.insight.eta import (
+    Ahead,
+    Capacity,
+    Queued,
+    Running,
+    predict_start,
+    replay_start,
+    restricted_mean,
+)
 
 
 @dataclass
@@ -215,3 +223,20 @@ def test_replay_extrapolates_after_its_step_limit() -> None:
 def test_lower_priority_work_is_left_out_by_the_caller() -> None:
     """With nothing of its priority running, the pool is free (what is lower gives way)."""
     assert replay_start(0.0, Queued("a", ("p",), 8, 10), capacity=COHORT, used=[], releases=[]) == 0
+
+
+@pytest.mark.parametrize(
+    ("finished", "running", "want"),
+    [
+        ([10.0, 20.0], [], 15.0),  # no running work: the plain mean
+        # 10 finished; the other runs 30 s so far: S = 1 to 10, 1/2 to 30: 10 + 10 = 20.
+        ([10.0], [30.0], 20.0),
+        # Three at risk at 10: S = 2/3 to 20, then 1/3 to 40 (the runner): 10 + 20/3 + 20/3.
+        ([10.0, 20.0], [40.0], 10.0 + 40.0 / 3),
+        ([10.0], [10.0], 10.0),  # a run censored at a finished runtime was at risk then
+        ([], [50.0], None),
+    ],
+)
+def test_restricted_mean(finished: list[float], running: list[float], want: float | None) -> None:
+    got = restricted_mean(finished, running)
+    assert got == pytest.approx(want) if want is not None else got is None

@@ -271,3 +271,29 @@ def replay_start(
         usage.add(pool, queue, -amount)
     left = sum(item.amount * item.duration for item in waiting)
     return t + (backlog + left) / rate
+
+
+def restricted_mean(finished: Sequence[float], running: Iterable[float]) -> float | None:
+    """Mean runtime up to the longest one seen, from ``finished`` runtimes (sorted) and the
+    runtimes so far of ``running`` work (censored: they last at least that long).
+
+    The Kaplan-Meier survival curve ``S`` drops at each finished runtime by one over the runs
+    still at risk (finished later, or running longer); the mean is the area under ``S`` up to
+    the longest runtime observed. Finished runs alone would say "runs are short" while the long
+    ones are still running; the class mean of a heavy-tailed distribution counts runs longer
+    than anything a queue will wait for. ``None`` without a finished run.
+    """
+    if not finished:
+        return None
+    events = [(t, -1) for t in finished]
+    events += [(t, 0) for t in running]
+    events.sort()  # at equal times the finished (-1) drop first: a censored run is still at risk then
+    at_risk = len(events)
+    survival, area, previous = 1.0, 0.0, 0.0
+    for time_, done in events:
+        area += survival * (time_ - previous)
+        previous = time_
+        if done:
+            survival *= 1.0 - 1.0 / at_risk
+        at_risk -= 1
+    return area

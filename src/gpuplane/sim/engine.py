@@ -29,7 +29,7 @@ from typing import Protocol
 
 from gpuplane.core.session import Reason
 from gpuplane.insight import idle
-from gpuplane.insight.eta import Capacity, Queued, Running, replay_start
+from gpuplane.insight.eta import Capacity, Queued, Running, replay_start, restricted_mean
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
 
@@ -126,6 +126,38 @@ class JobRun:
         return min(self.per_pod, self.busy_per_pod) * self.job.pods
 
 
+class RuntimeHistory:
+    """Expected runtimes per workload class, learned from what ran so far.
+
+    What a control plane can know: how long finished workloads of a class ran (start to
+    completion, in one run) and how long the running ones have run. The expected runtime is
+    their Kaplan-Meier mean up to the longest seen (:func:`gpuplane.insight.eta.restricted_mean`),
+    recomputed when a class's finished runs grew by :data:`RELEARN` since the last time. Until
+    :data:`LEARN_AFTER` of a class have finished, a job's own ``expected`` (the class mean the
+    scenario declares) stands in.
+    """
+
+    def __init__(self, running: Callable[[str], Iterable[float]]) -> None:
+        self.running = running
+        self.finished: dict[str, list[float]] = {}
+        self.learned: dict[str, tuple[int, float]] = {}  # class -> (finished runs then, mean)
+
+    def record(self, klass: str, seconds: float) -> None:
+        bisect.insort(self.finished.setdefault(klass, []), seconds)
+
+    def expected(self, job: Job) -> float:
+        finished = self.finished.get(job.klass, ())
+        if len(finished) < LEARN_AFTER:
+            return job.expected
+        learned = self.learned.get(job.klass)
+        if learned is None or len(finished) >= learned[0] * RELEARN:
+            mean = restricted_mean(finished, self.running(job.klass))
+            learned = self.learned[job.klass] = (len(finished), job.expected if mean is None else mean)
+        return learned[1]
+
+
+LEARN_AFTER = 20
+RELEARN = 1.05
 GroupKey = tuple[frozenset[str], str, int]  # (pools, team, priority)
 LISTED_PER_QUEUE = 16  # queued work per team the ETA plays one by one; the rest counts as a backlog
 
@@ -172,12 +204,13 @@ class _Book:
         key = (run.pool, run.job.team, run.priority)
         self.held[key] = self.held.get(key, 0.0) - run.alloc
 
-    def add_pending(self, run: JobRun) -> None:
+    def add_pending(self, run: JobRun, expected: float) -> None:
+        """Queue ``run``, expected to run ``expected`` seconds in all (startup included)."""
         if run.job.id in self.where:
             return
         key = (run.pools, run.job.team, run.priority)
         self.sequence += 1
-        duration = max(run.job.startup, run.job.expected - run.progress)
+        duration = max(run.job.startup, expected - run.progress)
         self.groups.setdefault(key, {})[run.job.id] = (self.sequence, run.alloc, duration)
         self.group_work[key] = self.group_work.get(key, 0.0) + run.alloc * duration
         self.where[run.job.id] = key
@@ -196,7 +229,7 @@ class _Book:
             order = self.pool_order[pools] = tuple(p for p in capacity.pools if p in pools)
         return order
 
-    def estimate(self, run: JobRun, capacity: Capacity, now: float) -> float | None:
+    def estimate(self, run: JobRun, expected: float, capacity: Capacity, now: float) -> float | None:
         """The ETA of ``run``, about to be queued behind everything queued now.
 
         The queued work it competes with (same team, or a pool in common) of at least its
@@ -221,7 +254,7 @@ class _Book:
             team,
             self._pools(pools, capacity),
             run.alloc,
-            max(run.job.startup, run.job.expected - run.progress),
+            max(run.job.startup, expected - run.progress),
         )
         by_team: dict[str, list[GroupKey]] = {}
         for k in keys:
@@ -282,6 +315,7 @@ class Engine:
         self.running: dict[int, JobRun] = {}
         self.book = _Book()
         self.eta_capacity = model.eta_capacity()
+        self.runtimes = RuntimeHistory(self.running_for)
         self.events: list[tuple[float, int, int, int, int]] = []
         self.sequence = 0
         self.next_id = len(workloads.jobs)
@@ -401,13 +435,15 @@ class Engine:
             run.predicted = self.predict(run, now)
             if run.predicted is None:
                 stats.never_predicted += 1
-        self.book.add_pending(run)
+        self.book.add_pending(run, self.runtimes.expected(run.job))
         if job.deadline is not None:
             self.push(job.deadline, END, job.id)
         self.model.submit(job, now)
         self.apply(now)
 
     def complete(self, run: JobRun, now: float) -> None:
+        if run.running_since is not None and run.progress == 0:
+            self.runtimes.record(run.job.klass, now - run.running_since)
         self.close_run(run, now)
         run.done = True
         if now >= 0 and self._origin(run.job).submit >= 0:
@@ -544,7 +580,7 @@ class Engine:
             elif submit >= 0:
                 run.stats.resume_waits.append(now - submit)
         remaining = job.work - run.progress
-        run.expected_end = now + max(job.startup, job.expected - run.progress)
+        run.expected_end = now + max(job.startup, self.runtimes.expected(job) - run.progress)
         self.book.add_running(run)
         if job.checkpoint:
             heapq.heappush(self.checkpoint_due, (now + job.startup + job.checkpoint, job.id, run.gen))
@@ -576,7 +612,7 @@ class Engine:
                 run.stats.preemptions += 1
             else:
                 run.stats.interrupted_by_failure += 1
-        self.book.add_pending(run)
+        self.book.add_pending(run, self.runtimes.expected(run.job))
 
     def close_run(self, run: JobRun, now: float) -> tuple[float, float]:
         """End the current run at ``now``: count busy GPU time; returns progress before and after."""
@@ -653,8 +689,15 @@ class Engine:
             heapq.heappush(due, (last + period, job_id, gen))
             yield job, last
 
+    def running_for(self, klass: str) -> Iterator[float]:
+        """How long each running job of ``klass`` has run so far (in its current run)."""
+        now = self.now
+        for run in self.running.values():
+            if run.job.klass == klass and run.running_since is not None and run.progress == 0:
+                yield now - run.running_since
+
     def predict(self, run: JobRun, now: float) -> float | None:
         """The ETA the insight layer gives at submission (before this job is queued)."""
         if self.eta_capacity is None:
             return None
-        return self.book.estimate(run, self.eta_capacity, now)
+        return self.book.estimate(run, self.runtimes.expected(run.job), self.eta_capacity, now)
