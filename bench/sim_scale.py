@@ -90,6 +90,9 @@ class NoOpModel:
     def eta_capacity(self) -> Capacity | None:
         return None
 
+    def whole_nodes(self, job: Job) -> None:
+        del job
+
     def quota_blocked(self) -> float:
         return 0.0
 

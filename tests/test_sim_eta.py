@@ -11,11 +11,13 @@ import pytest
 from gpuplane.insight.eta import (
     Ahead,
     Capacity,
+    Holder,
     Queued,
     Running,
     predict_start,
     replay_start,
-    restricted_mean,
+    runtime_curve,
+    whole_nodes_start,
 )
 
 
@@ -237,6 +239,52 @@ def test_lower_priority_work_is_left_out_by_the_caller() -> None:
         ([], [50.0], None),
     ],
 )
-def test_restricted_mean(finished: list[float], running: list[float], want: float | None) -> None:
-    got = restricted_mean(finished, running)
-    assert got == pytest.approx(want) if want is not None else got is None
+def test_runtime_curve_mean(finished: list[float], running: list[float], want: float | None) -> None:
+    curve = runtime_curve(finished, running)
+    assert (curve.mean if curve is not None else None) == pytest.approx(want)
+
+
+def test_runtime_curve_remaining_grows_with_age_for_a_long_tail() -> None:
+    """Runtimes 10, 10, 10 and 1,000: a fresh run has 257.5 s to go on average; one that ran past
+    10 is the long one and has 1,000 - 20 = 980 left at age 20; past the longest seen, nothing."""
+    curve = runtime_curve([10.0, 10.0, 10.0, 1000.0], [])
+    assert curve is not None
+    assert curve.mean == pytest.approx(257.5)
+    assert curve.remaining(5.0) == pytest.approx(252.5)  # still one in four long: 5 + 990/4 = 252.5
+    assert curve.remaining(20.0) == pytest.approx(980.0)
+    assert curve.remaining(2000.0) == 0.0
+
+
+def fixed(end: float) -> Holder:
+    return Holder(None, 0.0, end)
+
+
+@pytest.mark.parametrize(
+    ("need", "ahead", "want"),
+    [
+        (1, 0, 0.0),  # the third node is empty
+        (2, 0, 50.0),  # and the second frees at 50
+        (2, 1, 100.0),  # a gang ahead takes the empty one: the second and first free at 50 and 100
+        (3, 5, 100.0),  # more ahead than nodes: all of them
+        (4, 0, None),  # three nodes only
+    ],
+)
+def test_whole_nodes_start_with_known_ends(need: int, ahead: int, want: float | None) -> None:
+    nodes = [[fixed(100.0), fixed(20.0)], [fixed(50.0)], []]
+    got = whole_nodes_start(0.0, need, nodes, ahead=ahead)
+    assert got == (None if want is None else pytest.approx(want, abs=1.0))  # bisection: to the second
+
+
+def test_whole_nodes_start_is_the_median_of_the_first_node_to_free() -> None:
+    """Each of three nodes runs one job whose class ran 1,000 s once and 3,000 s three times: a
+    node alone is free by 1,000 with probability 1/4 (its median is 3,000), but one of the three
+    is free by then with probability 1 - (3/4)^3 = 0.58 >= 1/2."""
+    curve = runtime_curve([1000.0, 3000.0, 3000.0, 3000.0], [])
+    assert curve is not None
+    one = [[Holder(curve, 0.0, 0.0)]]
+    alone = whole_nodes_start(0.0, 1, one)
+    assert alone is not None
+    assert alone == pytest.approx(3000.0, abs=1.0)
+    first = whole_nodes_start(0.0, 1, one * 3)
+    assert first is not None
+    assert first == pytest.approx(1000.0, abs=1.0)

@@ -22,6 +22,7 @@ topology) is ignored, so an estimate is a lower bound when a pool is fragmented.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -273,15 +274,45 @@ def replay_start(
     return t + (backlog + left) / rate
 
 
-def restricted_mean(finished: Sequence[float], running: Iterable[float]) -> float | None:
-    """Mean runtime up to the longest one seen, from ``finished`` runtimes (sorted) and the
-    runtimes so far of ``running`` work (censored: they last at least that long).
+@dataclass(frozen=True, slots=True)
+class RuntimeCurve:
+    """A runtime distribution as a step survival curve: ``survival[i]`` on ``[times[i], times[i+1])``,
+    zero from ``times[-1]`` on (the longest runtime observed); ``area[i]`` is the area under the
+    curve from ``times[i]`` to the end."""
 
-    The Kaplan-Meier survival curve ``S`` drops at each finished runtime by one over the runs
-    still at risk (finished later, or running longer); the mean is the area under ``S`` up to
-    the longest runtime observed. Finished runs alone would say "runs are short" while the long
-    ones are still running; the class mean of a heavy-tailed distribution counts runs longer
-    than anything a queue will wait for. ``None`` without a finished run.
+    times: tuple[float, ...]
+    survival: tuple[float, ...]
+    area: tuple[float, ...]
+
+    def remaining(self, age: float) -> float:
+        """Expected further runtime of a run that has run ``age`` so far (0 past the longest seen)."""
+        i = bisect.bisect_right(self.times, age) - 1
+        if i < 0:
+            return self.area[0] - age if self.area else 0.0
+        if i >= len(self.survival) or self.survival[i] <= 0.0:
+            return 0.0
+        return (self.area[i] - self.survival[i] * (age - self.times[i])) / self.survival[i]
+
+    def survival_at(self, age: float) -> float:
+        """Share of runs still running at ``age``."""
+        i = bisect.bisect_right(self.times, age) - 1
+        if i < 0:
+            return 1.0
+        return self.survival[i] if i < len(self.survival) else 0.0
+
+    @property
+    def mean(self) -> float:
+        return self.remaining(0.0)
+
+
+def runtime_curve(finished: Sequence[float], running: Iterable[float]) -> RuntimeCurve | None:
+    """The Kaplan-Meier runtime curve of ``finished`` runtimes and the runtimes so far of
+    ``running`` work (censored: they last at least that long), up to the longest seen.
+
+    At each finished runtime the survival drops by one over the runs still at risk (finished
+    later, or running longer). Finished runs alone would say "runs are short" while the long ones
+    are still running; the class mean of a heavy-tailed distribution counts runs longer than
+    anything a queue will wait for. ``None`` without a finished run.
     """
     if not finished:
         return None
@@ -289,11 +320,87 @@ def restricted_mean(finished: Sequence[float], running: Iterable[float]) -> floa
     events += [(t, 0) for t in running]
     events.sort()  # at equal times the finished (-1) drop first: a censored run is still at risk then
     at_risk = len(events)
-    survival, area, previous = 1.0, 0.0, 0.0
+    survival, previous = 1.0, 0.0
+    times: list[float] = []
+    levels: list[float] = []
     for time_, done in events:
-        area += survival * (time_ - previous)
-        previous = time_
+        if time_ > previous:
+            times.append(previous)
+            levels.append(survival)
+            previous = time_
         if done:
             survival *= 1.0 - 1.0 / at_risk
         at_risk -= 1
-    return area
+    times.append(previous)
+    areas = [0.0] * len(levels)
+    total = 0.0
+    for i in range(len(levels) - 1, -1, -1):
+        total += levels[i] * (times[i + 1] - times[i])
+        areas[i] = total
+    return RuntimeCurve(tuple(times), tuple(levels), tuple(areas))
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Work on a node that must end before a whole-node pod fits there: its runtime curve and
+    age, or (``curve`` ``None``) an expected end taken as certain."""
+
+    curve: RuntimeCurve | None
+    age: float
+    end: float
+
+    def done_by(self, t: float) -> float:
+        """Probability that it has ended by time ``t``."""
+        if self.curve is None:
+            return 1.0 if self.end <= t else 0.0
+        alive = self.curve.survival_at(self.age)
+        if alive <= 0.0:
+            return 1.0
+        return 1.0 - self.curve.survival_at(self.age + (t - self.end)) / alive
+
+
+HORIZON = 90 * 86400.0  # the longest an ETA looks ahead for free nodes
+
+
+def whole_nodes_start(
+    now: float, need: int, nodes: Sequence[Sequence[Holder]], *, ahead: int = 0
+) -> float | None:
+    """When ``need`` whole nodes are expected to be free, ``ahead`` more being taken before by
+    gangs queued first: the median of that time, over the holders' runtime distributions.
+
+    A node is free when all its holders (``Holder.end`` is ``now`` for one with a curve) have
+    ended; nodes are independent, so the count of free nodes by ``t`` is a sum of independent
+    draws, and the answer is the first ``t`` at which at least ``need + ahead`` are free with
+    probability one half (found by bisection, to the second). The median of the *first* node to free is much
+    earlier than the first of the nodes' medians when many nodes could free. ``need + ahead`` is
+    capped at the number of nodes. ``None`` when there are fewer than ``need`` nodes, or they do
+    not free within :data:`HORIZON`.
+    """
+    if need > len(nodes) or need <= 0:
+        return None
+    want = min(need + ahead, len(nodes))
+
+    def likely(t: float) -> bool:
+        at_least = [1.0] + [0.0] * want  # at_least[j]: probability of j free (want: want or more)
+        for holders in nodes:
+            p = 1.0
+            for holder in holders:
+                p *= holder.done_by(t)
+            for j in range(want, 0, -1):
+                at_least[j] = at_least[j] * (1.0 if j == want else 1.0 - p) + at_least[j - 1] * p
+            at_least[0] *= 1.0 - p
+        return at_least[want] >= 0.5
+
+    if likely(now):
+        return now
+    high = now + HORIZON
+    if not likely(high):
+        return None
+    low = now
+    while high - low > 1.0:
+        mid = (low + high) / 2
+        if likely(mid):
+            high = mid
+        else:
+            low = mid
+    return high

@@ -29,7 +29,16 @@ from typing import Protocol
 
 from gpuplane.core.session import Reason
 from gpuplane.insight import idle
-from gpuplane.insight.eta import Capacity, Queued, Running, replay_start, restricted_mean
+from gpuplane.insight.eta import (
+    Capacity,
+    Holder,
+    Queued,
+    Running,
+    RuntimeCurve,
+    replay_start,
+    runtime_curve,
+    whole_nodes_start,
+)
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
 
@@ -86,6 +95,10 @@ class Model(Protocol):
     def eta_capacity(self) -> Capacity | None:
         """Pools and quotas the ETA replays queued work against (``None``: no ETA)."""
 
+    def whole_nodes(self, job: Job) -> dict[str, list[tuple[str, list[int]]]] | None:
+        """For a job whose every pod takes a whole node: per pool it may use, each node with the
+        ids of the jobs running there; ``None`` for any other job (or if the model does not say)."""
+
     def quota_blocked(self) -> float:
         """GPU-equivalents of queued work held back by quota (not by placement)."""
 
@@ -130,9 +143,10 @@ class RuntimeHistory:
     """Expected runtimes per workload class, learned from what ran so far.
 
     What a control plane can know: how long finished workloads of a class ran (start to
-    completion, in one run) and how long the running ones have run. The expected runtime is
-    their Kaplan-Meier mean up to the longest seen (:func:`gpuplane.insight.eta.restricted_mean`),
-    recomputed when a class's finished runs grew by :data:`RELEARN` since the last time. Until
+    completion, in one run) and how long the running ones have run. Their Kaplan-Meier curve
+    (:func:`gpuplane.insight.eta.runtime_curve`) is recomputed when a class's finished runs grew
+    by :data:`RELEARN` since the last time; it gives the expected runtime (its mean up to the
+    longest seen) and the expected remaining runtime of a run of a given age. Until
     :data:`LEARN_AFTER` of a class have finished, a job's own ``expected`` (the class mean the
     scenario declares) stands in.
     """
@@ -140,20 +154,23 @@ class RuntimeHistory:
     def __init__(self, running: Callable[[str], Iterable[float]]) -> None:
         self.running = running
         self.finished: dict[str, list[float]] = {}
-        self.learned: dict[str, tuple[int, float]] = {}  # class -> (finished runs then, mean)
+        self.learned: dict[str, tuple[int, RuntimeCurve | None]] = {}  # class -> (finished then, curve)
 
     def record(self, klass: str, seconds: float) -> None:
         bisect.insort(self.finished.setdefault(klass, []), seconds)
 
-    def expected(self, job: Job) -> float:
-        finished = self.finished.get(job.klass, ())
+    def curve(self, klass: str) -> RuntimeCurve | None:
+        finished = self.finished.get(klass, ())
         if len(finished) < LEARN_AFTER:
-            return job.expected
-        learned = self.learned.get(job.klass)
+            return None
+        learned = self.learned.get(klass)
         if learned is None or len(finished) >= learned[0] * RELEARN:
-            mean = restricted_mean(finished, self.running(job.klass))
-            learned = self.learned[job.klass] = (len(finished), job.expected if mean is None else mean)
+            learned = self.learned[klass] = (len(finished), runtime_curve(finished, self.running(klass)))
         return learned[1]
+
+    def expected(self, job: Job) -> float:
+        curve = self.curve(job.klass)
+        return job.expected if curve is None else curve.mean
 
 
 LEARN_AFTER = 20
@@ -222,6 +239,29 @@ class _Book:
         _, amount, duration = self.groups[key].pop(run.job.id)
         self.group_work[key] -= amount * duration
 
+    def gangs_ahead(self, run: JobRun, node_size: float, floor: int) -> list[int]:
+        """Nodes each queued workload of at least priority ``floor`` that shares a pool with ``run``
+        and asks whole nodes' worth (a multiple of ``node_size``) will take, in queue order; the
+        first :data:`LISTED_PER_QUEUE`."""
+        keys = [
+            k
+            for k, members in self.groups.items()
+            if members and k[2] >= floor and not run.pools.isdisjoint(k[0])
+        ]
+        out = []
+        for _, _, _, amount, _ in heapq.merge(*(self._in_order(k) for k in keys)):
+            nodes = amount / node_size
+            if nodes >= 1 and nodes == int(nodes):
+                out.append(int(nodes))
+                if len(out) == LISTED_PER_QUEUE:
+                    break
+        return out
+
+    def _in_order(self, key: GroupKey) -> Iterator[tuple[int, int, GroupKey, float, float]]:
+        """One group's queued work in queue order: (-priority, sequence, group, amount, duration)."""
+        for seq, amount, duration in self.groups[key].values():
+            yield -key[2], seq, key, amount, duration
+
     def _pools(self, pools: frozenset[str], capacity: Capacity) -> tuple[str, ...]:
         """``pools`` in the order of the capacity's pools (the order flavors are tried in)."""
         order = self.pool_order.get(pools)
@@ -263,12 +303,7 @@ class _Book:
         unlisted = 0.0
         own_limit = team in capacity.queue_limit or any(q == team for q, _ in capacity.flavor_limit)
         for owner, owned in by_team.items():
-            ordered = heapq.merge(
-                *(
-                    ((-k[2], seq, k, amount, duration) for seq, amount, duration in self.groups[k].values())
-                    for k in owned
-                )
-            )
+            ordered = heapq.merge(*(self._in_order(k) for k in owned))
             work = sum(self.group_work[k] for k in owned)
             for neg, seq, k, amount, duration in itertools.islice(ordered, LISTED_PER_QUEUE):
                 listed.append((neg, seq, Queued(owner, self._pools(k[0], capacity), amount, duration)))
@@ -442,8 +477,7 @@ class Engine:
         self.apply(now)
 
     def complete(self, run: JobRun, now: float) -> None:
-        if run.running_since is not None and run.progress == 0:
-            self.runtimes.record(run.job.klass, now - run.running_since)
+        self._ended(run, now)
         self.close_run(run, now)
         run.done = True
         if now >= 0 and self._origin(run.job).submit >= 0:
@@ -451,6 +485,11 @@ class Engine:
             run.stats.completion_times.append(now - self._origin(run.job).submit)
         self.model.release(run.job, now)
         self.apply(now)
+
+    def _ended(self, run: JobRun, now: float) -> None:
+        """A run ended by itself (completed, or reaped idle): its runtime joins the history."""
+        if run.running_since is not None and run.progress == 0:
+            self.runtimes.record(run.job.klass, now - run.running_since)
 
     def withdraw(self, run: JobRun, now: float) -> None:
         run.done = True
@@ -465,6 +504,7 @@ class Engine:
         if decision.action is not idle.Action.RECLAIM:
             return
         gap = job.idle_gap_after(run.progress, self.reaper_idle)
+        self._ended(run, now)
         self.close_run(run, now)
         run.done = True
         if now >= 0:
@@ -689,6 +729,13 @@ class Engine:
             heapq.heappush(due, (last + period, job_id, gen))
             yield job, last
 
+    def holder(self, run: JobRun, now: float) -> Holder:
+        """A running job as a node holder: its class's runtime curve and its age now."""
+        curve = self.runtimes.curve(run.job.klass)
+        if curve is None or run.running_since is None:
+            return Holder(None, 0.0, max(now, run.expected_end))
+        return Holder(curve, now - run.running_since + run.progress, now)
+
     def running_for(self, klass: str) -> Iterator[float]:
         """How long each running job of ``klass`` has run so far (in its current run)."""
         now = self.now
@@ -698,6 +745,24 @@ class Engine:
 
     def predict(self, run: JobRun, now: float) -> float | None:
         """The ETA the insight layer gives at submission (before this job is queued)."""
-        if self.eta_capacity is None:
+        capacity = self.eta_capacity
+        if capacity is None:
             return None
-        return self.book.estimate(run, self.runtimes.expected(run.job), self.eta_capacity, now)
+        expected = self.runtimes.expected(run.job)
+        start = self.book.estimate(run, expected, capacity, now)
+        nodes = self.model.whole_nodes(run.job)
+        if start is None or not nodes:
+            return start
+        floor = run.priority if capacity.preemption else -(2**31)
+        members: list[list[Holder]] = []
+        for on_nodes in nodes.values():
+            for node, ids in on_nodes:
+                if node in self.node_down_since:
+                    continue
+                holders = (self.runs[i] for i in ids if i in self.runs)
+                members.append([self.holder(h, now) for h in holders if h.priority >= floor])
+        # Gangs queued first that ask no more nodes than this one take the nodes that free first;
+        # a larger one waits for more nodes at once and lets this one pass (BestEffortFIFO).
+        ahead = sum(n for n in self.book.gangs_ahead(run, run.per_pod, floor) if n <= run.job.pods)
+        found = whole_nodes_start(now, run.job.pods, members, ahead=ahead)
+        return None if found is None else max(start, found)

@@ -389,6 +389,18 @@ class GpuplaneModel:
             preemption=self.options.preemption,
         )
 
+    def whole_nodes(self, job: Job) -> dict[str, list[tuple[str, list[int]]]] | None:
+        """The nodes of a job whose pods each take a whole node, with the jobs running on each."""
+        gpus = job.request.gpus
+        pools = self.pools_of(job)
+        nodes = [n for n in self.cluster.nodes if n.pool in pools]
+        if not gpus or not nodes or any(n.gpus != gpus for n in nodes):
+            return None
+        out: dict[str, list[tuple[str, list[int]]]] = {}
+        for n in nodes:
+            out.setdefault(n.pool, []).append((n.name, [self.jobs[k].id for k in self.node_jobs[n.name]]))
+        return out
+
     def quota_blocked(self) -> float:
         """GPU-equivalents of queued workloads whose last attempt found no quota."""
         total = 0.0

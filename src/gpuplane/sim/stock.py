@@ -419,6 +419,10 @@ class StockModel:
         """Pools and the namespace quotas (hard, over every pool); nothing is preempted."""
         return Capacity(dict(self.pool_capacity), queue_limit=dict(self.quota), preemption=False)
 
+    def whole_nodes(self, job: Job) -> None:
+        """Not modelled: stock's pods wait on their namespace quota, and a job's pods are placed
+        one by one, not as a gang."""
+
     def quota_blocked(self) -> float:
         """GPUs of pods the Job controller cannot create because of the namespace quota."""
         return float(self.uncreated_gpus)
