@@ -146,7 +146,8 @@ class RuntimeHistory:
     completion, in one run) and how long the running ones have run. Their Kaplan-Meier curve
     (:func:`gpuplane.insight.eta.runtime_curve`) is recomputed when a class's finished runs grew
     by :data:`RELEARN` since the last time; it gives the expected runtime (its mean up to the
-    longest seen) and the expected remaining runtime of a run of a given age. Until
+    longest seen) and, for the holders of a node, the chance that a run of a given age has ended
+    by a given time. Until
     :data:`LEARN_AFTER` of a class have finished, a job's own ``expected`` (the class mean the
     scenario declares) stands in.
     """
@@ -173,8 +174,8 @@ class RuntimeHistory:
         return job.expected if curve is None else curve.mean
 
 
-LEARN_AFTER = 20
-RELEARN = 1.05
+LEARN_AFTER = 20  # finished runs of a class before its curve replaces the declared class mean
+RELEARN = 1.05  # relearn a class's curve when its finished runs grew by 5 %
 GroupKey = tuple[frozenset[str], str, int]  # (pools, team, priority)
 LISTED_PER_QUEUE = 16  # queued work per team the ETA plays one by one; the rest counts as a backlog
 
