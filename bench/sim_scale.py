@@ -31,7 +31,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gpuplane.sim.engine import HOLD, START, Change, Engine, EtaView
+from gpuplane.insight.eta import Capacity
+from gpuplane.sim.engine import HOLD, START, Change, Engine
 from gpuplane.sim.experiment import build_model, scenario_input
 from gpuplane.sim.scenario import Param, Scenario, builtin_scenario
 from gpuplane.sim.workloads import Job, class_rate
@@ -86,9 +87,11 @@ class NoOpModel:
     def pools_of(self, job: Job) -> tuple[str, ...]:
         return job.pools
 
-    def eta_views(self, job: Job) -> list[EtaView]:
+    def eta_capacity(self) -> Capacity | None:
+        return None
+
+    def whole_nodes(self, job: Job) -> None:
         del job
-        return []
 
     def quota_blocked(self) -> float:
         return 0.0

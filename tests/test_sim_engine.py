@@ -353,3 +353,24 @@ def test_invariants_hold_on_random_scenarios(scenario: Scenario, name: str) -> N
     model = _checked(build_model(name, sim))
     ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()
     _conservation(ledger)
+
+
+def test_stock_eta_replays_each_team_within_its_quota() -> None:
+    """Two teams with a quota of 2 GPUs each on one 4-GPU node. a's second job waits for a's first
+    (expected end 1,000 s): its team's quota binds, not the node. b's job, queued after it, starts
+    at once on the node's other 2 GPUs: a's queued job does not compete for b's quota. (A pool
+    taken as one bucket put b behind a's queued job, at 1,000 s too.)"""
+    spec = cluster(1, 4, {"a": 2, "b": 2})
+    workloads = (
+        Jobs()
+        .add("a", at=0, gpus=2, work=1000)
+        .add("a", at=10, gpus=2, work=1000)
+        .add("b", at=20, gpus=2, work=500)
+    )
+    sim = SimInput("test", spec, workloads.workloads(5000.0), 3600.0, 3600.0, 30.0)
+    engine = Engine(build_model("stock", sim), sim.workloads, spec.gpus, 3600.0)
+    engine.run()
+    predicted = {run.job.id: run.predicted for run in engine.runs.values()}
+    started = {run.job.id: run.first_start for run in engine.runs.values()}
+    assert predicted == {0: 0.0, 1: 1000.0, 2: 20.0}
+    assert started == predicted

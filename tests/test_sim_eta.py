@@ -1,4 +1,5 @@
-"""The pure ETA estimate (insight.eta): a pool played forward from expected ends and queue order."""
+"""The pure ETA estimates (insight.eta): a pool, and the queues with their quotas, played forward
+from expected ends and queue order. Every expected start is worked out by hand in the case."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpuplane.insight.eta import Ahead, latest_start, predict_start
+from gpuplane.insight.eta import (
+    Ahead,
+    Capacity,
+    Holder,
+    Queued,
+    Running,
+    predict_start,
+    replay_start,
+    runtime_curve,
+    whole_nodes_start,
+)
 
 
 @dataclass
@@ -85,7 +96,195 @@ def test_releases_are_read_only_as_far_as_needed() -> None:
     assert read == [10.0, 20.0]  # the release used, and one looked ahead
 
 
-def test_latest_start_is_the_binding_view() -> None:
-    assert latest_start([5.0, 20.0, 10.0]) == 20.0
-    assert latest_start([5.0, None]) is None
-    assert latest_start([]) is None
+@dataclass
+class Replay:
+    name: str
+    asked: Queued
+    capacity: Capacity
+    running: list[Running] = field(default_factory=list)
+    ahead: list[Queued] = field(default_factory=list)
+    backlog: float = 0.0
+    want: float | None = 0.0
+
+
+TWO_TEAMS = Capacity({"p": 8.0}, queue_limit={"a": 4.0, "b": 4.0}, preemption=False)
+COHORT = Capacity({"p": 8.0}, nominal={("a", "p"): 4.0, ("b", "p"): 4.0})
+
+REPLAYS = [
+    Replay("fits-now", Queued("a", ("p",), 2, 50), Capacity({"p": 8.0}), [Running(100, "p", "b", 4)], want=0),
+    # The pool has room, the namespace quota does not: the team's own work must end first (t=100).
+    Replay(
+        "quota-binds-before-the-pool",
+        Queued("a", ("p",), 2, 50),
+        TWO_TEAMS,
+        [Running(100, "p", "a", 4)],
+        want=100,
+    ),
+    # Another team's queue, held back by its own quota, does not delay this one.
+    Replay(
+        "another-teams-queue-waits-on-its-own-quota",
+        Queued("a", ("p",), 2, 50),
+        TWO_TEAMS,
+        [Running(100, "p", "b", 4)],
+        ahead=[Queued("b", ("p",), 4, 500), Queued("b", ("p",), 4, 500)],
+        want=0,
+    ),
+    # FIFO in the team: the item ahead starts at 100 (when a's 4 end) and runs 50; then a fits.
+    Replay(
+        "own-queue-goes-first",
+        Queued("a", ("p",), 4, 50),
+        TWO_TEAMS,
+        [Running(100, "p", "a", 4)],
+        ahead=[Queued("a", ("p",), 4, 50)],
+        want=150,
+    ),
+    # BestEffortFIFO: the 4 ahead does not fit in the 2 free, the asked 2 starts past it.
+    Replay(
+        "small-work-starts-past-a-head-that-does-not-fit",
+        Queued("a", ("p",), 2, 50),
+        Capacity({"p": 8.0}),
+        [Running(100, "p", "b", 6)],
+        ahead=[Queued("b", ("p",), 4, 50)],
+        want=0,
+    ),
+    # The first pool is full until 300, the second frees at 100.
+    Replay(
+        "any-pool-of-its-own",
+        Queued("a", ("p", "q"), 4, 50),
+        Capacity({"p": 4.0, "q": 4.0}),
+        [Running(100, "q", "b", 4), Running(300, "p", "b", 4)],
+        want=100,
+    ),
+    # b borrows 4 of a's nominal 4: a may reclaim it at once.
+    Replay("reclaim-borrowed-quota", Queued("a", ("p",), 4, 50), COHORT, [Running(900, "p", "b", 8)], want=0),
+    # Reclaim only while a stays within its nominal: a already holds 2, asks 4 > 4 - 2; waits for b (900).
+    Replay(
+        "no-reclaim-above-nominal",
+        Queued("a", ("p",), 4, 50),
+        COHORT,
+        [Running(900, "p", "b", 6), Running(1000, "p", "a", 2)],
+        want=900,
+    ),
+    # Without borrowing (flavor limit = nominal) a's own 4 must end first.
+    Replay(
+        "flavor-limit",
+        Queued("a", ("p",), 2, 50),
+        Capacity({"p": 8.0}, flavor_limit={("a", "p"): 4.0}),
+        [Running(100, "p", "a", 4)],
+        want=100,
+    ),
+    # The backlog drains at what a's queue can hold at once: 1,000 GPU-s over its quota of 4 = 250.
+    Replay("backlog-over-the-queue-quota", Queued("a", ("p",), 1, 50), TWO_TEAMS, backlog=1000, want=250),
+    Replay("never-fits-its-quota", Queued("a", ("p",), 5, 50), TWO_TEAMS, want=None),
+    Replay(
+        "overdue-work-ends-now",
+        Queued("a", ("p",), 8, 50),
+        Capacity({"p": 8.0}),
+        [Running(-5, "p", "b", 8)],
+        want=0,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", REPLAYS, ids=lambda c: c.name)
+def test_replay_start(case: Replay) -> None:
+    used = [(r.pool, r.queue, r.amount) for r in case.running]
+    got = replay_start(
+        0.0,
+        case.asked,
+        capacity=case.capacity,
+        used=used,
+        releases=iter(sorted(case.running, key=lambda r: r.end)),
+        ahead=case.ahead,
+        backlog=case.backlog,
+    )
+    assert got == case.want
+
+
+def test_replay_extrapolates_after_its_step_limit() -> None:
+    """Three items of 4 x 100 s ahead on a pool of 4, one step past the limit: the first starts at 0,
+    the second at its end (100); at the second's end (200) the replay stops and counts the third's
+    400 GPU-s over the pool of 4: 200 + 100 = 300."""
+    ahead = [Queued("a", ("p",), 4, 100)] * 3
+    got = replay_start(
+        0.0,
+        Queued("a", ("p",), 4, 10),
+        capacity=Capacity({"p": 4.0}),
+        used=[],
+        releases=[],
+        ahead=ahead,
+        max_steps=1,
+    )
+    assert got == 300
+    exact = replay_start(
+        0.0, Queued("a", ("p",), 4, 10), capacity=Capacity({"p": 4.0}), used=[], releases=[], ahead=ahead
+    )
+    assert exact == 300  # played to the end, the same: 0, 100, 200 for the three, 300 for the asked
+
+
+def test_lower_priority_work_is_left_out_by_the_caller() -> None:
+    """With nothing of its priority running, the pool is free (what is lower gives way)."""
+    assert replay_start(0.0, Queued("a", ("p",), 8, 10), capacity=COHORT, used=[], releases=[]) == 0
+
+
+@pytest.mark.parametrize(
+    ("finished", "running", "want"),
+    [
+        ([10.0, 20.0], [], 15.0),  # no running work: the plain mean
+        # 10 finished; the other runs 30 s so far: S = 1 to 10, 1/2 to 30: 10 + 10 = 20.
+        ([10.0], [30.0], 20.0),
+        # Three at risk at 10: S = 2/3 to 20, then 1/3 to 40 (the runner): 10 + 20/3 + 20/3.
+        ([10.0, 20.0], [40.0], 10.0 + 40.0 / 3),
+        ([10.0], [10.0], 10.0),  # a run censored at a finished runtime was at risk then
+        ([], [50.0], None),
+    ],
+)
+def test_runtime_curve_mean(finished: list[float], running: list[float], want: float | None) -> None:
+    curve = runtime_curve(finished, running)
+    assert (curve.mean if curve is not None else None) == pytest.approx(want)
+
+
+def test_runtime_curve_remaining_grows_with_age_for_a_long_tail() -> None:
+    """Runtimes 10, 10, 10 and 1,000: a fresh run has 257.5 s to go on average; one that ran past
+    10 is the long one and has 1,000 - 20 = 980 left at age 20; past the longest seen, nothing."""
+    curve = runtime_curve([10.0, 10.0, 10.0, 1000.0], [])
+    assert curve is not None
+    assert curve.mean == pytest.approx(257.5)
+    assert curve.remaining(5.0) == pytest.approx(252.5)  # still one in four long: 5 + 990/4 = 252.5
+    assert curve.remaining(20.0) == pytest.approx(980.0)
+    assert curve.remaining(2000.0) == 0.0
+
+
+def fixed(end: float) -> Holder:
+    return Holder(None, 0.0, end)
+
+
+@pytest.mark.parametrize(
+    ("need", "ahead", "want"),
+    [
+        (1, 0, 0.0),  # the third node is empty
+        (2, 0, 50.0),  # and the second frees at 50
+        (2, 1, 100.0),  # a gang ahead takes the empty one: the second and first free at 50 and 100
+        (3, 5, 100.0),  # more ahead than nodes: all of them
+        (4, 0, None),  # three nodes only
+    ],
+)
+def test_whole_nodes_start_with_known_ends(need: int, ahead: int, want: float | None) -> None:
+    nodes = [[fixed(100.0), fixed(20.0)], [fixed(50.0)], []]
+    got = whole_nodes_start(0.0, need, nodes, ahead=ahead)
+    assert got == (None if want is None else pytest.approx(want, abs=1.0))  # bisection: to the second
+
+
+def test_whole_nodes_start_is_the_median_of_the_first_node_to_free() -> None:
+    """Each of three nodes runs one job whose class ran 1,000 s once and 3,000 s three times: a
+    node alone is free by 1,000 with probability 1/4 (its median is 3,000), but one of the three
+    is free by then with probability 1 - (3/4)^3 = 0.58 >= 1/2."""
+    curve = runtime_curve([1000.0, 3000.0, 3000.0, 3000.0], [])
+    assert curve is not None
+    one = [[Holder(curve, 0.0, 0.0)]]
+    alone = whole_nodes_start(0.0, 1, one)
+    assert alone is not None
+    assert alone == pytest.approx(3000.0, abs=1.0)
+    first = whole_nodes_start(0.0, 1, one * 3)
+    assert first is not None
+    assert first == pytest.approx(1000.0, abs=1.0)

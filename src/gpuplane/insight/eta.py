@@ -1,28 +1,32 @@
-"""When will a pending workload start? A pure estimate from what a scheduler can know.
+"""When will a pending workload start? Pure estimates from what a scheduler can know.
 
-The estimate treats a pool of capacity as one bucket (GPU-equivalents) and plays the queue
-forward::
+Two estimates, both playing the queue forward from expected ends:
 
-    free = capacity - held by running work
-    for each workload ahead in queue order, then the one asked about:
-        wait for the earliest expected releases until it fits; it starts, and releases
-        `expected duration` later
+* :func:`replay_start`, the simulator's ETA at submission: pools (flavors) with their
+  capacity, queues with their quotas (a namespace quota over every pool, a ClusterQueue's
+  nominal and borrowing limit per flavor), the queued work of every queue in the order the
+  scheduler takes it (priority, then arrival; BestEffortFIFO lets work that fits start past
+  work that does not), and reclaim of borrowed quota by a queue within its nominal::
 
-Inputs are only what the control plane knows at submission time: the queue order, each
-workload's request, and *expected* durations (a declared runtime annotation, or the mean of the
-workload's class); never the true run times. Running work past its expected end is taken to end
-now. Placement (fragmentation, topology) is ignored, so the estimate is a lower bound when the
-pool is fragmented.
+      at now, and after each expected end (of running work, or of work started in the replay):
+          start every queued item that fits, in order; then the asked one, if it fits
 
-Several views can bound one workload (its team's quota, the nodes it may use): the ETA is the
-latest of their estimates (:func:`latest_start`).
+* :func:`predict_start`, one pool as one bucket (a node's GPUs, for the live ETA of a pod
+  that needs one node).
+
+Inputs are only what the control plane knows: the queue order, each workload's request, and
+*expected* durations (a declared runtime, or what the caller learned per class); never the true
+run times. Running work past its expected end is taken to end now. Placement (fragmentation,
+topology) is ignored, so an estimate is a lower bound when a pool is fragmented.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 EPSILON = 1e-9
 
@@ -89,11 +93,314 @@ def predict_start(  # noqa: PLR0913  the pool as it stands, keyword-only
     return t + (backlog / capacity if capacity > 0 else 0.0)
 
 
-def latest_start(estimates: Iterable[float | None]) -> float | None:
-    """The binding view: the latest estimate, or ``None`` if any view says never."""
-    out: float | None = None
-    for value in estimates:
-        if value is None:
+# --- the queue replay: pools, queues, quotas and queue order together -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What bounds every start: pools (flavors) and the quotas of queues.
+
+    ``pools`` is each pool's capacity. ``queue_limit`` caps a queue's usage over every pool (a
+    namespace ResourceQuota); ``flavor_limit`` caps it in one pool (nominal quota plus borrowing
+    limit; missing means the queue may borrow the whole pool). ``nominal`` is a queue's nominal
+    quota per pool when borrowed quota can be reclaimed: a queue below it there may count what the
+    other queues use above theirs as free. ``preemption``: work of a lower priority than the
+    asked workload gives way to it (it is left out of the replay).
+    """
+
+    pools: Mapping[str, float]
+    queue_limit: Mapping[str, float] = field(default_factory=dict)
+    flavor_limit: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    nominal: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    preemption: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """Running work: what it holds of a pool, for which queue, until when (expected)."""
+
+    end: float
+    pool: str
+    queue: str
+    amount: float
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """Queued work: the pools it may use (in the order it tries them), its queue, size and expected run."""
+
+    queue: str
+    pools: tuple[str, ...]
+    amount: float
+    duration: float
+
+
+@dataclass(slots=True)
+class _Usage:
+    """What is in use during a replay, by pool, by queue and pool, and by queue."""
+
+    capacity: Capacity
+    pool: dict[str, float]
+    queue_pool: dict[tuple[str, str], float]
+    queue: dict[str, float]
+
+    def add(self, pool: str, queue: str, amount: float) -> None:
+        self.pool[pool] = self.pool.get(pool, 0.0) + amount
+        key = (queue, pool)
+        self.queue_pool[key] = self.queue_pool.get(key, 0.0) + amount
+        self.queue[queue] = self.queue.get(queue, 0.0) + amount
+
+    def reclaimable(self, queue: str, pool: str, amount: float) -> float:
+        """What other queues borrow in ``pool``, if ``queue`` stays within its nominal quota there."""
+        nominal = self.capacity.nominal
+        mine = nominal.get((queue, pool))
+        if mine is None or self.queue_pool.get((queue, pool), 0.0) + amount > mine + EPSILON:
+            return 0.0
+        return sum(
+            max(0.0, used - nominal.get(key, 0.0))
+            for key, used in self.queue_pool.items()
+            if key[1] == pool and key[0] != queue
+        )
+
+    def room(self, item: Queued, reclaim: bool) -> str | None:
+        """The first pool ``item`` fits in now, or ``None``."""
+        cap = self.capacity
+        amount = item.amount
+        limit = cap.queue_limit.get(item.queue)
+        if limit is not None and self.queue.get(item.queue, 0.0) + amount > limit + EPSILON:
             return None
-        out = value if out is None else max(out, value)
-    return out
+        for pool in item.pools:
+            flavor = cap.flavor_limit.get((item.queue, pool))
+            if (
+                flavor is not None
+                and self.queue_pool.get((item.queue, pool), 0.0) + amount > flavor + EPSILON
+            ):
+                continue
+            free = cap.pools.get(pool, 0.0) - self.pool.get(pool, 0.0)
+            if reclaim and free + EPSILON < amount:
+                free += self.reclaimable(item.queue, pool, amount)
+            if free + EPSILON >= amount:
+                return pool
+        return None
+
+
+def ever_fits(item: Queued, capacity: Capacity) -> bool:
+    """Whether ``item`` fits some pool of its own with nothing else running."""
+    limit = capacity.queue_limit.get(item.queue, math.inf)
+    return any(
+        item.amount
+        <= min(capacity.pools.get(p, 0.0), capacity.flavor_limit.get((item.queue, p), math.inf), limit)
+        + EPSILON
+        for p in item.pools
+    )
+
+
+def drain_rate(item: Queued, capacity: Capacity) -> float:
+    """What ``item``'s queue can hold at most at once in ``item``'s pools: the rate a backlog drains at."""
+    in_pools = sum(
+        min(capacity.pools.get(p, 0.0), capacity.flavor_limit.get((item.queue, p), math.inf))
+        for p in item.pools
+    )
+    return max(EPSILON, min(in_pools, capacity.queue_limit.get(item.queue, math.inf)))
+
+
+MAX_STEPS = 256  # expected ends a replay plays (one more than this) before it extrapolates
+
+
+def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead, and the bound
+    now: float,
+    asked: Queued,
+    *,
+    capacity: Capacity,
+    used: Iterable[tuple[str, str, float]],
+    releases: Iterable[Running],
+    ahead: Sequence[Queued] = (),
+    backlog: float = 0.0,
+    max_steps: int = MAX_STEPS,
+) -> float | None:
+    """Expected start of ``asked``, queued behind ``ahead``, by playing the queues forward.
+
+    ``used`` is ``(pool, queue, amount)`` of the running work; ``releases`` the same work as
+    :class:`Running` in order of expected end (read only as far as needed; an end in the past is
+    taken as ``now``). ``ahead`` is the queued work that goes first, in the order the scheduler
+    takes it (priority, then arrival). ::
+
+        at now, and after each expected end:
+            for each queued item in order, then ``asked``:
+                start it in its first pool with room (pool capacity, queue and flavor quotas)
+                -- an item that does not fit lets the ones behind it try (BestEffortFIFO) --
+                a started item ends ``duration`` later
+        ``asked`` alone may reclaim what other queues borrow, while it stays within its nominal
+
+    ``backlog`` is further queued work ahead (GPU-equivalent seconds) not worth playing one by
+    one: it delays the start by ``backlog`` over :func:`drain_rate`. After
+    ``max_steps`` expected ends the rest of the queue ahead is counted the same way. Returns
+    ``None`` when ``asked`` can never fit, or nothing left running would make room for it.
+    """
+    if not ever_fits(asked, capacity):
+        return None
+    usage = _Usage(capacity, {}, {}, {})
+    for pool, queue, amount in used:
+        usage.add(pool, queue, amount)
+    rate = drain_rate(asked, capacity)
+    waiting = [item for item in ahead if ever_fits(item, capacity)]
+    started: list[tuple[float, int, str, str, float]] = []  # heap: (end, sequence, pool, queue, amount)
+    pending = iter(releases)
+    upcoming = next(pending, None)
+    t = now
+    for _ in range(max_steps + 1):
+        still: list[Queued] = []
+        for item in waiting:
+            room = usage.room(item, reclaim=False)
+            if room is None:
+                still.append(item)
+                continue
+            usage.add(room, item.queue, item.amount)
+            heapq.heappush(started, (t + item.duration, len(started), room, item.queue, item.amount))
+        waiting = still
+        if usage.room(asked, reclaim=True) is not None:
+            return t + backlog / rate
+        # The next expected end: of running work or of work started in the replay.
+        if started and (upcoming is None or started[0][0] <= upcoming.end):
+            end, _, pool, queue, amount = heapq.heappop(started)
+        elif upcoming is not None:
+            end, pool, queue, amount = upcoming.end, upcoming.pool, upcoming.queue, upcoming.amount
+            upcoming = next(pending, None)
+        else:
+            return None
+        t = max(t, end)
+        usage.add(pool, queue, -amount)
+    left = sum(item.amount * item.duration for item in waiting)
+    return t + (backlog + left) / rate
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeCurve:
+    """A runtime distribution as a step survival curve: ``survival[i]`` on ``[times[i], times[i+1])``,
+    zero from ``times[-1]`` on (the longest runtime observed); ``area[i]`` is the area under the
+    curve from ``times[i]`` to the end."""
+
+    times: tuple[float, ...]
+    survival: tuple[float, ...]
+    area: tuple[float, ...]
+
+    def remaining(self, age: float) -> float:
+        """Expected further runtime of a run that has run ``age`` so far (0 past the longest seen)."""
+        i = bisect.bisect_right(self.times, age) - 1
+        if i < 0:
+            return self.area[0] - age if self.area else 0.0
+        if i >= len(self.survival) or self.survival[i] <= 0.0:
+            return 0.0
+        return (self.area[i] - self.survival[i] * (age - self.times[i])) / self.survival[i]
+
+    def survival_at(self, age: float) -> float:
+        """Share of runs still running at ``age``."""
+        i = bisect.bisect_right(self.times, age) - 1
+        if i < 0:
+            return 1.0
+        return self.survival[i] if i < len(self.survival) else 0.0
+
+    @property
+    def mean(self) -> float:
+        return self.remaining(0.0)
+
+
+def runtime_curve(finished: Sequence[float], running: Iterable[float]) -> RuntimeCurve | None:
+    """The Kaplan-Meier runtime curve of ``finished`` runtimes and the runtimes so far of
+    ``running`` work (censored: they last at least that long), up to the longest seen.
+
+    At each finished runtime the survival drops by one over the runs still at risk (finished
+    later, or running longer). Finished runs alone would say "runs are short" while the long ones
+    are still running; the class mean of a heavy-tailed distribution counts runs longer than
+    anything a queue will wait for. ``None`` without a finished run.
+    """
+    if not finished:
+        return None
+    events = [(t, -1) for t in finished]
+    events += [(t, 0) for t in running]
+    events.sort()  # at equal times the finished (-1) drop first: a censored run is still at risk then
+    at_risk = len(events)
+    survival, previous = 1.0, 0.0
+    times: list[float] = []
+    levels: list[float] = []
+    for time_, done in events:
+        if time_ > previous:
+            times.append(previous)
+            levels.append(survival)
+            previous = time_
+        if done:
+            survival *= 1.0 - 1.0 / at_risk
+        at_risk -= 1
+    times.append(previous)
+    areas = [0.0] * len(levels)
+    total = 0.0
+    for i in range(len(levels) - 1, -1, -1):
+        total += levels[i] * (times[i + 1] - times[i])
+        areas[i] = total
+    return RuntimeCurve(tuple(times), tuple(levels), tuple(areas))
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Work on a node that must end before a whole-node pod fits there: its runtime curve and
+    age, or (``curve`` ``None``) an expected end taken as certain."""
+
+    curve: RuntimeCurve | None
+    age: float
+    end: float
+
+    def done_by(self, t: float) -> float:
+        """Probability that it has ended by time ``t``."""
+        if self.curve is None:
+            return 1.0 if self.end <= t else 0.0
+        alive = self.curve.survival_at(self.age)
+        if alive <= 0.0:
+            return 1.0
+        return 1.0 - self.curve.survival_at(self.age + (t - self.end)) / alive
+
+
+HORIZON = 90 * 86400.0  # the longest an ETA looks ahead for free nodes
+
+
+def whole_nodes_start(
+    now: float, need: int, nodes: Sequence[Sequence[Holder]], *, ahead: int = 0
+) -> float | None:
+    """When ``need`` whole nodes are expected to be free, ``ahead`` more being taken before by
+    gangs queued first: the median of that time, over the holders' runtime distributions.
+
+    A node is free when all its holders (``Holder.end`` is ``now`` for one with a curve) have
+    ended; nodes are independent, so the count of free nodes by ``t`` is a sum of independent
+    draws, and the answer is the first ``t`` at which at least ``need + ahead`` are free with
+    probability one half (found by bisection, to the second). The median of the *first* node to free is much
+    earlier than the first of the nodes' medians when many nodes could free. ``need + ahead`` is
+    capped at the number of nodes. ``None`` when there are fewer than ``need`` nodes, or they do
+    not free within :data:`HORIZON`.
+    """
+    if need > len(nodes) or need <= 0:
+        return None
+    want = min(need + ahead, len(nodes))
+
+    def likely(t: float) -> bool:
+        at_least = [1.0] + [0.0] * want  # at_least[j]: probability of j free (want: want or more)
+        for holders in nodes:
+            p = 1.0
+            for holder in holders:
+                p *= holder.done_by(t)
+            for j in range(want, 0, -1):
+                at_least[j] = at_least[j] * (1.0 if j == want else 1.0 - p) + at_least[j - 1] * p
+            at_least[0] *= 1.0 - p
+        return at_least[want] >= 0.5
+
+    if likely(now):
+        return now
+    high = now + HORIZON
+    if not likely(high):
+        return None
+    low = now
+    while high - low > 1.0:
+        mid = (low + high) / 2
+        if likely(mid):
+            high = mid
+        else:
+            low = mid
+    return high

@@ -23,13 +23,22 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpuplane.core.session import Reason
 from gpuplane.insight import idle
-from gpuplane.insight.eta import Ahead, latest_start, predict_start
+from gpuplane.insight.eta import (
+    Capacity,
+    Holder,
+    Queued,
+    Running,
+    RuntimeCurve,
+    replay_start,
+    runtime_curve,
+    whole_nodes_start,
+)
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
 
@@ -44,17 +53,6 @@ PREEMPTED = Reason.PREEMPTED
 NODE_FAILURE = Reason.NODE_FAILURES
 
 ProgressCallback = Callable[[float], None]
-
-
-@dataclass(frozen=True, slots=True)
-class EtaView:
-    """One bound on when a job can start: a pool of ``capacity`` GPU-equivalents shared by the
-    running and queued work that matches (pools, team, priority at least ``min_priority``)."""
-
-    capacity: float
-    pools: frozenset[str]
-    team: str | None = None
-    min_priority: int = -(2**31)
 
 
 @dataclass(slots=True)
@@ -94,7 +92,12 @@ class Model(Protocol):
     def pools_of(self, job: Job) -> tuple[str, ...]:
         """The pools the job may run on in this configuration."""
 
-    def eta_views(self, job: Job) -> list[EtaView]: ...
+    def eta_capacity(self) -> Capacity | None:
+        """Pools and quotas the ETA replays queued work against (``None``: no ETA)."""
+
+    def whole_nodes(self, job: Job) -> dict[str, list[tuple[str, list[int]]]] | None:
+        """For a job whose every pod takes a whole node: per pool it may use, each node with the
+        ids of the jobs running there; ``None`` for any other job (or if the model does not say)."""
 
     def quota_blocked(self) -> float:
         """GPU-equivalents of queued work held back by quota (not by placement)."""
@@ -136,15 +139,63 @@ class JobRun:
         return min(self.per_pod, self.busy_per_pod) * self.job.pods
 
 
+class RuntimeHistory:
+    """Expected runtimes per workload class, learned from what ran so far.
+
+    What a control plane can know: how long finished workloads of a class ran (start to
+    completion, in one run) and how long the running ones have run. Their Kaplan-Meier curve
+    (:func:`gpuplane.insight.eta.runtime_curve`) is recomputed when a class's finished runs grew
+    by :data:`RELEARN` since the last time; it gives the expected runtime (its mean up to the
+    longest seen) and, for the holders of a node, the chance that a run of a given age has ended
+    by a given time. Until
+    :data:`LEARN_AFTER` of a class have finished, a job's own ``expected`` (the class mean the
+    scenario declares) stands in.
+    """
+
+    def __init__(self, running: Callable[[str], Iterable[float]]) -> None:
+        self.running = running
+        self.finished: dict[str, list[float]] = {}
+        self.learned: dict[str, tuple[int, RuntimeCurve | None]] = {}  # class -> (finished then, curve)
+
+    def record(self, klass: str, seconds: float) -> None:
+        bisect.insort(self.finished.setdefault(klass, []), seconds)
+
+    def curve(self, klass: str) -> RuntimeCurve | None:
+        finished = self.finished.get(klass, ())
+        if len(finished) < LEARN_AFTER:
+            return None
+        learned = self.learned.get(klass)
+        if learned is None or len(finished) >= learned[0] * RELEARN:
+            learned = self.learned[klass] = (len(finished), runtime_curve(finished, self.running(klass)))
+        return learned[1]
+
+    def expected(self, job: Job) -> float:
+        curve = self.curve(job.klass)
+        return job.expected if curve is None else curve.mean
+
+
+LEARN_AFTER = 20  # finished runs of a class before its curve replaces the declared class mean
+RELEARN = 1.05  # relearn a class's curve when its finished runs grew by 5 %
 GroupKey = tuple[frozenset[str], str, int]  # (pools, team, priority)
-AHEAD_LISTED = 32  # queued work the ETA plays forward one by one; the rest counts as a backlog
+LISTED_PER_QUEUE = 16  # queued work per team the ETA plays one by one; the rest counts as a backlog
+
+
+def _ends(pool: str, entries: list[tuple[float, int, float, str, int]], floor: int) -> Iterator[Running]:
+    """One pool's running work of at least priority ``floor``, in order of expected end."""
+    for end, _, amount, owner, priority in entries:
+        if priority >= floor:
+            yield Running(end, pool, owner, amount)
+
+
+def _by_end(running: Running) -> float:
+    return running.end
 
 
 class _Book:
     """What an ETA may know: running work by pool (by expected end), queued work in queue order.
 
-    Queued work is grouped by (pools, team, priority) so a view can pick the groups it competes
-    with without scanning every queued job.
+    Queued work is grouped by (pools, team, priority) so an estimate can pick the groups it
+    competes with without scanning every queued job.
     """
 
     def __init__(self) -> None:
@@ -154,6 +205,7 @@ class _Book:
         self.group_work: dict[GroupKey, float] = {}
         self.where: dict[int, GroupKey] = {}
         self.sequence = 0
+        self.pool_order: dict[frozenset[str], tuple[str, ...]] = {}
 
     def add_running(self, run: JobRun) -> None:
         entry = (run.expected_end, run.job.id, run.alloc, run.job.team, run.priority)
@@ -170,12 +222,13 @@ class _Book:
         key = (run.pool, run.job.team, run.priority)
         self.held[key] = self.held.get(key, 0.0) - run.alloc
 
-    def add_pending(self, run: JobRun) -> None:
+    def add_pending(self, run: JobRun, expected: float) -> None:
+        """Queue ``run``, expected to run ``expected`` seconds in all (startup included)."""
         if run.job.id in self.where:
             return
         key = (run.pools, run.job.team, run.priority)
         self.sequence += 1
-        duration = max(run.job.startup, run.job.expected - run.progress)
+        duration = max(run.job.startup, expected - run.progress)
         self.groups.setdefault(key, {})[run.job.id] = (self.sequence, run.alloc, duration)
         self.group_work[key] = self.group_work.get(key, 0.0) + run.alloc * duration
         self.where[run.job.id] = key
@@ -187,53 +240,88 @@ class _Book:
         _, amount, duration = self.groups[key].pop(run.job.id)
         self.group_work[key] -= amount * duration
 
-    def estimate(self, view: EtaView, need: float, now: float) -> float | None:
-        """The view's ETA for a new job needing ``need`` (queued behind everything queued now)."""
+    def gangs_ahead(self, run: JobRun, node_size: float, floor: int) -> list[int]:
+        """Nodes each queued workload of at least priority ``floor`` that shares a pool with ``run``
+        and asks whole nodes' worth (a multiple of ``node_size``) will take, in queue order; the
+        first :data:`LISTED_PER_QUEUE`."""
         keys = [
             k
             for k, members in self.groups.items()
-            if members
-            and k[2] >= view.min_priority
-            and (view.team is None or k[1] == view.team)
-            and not view.pools.isdisjoint(k[0])
+            if members and k[2] >= floor and not run.pools.isdisjoint(k[0])
         ]
-        held = 0.0
-        for (pool, team, priority), amount in self.held.items():
-            if (
-                pool in view.pools
-                and (view.team is None or team == view.team)
-                and priority >= view.min_priority
-            ):
-                held += amount
-        if not keys and held + need <= view.capacity + 1e-9:
-            return now
-        ordered = heapq.merge(
-            *(
-                ((-k[2], seq, amount, duration) for seq, amount, duration in self.groups[k].values())
-                for k in keys
-            )
-        )
-        ahead = [
-            Ahead(amount, duration) for _, _, amount, duration in itertools.islice(ordered, AHEAD_LISTED)
+        out = []
+        for _, _, _, amount, _ in heapq.merge(*(self._in_order(k) for k in keys)):
+            nodes = amount / node_size
+            if nodes >= 1 and nodes == int(nodes):
+                out.append(int(nodes))
+                if len(out) == LISTED_PER_QUEUE:
+                    break
+        return out
+
+    def _in_order(self, key: GroupKey) -> Iterator[tuple[int, int, GroupKey, float, float]]:
+        """One group's queued work in queue order: (-priority, sequence, group, amount, duration)."""
+        for seq, amount, duration in self.groups[key].values():
+            yield -key[2], seq, key, amount, duration
+
+    def _pools(self, pools: frozenset[str], capacity: Capacity) -> tuple[str, ...]:
+        """``pools`` in the order of the capacity's pools (the order flavors are tried in)."""
+        order = self.pool_order.get(pools)
+        if order is None:
+            order = self.pool_order[pools] = tuple(p for p in capacity.pools if p in pools)
+        return order
+
+    def estimate(self, run: JobRun, expected: float, capacity: Capacity, now: float) -> float | None:
+        """The ETA of ``run``, about to be queued behind everything queued now.
+
+        The queued work it competes with (same team, or a pool in common) of at least its
+        priority (any priority without preemption) is replayed with the running work's expected
+        ends (:func:`gpuplane.insight.eta.replay_start`): the first :data:`LISTED_PER_QUEUE` of
+        each team one by one, the rest of its own team (of every team when its team has no quota
+        of its own) as a backlog.
+        """
+        team, pools = run.job.team, run.pools
+        floor = run.priority if capacity.preemption else -(2**31)
+        keys = [
+            k
+            for k, members in self.groups.items()
+            if members and k[2] >= floor and (k[1] == team or not pools.isdisjoint(k[0]))
         ]
-        backlog = sum(self.group_work[k] for k in keys) - sum(a.amount * a.expected_duration for a in ahead)
-        only, floor = view.team, view.min_priority
-        lists = [entries for p in view.pools if (entries := self.running.get(p))]
-        # One pool's list is already in order of expected end: merging it would only add a step.
-        running = lists[0] if len(lists) == 1 else heapq.merge(*lists)
-        releases = (
-            (end if end > now else now, amount)
-            for end, _, amount, owner, priority in running
-            if priority >= floor and (only is None or owner == only)
+        used = [
+            (pool, owner, amount)
+            for (pool, owner, priority), amount in self.held.items()
+            if priority >= floor and amount > 0
+        ]
+        asked = Queued(
+            team,
+            self._pools(pools, capacity),
+            run.alloc,
+            max(run.job.startup, expected - run.progress),
         )
-        return predict_start(
+        by_team: dict[str, list[GroupKey]] = {}
+        for k in keys:
+            by_team.setdefault(k[1], []).append(k)
+        listed: list[tuple[int, int, Queued]] = []
+        unlisted = 0.0
+        own_limit = team in capacity.queue_limit or any(q == team for q, _ in capacity.flavor_limit)
+        for owner, owned in by_team.items():
+            ordered = heapq.merge(*(self._in_order(k) for k in owned))
+            work = sum(self.group_work[k] for k in owned)
+            for neg, seq, k, amount, duration in itertools.islice(ordered, LISTED_PER_QUEUE):
+                listed.append((neg, seq, Queued(owner, self._pools(k[0], capacity), amount, duration)))
+                work -= amount * duration
+            if owner == team or not own_limit:
+                unlisted += max(0.0, work)
+        listed.sort(key=lambda entry: (entry[0], entry[1]))
+        streams = [_ends(p, entries, floor) for p in capacity.pools if (entries := self.running.get(p))]
+        releases = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_by_end)
+        return replay_start(
             now,
-            need,
-            capacity=view.capacity,
-            held=held,
+            asked,
+            capacity=capacity,
+            used=used,
             releases=releases,
-            ahead=ahead,
-            backlog=max(0.0, backlog),
+            ahead=[entry[2] for entry in listed],
+            backlog=unlisted,
         )
 
 
@@ -262,6 +350,8 @@ class Engine:
         self.runs: dict[int, JobRun] = {}
         self.running: dict[int, JobRun] = {}
         self.book = _Book()
+        self.eta_capacity = model.eta_capacity()
+        self.runtimes = RuntimeHistory(self.running_for)
         self.events: list[tuple[float, int, int, int, int]] = []
         self.sequence = 0
         self.next_id = len(workloads.jobs)
@@ -381,13 +471,14 @@ class Engine:
             run.predicted = self.predict(run, now)
             if run.predicted is None:
                 stats.never_predicted += 1
-        self.book.add_pending(run)
+        self.book.add_pending(run, self.runtimes.expected(run.job))
         if job.deadline is not None:
             self.push(job.deadline, END, job.id)
         self.model.submit(job, now)
         self.apply(now)
 
     def complete(self, run: JobRun, now: float) -> None:
+        self._ended(run, now)
         self.close_run(run, now)
         run.done = True
         if now >= 0 and self._origin(run.job).submit >= 0:
@@ -395,6 +486,11 @@ class Engine:
             run.stats.completion_times.append(now - self._origin(run.job).submit)
         self.model.release(run.job, now)
         self.apply(now)
+
+    def _ended(self, run: JobRun, now: float) -> None:
+        """A run ended by itself (completed, or reaped idle): its runtime joins the history."""
+        if run.running_since is not None and run.progress == 0:
+            self.runtimes.record(run.job.klass, now - run.running_since)
 
     def withdraw(self, run: JobRun, now: float) -> None:
         run.done = True
@@ -409,6 +505,7 @@ class Engine:
         if decision.action is not idle.Action.RECLAIM:
             return
         gap = job.idle_gap_after(run.progress, self.reaper_idle)
+        self._ended(run, now)
         self.close_run(run, now)
         run.done = True
         if now >= 0:
@@ -524,7 +621,7 @@ class Engine:
             elif submit >= 0:
                 run.stats.resume_waits.append(now - submit)
         remaining = job.work - run.progress
-        run.expected_end = now + max(job.startup, job.expected - run.progress)
+        run.expected_end = now + max(job.startup, self.runtimes.expected(job) - run.progress)
         self.book.add_running(run)
         if job.checkpoint:
             heapq.heappush(self.checkpoint_due, (now + job.startup + job.checkpoint, job.id, run.gen))
@@ -556,7 +653,7 @@ class Engine:
                 run.stats.preemptions += 1
             else:
                 run.stats.interrupted_by_failure += 1
-        self.book.add_pending(run)
+        self.book.add_pending(run, self.runtimes.expected(run.job))
 
     def close_run(self, run: JobRun, now: float) -> tuple[float, float]:
         """End the current run at ``now``: count busy GPU time; returns progress before and after."""
@@ -633,7 +730,40 @@ class Engine:
             heapq.heappush(due, (last + period, job_id, gen))
             yield job, last
 
+    def holder(self, run: JobRun, now: float) -> Holder:
+        """A running job as a node holder: its class's runtime curve and its age now."""
+        curve = self.runtimes.curve(run.job.klass)
+        if curve is None or run.running_since is None:
+            return Holder(None, 0.0, max(now, run.expected_end))
+        return Holder(curve, now - run.running_since + run.progress, now)
+
+    def running_for(self, klass: str) -> Iterator[float]:
+        """How long each running job of ``klass`` has run so far (in its current run)."""
+        now = self.now
+        for run in self.running.values():
+            if run.job.klass == klass and run.running_since is not None and run.progress == 0:
+                yield now - run.running_since
+
     def predict(self, run: JobRun, now: float) -> float | None:
         """The ETA the insight layer gives at submission (before this job is queued)."""
-        views = self.model.eta_views(run.job)
-        return latest_start(self.book.estimate(view, run.alloc, now) for view in views)
+        capacity = self.eta_capacity
+        if capacity is None:
+            return None
+        expected = self.runtimes.expected(run.job)
+        start = self.book.estimate(run, expected, capacity, now)
+        nodes = self.model.whole_nodes(run.job)
+        if start is None or not nodes:
+            return start
+        floor = run.priority if capacity.preemption else -(2**31)
+        members: list[list[Holder]] = []
+        for on_nodes in nodes.values():
+            for node, ids in on_nodes:
+                if node in self.node_down_since:
+                    continue
+                holders = (self.runs[i] for i in ids if i in self.runs)
+                members.append([self.holder(h, now) for h in holders if h.priority >= floor])
+        # Gangs queued first that ask no more nodes than this one take the nodes that free first;
+        # a larger one waits for more nodes at once and lets this one pass (BestEffortFIFO).
+        ahead = sum(n for n in self.book.gangs_ahead(run, run.per_pod, floor) if n <= run.job.pods)
+        found = whole_nodes_start(now, run.job.pods, members, ahead=ahead)
+        return None if found is None else max(start, found)

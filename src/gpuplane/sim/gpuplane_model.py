@@ -39,6 +39,7 @@ from gpuplane.core.session import (
     SchedulerConfig,
     Session,
 )
+from gpuplane.insight.eta import Capacity
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import (
     ClusterQueue,
@@ -59,7 +60,7 @@ from gpuplane.model.objects import (
     frozen_map,
 )
 from gpuplane.sim.cluster import ClusterSpec, NodeSpec
-from gpuplane.sim.engine import HOLD, NODE_FAILURE, PREEMPTED, START, STOP, Change, EtaView
+from gpuplane.sim.engine import HOLD, NODE_FAILURE, PREEMPTED, START, STOP, Change
 from gpuplane.sim.workloads import MILLI, Job, Request
 
 POOL_LABEL = keys.POOL_LABEL
@@ -377,15 +378,28 @@ class GpuplaneModel:
         per_pod = request.share if self.options.sharing else float(request.whole)
         return per_pod, job.activity
 
-    def eta_views(self, job: Job) -> list[EtaView]:
-        pools = frozenset(self.pools_of(job))
-        priority = self.priority(job)
-        capacity = sum(self.pool_capacity[p] for p in pools)
-        views = [EtaView(capacity, pools, None, priority)]
-        if not self.options.borrowing:
-            nominal = sum(self.team_milli[(job.team, p)] for p in pools) / MILLI
-            views.append(EtaView(nominal, pools, job.team, priority))
-        return views
+    def eta_capacity(self) -> Capacity:
+        """Pools (flavors), each team's nominal quota per pool (a hard limit without borrowing, what
+        may be reclaimed with preemption), and preemption of lower priorities."""
+        nominal = {key: milli / MILLI for key, milli in self.team_milli.items()}
+        return Capacity(
+            dict(self.pool_capacity),
+            flavor_limit={} if self.options.borrowing else nominal,
+            nominal=nominal if self.options.preemption else {},
+            preemption=self.options.preemption,
+        )
+
+    def whole_nodes(self, job: Job) -> dict[str, list[tuple[str, list[int]]]] | None:
+        """The nodes of a job whose pods each take a whole node, with the jobs running on each."""
+        gpus = job.request.gpus
+        pools = self.pools_of(job)
+        nodes = [n for n in self.cluster.nodes if n.pool in pools]
+        if not gpus or not nodes or any(n.gpus != gpus for n in nodes):
+            return None
+        out: dict[str, list[tuple[str, list[int]]]] = {}
+        for n in nodes:
+            out.setdefault(n.pool, []).append((n.name, [self.jobs[k].id for k in self.node_jobs[n.name]]))
+        return out
 
     def quota_blocked(self) -> float:
         """GPU-equivalents of queued workloads whose last attempt found no quota."""

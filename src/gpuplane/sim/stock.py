@@ -45,8 +45,9 @@ from gpuplane.core.session import (
     pick_node,
     score_nodes,
 )
+from gpuplane.insight.eta import Capacity
 from gpuplane.sim.cluster import ClusterSpec
-from gpuplane.sim.engine import DEADLOCK, HOLD, NODE_FAILURE, RESTART, START, STOP, Change, EtaView
+from gpuplane.sim.engine import DEADLOCK, HOLD, NODE_FAILURE, RESTART, START, STOP, Change
 from gpuplane.sim.workloads import Job
 
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -421,12 +422,13 @@ class StockModel:
     def priority(self, job: Job) -> int:  # noqa: ARG002 - no PriorityClass is defined
         return 0
 
-    def eta_views(self, job: Job) -> list[EtaView]:
-        pools = frozenset(self.pools_of(job))
-        return [
-            EtaView(sum(self.pool_capacity[p] for p in pools), pools),
-            EtaView(self.quota[job.team], self.all_pools, job.team),
-        ]
+    def eta_capacity(self) -> Capacity:
+        """Pools and the namespace quotas (hard, over every pool); nothing is preempted."""
+        return Capacity(dict(self.pool_capacity), queue_limit=dict(self.quota), preemption=False)
+
+    def whole_nodes(self, job: Job) -> None:
+        """Not modelled: stock's pods wait on their namespace quota, and a job's pods are placed
+        one by one, not as a gang."""
 
     def quota_blocked(self) -> float:
         """GPUs of pods the Job controller cannot create because of the namespace quota."""
