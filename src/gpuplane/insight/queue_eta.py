@@ -246,7 +246,7 @@ class _Item:
     workload: Workload | None
 
 
-def play(
+def play(  # noqa: PLR0913 - keyword-only: strict
     now: float,
     capacity: float,
     free: float,
@@ -323,7 +323,7 @@ def estimate_queue(
     return out
 
 
-def _estimate_pool(
+def _estimate_pool(  # noqa: PLR0912, PLR0913 - one pool's estimate, the quota walk step by step
     world: Scheduler,
     cq: ClusterQueueNode,
     resource: str,
@@ -407,7 +407,7 @@ def _estimate_pool(
     return out
 
 
-def with_one_node(
+def with_one_node(  # noqa: PLR0913 - keyword-only: runtimes, config and time
     world: Scheduler,
     wl: Workload,
     quota: Estimate,

@@ -144,7 +144,7 @@ class KubeApi:
         self.timeout = timeout
         self.limiter = RateLimiter(qps, burst) if qps is not None else None
 
-    def _call(
+    def _call(  # noqa: PLR0913 - one HTTP request: verb, path, query, body and two options
         self,
         method: str,
         path: str,
@@ -203,7 +203,7 @@ class KubeApi:
         meta = body["metadata"]
         return self.request("PUT", res.path(meta.get("namespace"), meta["name"], sub), body=dict(body))
 
-    def patch(
+    def patch(  # noqa: PLR0913 - the API's patch: object, patch, namespace, subresource, type
         self,
         res: Resource,
         name: str,

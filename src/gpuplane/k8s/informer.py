@@ -154,7 +154,7 @@ class Cache:
 class Informer:
     """Keeps ``cache`` in sync with one resource until stopped."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only: the watch's timeout, back-off and sleep
         self,
         api: KubeApi,
         resource: Resource,

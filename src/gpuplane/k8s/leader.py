@@ -47,7 +47,7 @@ parse_time = lenient_timestamp
 
 
 class LeaderElector:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only: the Lease's name, namespace, duration and clock
         self,
         api: KubeApi,
         identity: str,

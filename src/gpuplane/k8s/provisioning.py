@@ -258,41 +258,62 @@ class Provisioner:
     ) -> None:
         name = state["name"]
         latest = attempts[-1] if attempts else None
-        admitted = _true(wl, ConditionType.ADMITTED) is not None
-        config = self._config(check)
         if state.get("state") == "Ready":
-            if latest is None:
-                return
-            revoked = _true(latest, "CapacityRevoked")
-            expired = _true(latest, "BookingExpired")
-            if revoked is not None and admitted:
-                self._set_state(wl, name, "Retry", f"capacity revoked: {revoked.get('message', '')}".strip())
-            elif expired is not None and not admitted:
-                self._set_state(wl, name, "Retry", f"booking expired: {expired.get('message', '')}".strip())
+            if latest is not None:
+                self._recheck_ready(wl, name, latest)
             return
         if state.get("state") != "Pending":
             return
+        config = self._config(check)
         if latest is None or self._spent(latest, wl):
-            failed = sum(1 for a in attempts if _true(a, "Failed") or _true(a, "BookingExpired"))
-            if latest is None and placeable:
-                self._set_state(
-                    wl, name, "Ready", "the gang has a place on existing nodes; nothing to provision"
-                )
-                return
-            if failed > config.retry.backoff_limit:
-                self._set_state(
-                    wl, name, "Rejected", f"{failed} ProvisioningRequests failed; no retries left"
-                )
-                return
-            if latest is not None:
-                ended = _ended_at(latest)
-                wait = config.retry.backoff(failed)
-                if ended is not None and self.clock() < ended + wait:
-                    message = f"retrying after a backoff of {wait:g}s (attempt {failed + 1})"
-                    self._set_state(wl, name, "Pending", message)
-                    return
-            self._create(wl, name, config, _attempt(latest) + 1 if latest is not None else 1)
+            self._next_attempt(wl, name, config, attempts, placeable=placeable)
+        else:
+            self._follow(wl, name, config, attempts)
+
+    def _recheck_ready(self, wl: dict[str, Any], name: str, latest: dict[str, Any]) -> None:
+        """A Ready check goes back to Retry when its capacity is revoked after admission, or its
+        booking expires before it."""
+        admitted = _true(wl, ConditionType.ADMITTED) is not None
+        revoked = _true(latest, "CapacityRevoked")
+        expired = _true(latest, "BookingExpired")
+        if revoked is not None and admitted:
+            self._set_state(wl, name, "Retry", f"capacity revoked: {revoked.get('message', '')}".strip())
+        elif expired is not None and not admitted:
+            self._set_state(wl, name, "Retry", f"booking expired: {expired.get('message', '')}".strip())
+
+    def _next_attempt(
+        self,
+        wl: dict[str, Any],
+        name: str,
+        config: ProvisioningConfig,
+        attempts: list[dict[str, Any]],
+        *,
+        placeable: bool,
+    ) -> None:
+        """No request, or the latest one ended: nothing to provision, no retries left, a back-off
+        still running, or a new request."""
+        latest = attempts[-1] if attempts else None
+        failed = sum(1 for a in attempts if _true(a, "Failed") or _true(a, "BookingExpired"))
+        if latest is None and placeable:
+            self._set_state(wl, name, "Ready", "the gang has a place on existing nodes; nothing to provision")
             return
+        if failed > config.retry.backoff_limit:
+            self._set_state(wl, name, "Rejected", f"{failed} ProvisioningRequests failed; no retries left")
+            return
+        if latest is not None:
+            ended = _ended_at(latest)
+            wait = config.retry.backoff(failed)
+            if ended is not None and self.clock() < ended + wait:
+                message = f"retrying after a backoff of {wait:g}s (attempt {failed + 1})"
+                self._set_state(wl, name, "Pending", message)
+                return
+        self._create(wl, name, config, _attempt(latest) + 1 if latest is not None else 1)
+
+    def _follow(
+        self, wl: dict[str, Any], name: str, config: ProvisioningConfig, attempts: list[dict[str, Any]]
+    ) -> None:
+        """The latest request is under way: the check's state follows its conditions."""
+        latest = attempts[-1]
         provisioned = _true(latest, "Provisioned")
         failed_cond = _true(latest, "Failed")
         if provisioned is not None:

@@ -105,7 +105,7 @@ def _item(found: Explanation, wl: Workload | None) -> dict[str, Any]:
     }
 
 
-def pending_workloads_summary(
+def pending_workloads_summary(  # noqa: PLR0913 - keyword-only: the queue and the page
     view: VisibilityView,
     version: str,
     *,
@@ -264,59 +264,85 @@ class VisibilityApp:
         """(HTTP status, JSON body) for a GET of ``path`` (with query) by ``user``."""
         parsed = urllib.parse.urlsplit(path)
         parts = [p for p in parsed.path.split("/") if p]
+        try:
+            version, rest, who = self._route(parsed.path, parts, user)
+            access, target = _pending_target(parsed.path, rest, who, groups)
+            self._authorize(access, version)
+            query = urllib.parse.parse_qs(parsed.query)
+            try:
+                limit = _nonnegative(query, "limit", DEFAULT_LIMIT)
+                offset = _nonnegative(query, "offset", 0)
+            except ValueError as err:
+                raise _Reply(400, _status(400, "BadRequest", f"invalid query: {err}")) from err
+            try:
+                view = self.source()
+            except Exception as err:  # the cluster could not be read: the API says so instead of dying
+                log.exception("visibility source failed")
+                message = f"pending workloads unavailable: {err}"
+                raise _Reply(503, _status(503, "ServiceUnavailable", message)) from err
+        except _Reply as reply:
+            return reply.code, reply.body
+        return 200, pending_workloads_summary(view, version, limit=limit, offset=offset, **target)
+
+    @staticmethod
+    def _route(path: str, parts: list[str], user: str | None) -> tuple[str, list[str], str]:
+        """The served version, the path below it and the user; health, discovery and errors are
+        replies."""
         if parts in (["healthz"], ["readyz"], ["livez"]):
-            return 200, {"status": "ok"}
+            raise _Reply(200, {"status": "ok"})
         if user is None:
-            return 401, _status(401, "Unauthorized", "no authenticated front-proxy client")
+            raise _Reply(401, _status(401, "Unauthorized", "no authenticated front-proxy client"))
         if parts == ["apis"]:
-            return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]}
+            raise _Reply(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]})
         if len(parts) < 2 or parts[:2] != ["apis", GROUP]:
-            return 404, _status(404, "NotFound", f"the server could not find {parsed.path}")
+            raise _Reply(404, _status(404, "NotFound", f"the server could not find {path}"))
         if len(parts) == 2:
-            return 200, api_group()
+            raise _Reply(200, api_group())
         version = parts[2]
         if version not in VERSIONS:
-            return 404, _status(404, "NotFound", f"version {version} of {GROUP} is not served")
-        rest = parts[3:]
-        if not rest:
-            return 200, api_resources(version)
-        if len(rest) == 3 and rest[0] == "clusterqueues" and rest[2] == "pendingworkloads":
-            access = Access(user, tuple(groups), "clusterqueues", rest[1])
-            target: dict[str, Any] = {"cluster_queue": rest[1]}
-        elif (
-            len(rest) == 5
-            and rest[0] == "namespaces"
-            and rest[2] == "localqueues"
-            and rest[4] == "pendingworkloads"
-        ):
-            access = Access(user, tuple(groups), "localqueues", rest[3], rest[1])
-            target = {"local_queue": (rest[1], rest[3])}
-        else:
-            return 404, _status(404, "NotFound", f"the server could not find {parsed.path}")
-        if self.authorizer is not None:
-            allowed, why = self.authorizer.allowed(access, version)
-            if not allowed:
-                scope = (
-                    f' in the namespace "{access.namespace}"' if access.namespace else " at the cluster scope"
-                )
-                message = (
-                    f'{access.resource}.{GROUP} "{access.name}" is forbidden: User "{user}" cannot get '
-                    f'resource "{access.resource}/pendingworkloads" in API group "{GROUP}"{scope}'
-                    + (f": {why}" if why else "")
-                )
-                return 403, _status(403, "Forbidden", message)
-        query = urllib.parse.parse_qs(parsed.query)
-        try:
-            limit = _nonnegative(query, "limit", DEFAULT_LIMIT)
-            offset = _nonnegative(query, "offset", 0)
-        except ValueError as err:
-            return 400, _status(400, "BadRequest", f"invalid query: {err}")
-        try:
-            view = self.source()
-        except Exception as err:  # the cluster could not be read: the API says so instead of dying
-            log.exception("visibility source failed")
-            return 503, _status(503, "ServiceUnavailable", f"pending workloads unavailable: {err}")
-        return 200, pending_workloads_summary(view, version, limit=limit, offset=offset, **target)
+            raise _Reply(404, _status(404, "NotFound", f"version {version} of {GROUP} is not served"))
+        if len(parts) == 3:
+            raise _Reply(200, api_resources(version))
+        return version, parts[3:], user
+
+    def _authorize(self, access: Access, version: str) -> None:
+        if self.authorizer is None:
+            return
+        allowed, why = self.authorizer.allowed(access, version)
+        if not allowed:
+            scope = f' in the namespace "{access.namespace}"' if access.namespace else " at the cluster scope"
+            message = (
+                f'{access.resource}.{GROUP} "{access.name}" is forbidden: User "{access.user}" cannot get '
+                f'resource "{access.resource}/pendingworkloads" in API group "{GROUP}"{scope}'
+                + (f": {why}" if why else "")
+            )
+            raise _Reply(403, _status(403, "Forbidden", message))
+
+
+class _Reply(Exception):  # noqa: N818 - not an error: a finished answer, raised to leave the routing early
+    """An answer found before the pending workloads are read (health, discovery, an error)."""
+
+    def __init__(self, code: int, body: dict[str, Any]) -> None:
+        super().__init__(code)
+        self.code = code
+        self.body = body
+
+
+def _pending_target(
+    path: str, rest: list[str], user: str, groups: Sequence[str]
+) -> tuple[Access, dict[str, Any]]:
+    """Who asks for which queue's pending workloads, and the summary's queue argument."""
+    if len(rest) == 3 and rest[0] == "clusterqueues" and rest[2] == "pendingworkloads":
+        return Access(user, tuple(groups), "clusterqueues", rest[1]), {"cluster_queue": rest[1]}
+    if (
+        len(rest) == 5
+        and rest[0] == "namespaces"
+        and rest[2] == "localqueues"
+        and rest[4] == "pendingworkloads"
+    ):
+        access = Access(user, tuple(groups), "localqueues", rest[3], rest[1])
+        return access, {"local_queue": (rest[1], rest[3])}
+    raise _Reply(404, _status(404, "NotFound", f"the server could not find {path}"))
 
 
 def _identity(handler: BaseHTTPRequestHandler, app: VisibilityApp) -> tuple[str | None, list[str]]:
@@ -353,7 +379,7 @@ def make_handler(app: VisibilityApp) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(
+def serve(  # noqa: PLR0913 - keyword-only: the TLS files and the address
     app: VisibilityApp,
     *,
     port: int,
