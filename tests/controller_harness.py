@@ -236,7 +236,7 @@ class Scene:
 
     def delete_job(self, name: str) -> None:
         """``kubectl delete job`` and, since no kubelet ends them, its pods at grace period 0 (a pod
-        the garbage collector took first is fine); returns once they are gone."""
+        the garbage collector took first is fine), then its Workload; returns once they are gone."""
         self.kubectl("delete", "job", name, "-n", self.namespace, "--wait=false")
 
         def pods_gone() -> bool:
@@ -249,6 +249,18 @@ class Scene:
             return not pods
 
         wait_until(pods_gone, 20, f"the pods of job {name} gone")
+
+        def workload_gone() -> bool:
+            # The garbage collector's stand-in, as for the pods: on a control plane started moments
+            # ago, kube-controller-manager's collector only watches the Workload CRD after its next
+            # discovery resync (up to 30 s), and until then the job's Workload keeps its quota.
+            workload = self.workloads().get(name)
+            if workload is not None:
+                with contextlib.suppress(ApiError):  # 404: the collector got there first
+                    self.api.delete(k8s.WORKLOADS, workload["metadata"]["name"], self.namespace)
+            return workload is None
+
+        wait_until(workload_gone, 20, f"the Workload of job {name} gone")
 
     # --- what runs against it --------------------------------------------------------------------
 
