@@ -259,10 +259,11 @@ class Controller:
             return None
         self._index_pods()
         # Quota that evicted, stopped workloads give back is released before any admission that the
-        # plan made with it is written: the API never shows both holding it at once.
+        # plan made with it is written: the API never shows both holding it at once. That includes
+        # the workloads whose admission checks the plan ended: their evictions are written first.
+        self._each(partial(self._write_check_eviction, e) for e in plan.check_evictions)
         self._stop_evicted(stop_jobs=False)
         self._apply_admissions(plan)
-        self._each(partial(self._write_check_eviction, e) for e in plan.check_evictions)
         self.provisioner.reconcile(plan)
         self._apply_preemptions(plan)
         self._stop_evicted()
