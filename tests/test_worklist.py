@@ -138,3 +138,33 @@ def test_jobs_and_groups_become_candidates_for_a_workload_and_ownership_follows_
     caught_up(cache, work)
     assert not work.owned("u1")
     assert work.sweep_due, "a deleted Workload's job may need a new one: the next look sweeps"
+
+
+def test_interrupted_nodes_placeholders_and_checkpoint_requests_follow_their_objects() -> None:
+    cache = Cache()
+    work = Worklist(("Job",))
+    work.sweep(cache.items)
+    cordoned = {"metadata": {"name": "n1"}, "spec": {"unschedulable": True}}
+    cache.upsert("Node", cordoned)
+    cache.upsert("Node", {"metadata": {"name": "n2"}, "spec": {}})
+    warm = pod("warm-0", node="n2")
+    warm["metadata"]["labels"][keys.WARM_BUFFER_LABEL] = "warm-0"
+    cache.upsert("Pod", warm)
+    asked = workload("w", admitted=True)
+    asked["metadata"]["annotations"] = {keys.CHECKPOINT_REQUESTED_ANNOTATION: "2026-01-01T00:00:00Z"}
+    cache.upsert("Workload", asked)
+    caught_up(cache, work)
+    assert work.signalled == {"n1": "cordoned"}
+    assert work.placeholders == {f"{NS}/warm-0"}
+    assert work.requested == {f"{NS}/w"}
+    fresh = swept(cache)
+    assert (fresh.signalled, fresh.placeholders, fresh.requested) == (
+        work.signalled,
+        work.placeholders,
+        work.requested,
+    )
+    cache.upsert("Node", {"metadata": {"name": "n1"}, "spec": {}})  # uncordoned
+    cache.remove("Pod", warm)
+    cache.upsert("Workload", workload("w", admitted=True))  # the request cleared
+    caught_up(cache, work)
+    assert (work.signalled, work.placeholders, work.requested) == ({}, set(), set())

@@ -188,6 +188,7 @@ class Controller:
         self._rebuilds_swept = -1
         self.provisioner = Provisioner(api, self.cache, clock, self._event)
         self.warm = WarmBuffer(api, self.cache, self.config.lease_namespace, self._event)
+        self.warm.keys = lambda: self.work.placeholders
         self.interruptions = InterruptionGuard(
             api, self.cache, clock, self._event, self.config.checkpoint_grace_seconds
         )
@@ -251,7 +252,9 @@ class Controller:
             return None
         started = time.monotonic()
         self._catch_up()
-        self.interruptions.reconcile()
+        self.interruptions.reconcile(
+            signals=self.work.signalled, pods_on=self.work.pod_keys, asked=self.work.requested
+        )
         self.warm.reconcile()
         with self.counters.lock:
             self.counters.extra["warm_buffer_pods"] = sum(self.warm.sizes.values())

@@ -30,7 +30,9 @@ from typing import Any
 
 from gpuplane.core.session import ConditionType
 from gpuplane.k8s.informer import object_key
+from gpuplane.k8s.spot import interruption
 from gpuplane.model import labels as keys
+from gpuplane.model.objects import WARM_BUFFER_LABEL
 
 Get = Callable[[str, str], dict[str, Any] | None]
 Items = Callable[[str], list[dict[str, Any]]]
@@ -105,6 +107,9 @@ class Worklist:
     to_bind: set[str] = field(default_factory=set)  # Workloads that may need a release or bindings
     to_create: set[tuple[str, str]] = field(default_factory=set)  # (kind, key) of jobs
     groups: set[tuple[str, str]] = field(default_factory=set)  # gated pod groups
+    placeholders: set[str] = field(default_factory=set)  # warm-buffer placeholder pods
+    signalled: dict[str, str] = field(default_factory=dict)  # nodes being taken back: their signal
+    requested: set[str] = field(default_factory=set)  # Workloads asked for a checkpoint
     sweep_due: bool = True
     _pod_entry: dict[str, tuple[list[PodTie], str | None, tuple[str, str]]] = field(default_factory=dict)
     _wl_ties: dict[str, set[tuple[str, ...]]] = field(default_factory=dict)
@@ -116,7 +121,8 @@ class Worklist:
         """Rebuild everything from the whole cache: every object a candidate."""
         self.pods_by, self.pods_on, self._pod_entry = {}, {}, {}
         self._wl_ties, self._by_tie, self.evicted = {}, {}, set()
-        self.groups = set()
+        self.groups, self.placeholders, self.requested = set(), set(), set()
+        self.signalled = {n["metadata"]["name"]: s for n in items("Node") if (s := interruption(n))}
         for pod in items("Pod"):
             self._set_pod(object_key(pod), pod)
             if gated(pod):
@@ -131,6 +137,13 @@ class Worklist:
 
     def note(self, changes: Mapping[str, Iterable[str]], get: Get) -> None:
         """Take in the keys the cache noted as changed (by kind)."""
+        for name in changes.get("Node", ()):
+            node = get("Node", name)
+            signal = interruption(node) if node is not None else None
+            if signal:
+                self.signalled[name] = signal
+            else:
+                self.signalled.pop(name, None)
         for key in changes.get("Pod", ()):
             self._pod_changed(key, get("Pod", key))
         for key in changes.get("Workload", ()):
@@ -168,6 +181,7 @@ class Worklist:
 
     def _set_pod(self, key: str, pod: dict[str, Any] | None) -> None:
         old = self._pod_entry.pop(key, None)
+        self.placeholders.discard(key)
         if old is not None:
             for tie in old[0]:
                 _drop(self.pods_by, tie, key)
@@ -176,6 +190,8 @@ class Worklist:
         if pod is None:
             return
         ties = _pod_ties(pod)
+        if WARM_BUFFER_LABEL in (pod["metadata"].get("labels") or {}):
+            self.placeholders.add(key)
         node = (pod.get("spec") or {}).get("nodeName") or None
         self._pod_entry[key] = (ties, node, pod_group(pod))
         for tie in ties:
@@ -187,8 +203,11 @@ class Worklist:
         for tie in self._wl_ties.pop(key, ()):
             _drop(self._by_tie, tie, key)
         self.evicted.discard(key)
+        self.requested.discard(key)
         if wl is None:
             return
+        if keys.CHECKPOINT_REQUESTED_ANNOTATION in ((wl.get("metadata") or {}).get("annotations") or {}):
+            self.requested.add(key)
         ties = _workload_ties(wl)
         self._wl_ties[key] = ties
         for tie in ties:
