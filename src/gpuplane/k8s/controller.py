@@ -48,13 +48,11 @@ from gpuplane.core.session import (
     Reason,
     SchedulerConfig,
     Session,
-    condition,
     config_from_kueue,
     node_state,
     pod_needs,
     recorded_grants,
     recorded_placement,
-    with_conditions,
 )
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
@@ -63,10 +61,10 @@ from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
 from gpuplane.k8s.live_session import LiveSession
 from gpuplane.k8s.plan_writes import (
-    ADMISSION_ORDER,
     Verb,
     Write,
     admission_writes,
+    eviction_writes,
     pending_writes,
     preemption_writes,
 )
@@ -506,21 +504,13 @@ class Controller:
         """Stop the jobs of evicted workloads that still hold quota (unless ``stop_jobs`` is False);
         give the quota back once they are no longer active."""
         self._catch_up()
-        writes = []
-        for key in sorted(self.work.evicted):
-            wl = self.cache.get("Workload", key)
-            if (
-                wl is None
-                or not wl.get("status", {}).get("admission")
-                or not _condition(wl, ConditionType.EVICTED)
-            ):
-                continue
-            if self._still_active(wl):
-                if stop_jobs:
-                    writes.append(partial(self._stop_job, wl))
-            else:
-                writes.append(partial(self._release_quota, wl))
-        self._each(writes)
+        get = partial(self.cache.get, "Workload")
+        now = micro_time(self.clock())
+        writes = eviction_writes(get, sorted(self.work.evicted), self._still_active, now, stop_jobs=stop_jobs)
+        self._each(
+            partial(self._stop_job, w.body) if w.verb == Verb.STOP else partial(self._release_quota, w)
+            for w in writes
+        )
 
     def _still_active(self, wl: dict[str, Any]) -> bool:
         """Whether the workload's job may still run pods: Kueue's ``IsActive`` for its job kind
@@ -573,33 +563,15 @@ class Controller:
                     self.counters.add("write_failures")
                     return  # retried next pass
 
-    def _release_quota(self, wl: dict[str, Any]) -> None:
-        """Clear an evicted, no longer active workload's admission: it is queued again."""
-        updated: dict[str, Any] = json.loads(json.dumps(wl))
-        status = updated.setdefault("status", {})
-        status.pop("admission", None)
-        evicted = next(c for c in status.get("conditions", []) if c.get("type") == ConditionType.EVICTED)
-        now = micro_time(self.clock())
-        status["conditions"] = with_conditions(
-            status.get("conditions", []),
-            *(
-                condition(
-                    ctype,
-                    evicted.get("reason", Reason.PREEMPTED),
-                    now,
-                    evicted.get("message", ""),
-                    status=False,
-                )
-                for ctype in ADMISSION_ORDER
-            ),
-        )
+    def _release_quota(self, write: Write) -> None:
+        """Write an evicted, no longer active workload with its admission cleared: it is queued again."""
         try:
-            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+            written = self.api.replace(k8s.WORKLOADS, write.body, sub="status")
         except ApiError:
             self.counters.add("write_failures")
             return
         self.cache.upsert("Workload", written)
-        self._pending_written.pop(object_key(wl), None)
+        self._pending_written.pop(write.workload, None)
         self.counters.add("released")
 
     # --- release and bind -----------------------------------------------------------
