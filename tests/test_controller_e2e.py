@@ -126,6 +126,30 @@ def test_a_job_that_does_not_fit_now_is_admitted_when_capacity_frees(scene: Scen
     wait_until(lambda: scene.bound("second", 1), 20, "second bound once first is gone")
 
 
+def test_a_pass_looks_only_at_what_may_need_work(scene: Scene) -> None:
+    """Once its job is released and its pods bound, an admitted Workload leaves the controller's
+    worklist, as does a job once it has its Workload; a job that arrives later is still created a
+    Workload, admitted, released and bound."""
+    scene.setup(nodes=1)
+    scene.job_controller()
+    run = scene.controller(leader_election=False)
+    scene.submit(*(scene.job(f"j{i}", gpus=1) for i in range(3)))
+    wait_until(lambda: all(scene.bound(f"j{i}", 1) for i in range(3)), 20, "all bound")
+    work = run.controller.work
+
+    def ours_left() -> bool:
+        try:  # the controller's thread changes these sets meanwhile: look again on a clash
+            keys = list(work.to_bind) + [key for _, key in list(work.to_create)]
+        except RuntimeError:
+            return True
+        return any(key.startswith(f"{scene.namespace}/") for key in keys)
+
+    wait_until(lambda: not ours_left(), 20, "the scene's objects leave the worklist")
+    scene.submit(scene.job("late", gpus=1))
+    wait_until(lambda: scene.bound("late", 1), 20, "late bound")
+    wait_until(lambda: not ours_left(), 20, "the late job's objects leave the worklist")
+
+
 def test_devices_already_recorded_are_never_given_again(scene: Scene) -> None:
     """A pod keeps the devices recorded on it; a newcomer gets the ones that are really free."""
     scene.setup(nodes=1)

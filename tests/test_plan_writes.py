@@ -15,7 +15,13 @@ from gpuplane.core.session import (
     PodSetDecision,
     PreemptionDecision,
 )
-from gpuplane.k8s.plan_writes import Verb, admission_writes, pending_writes, preemption_writes
+from gpuplane.k8s.plan_writes import (
+    Verb,
+    admission_writes,
+    eviction_writes,
+    pending_writes,
+    preemption_writes,
+)
 from gpuplane.model.topology import assigned_domains
 from manifests import workload
 
@@ -106,6 +112,39 @@ def test_preemption_marks_victims_or_only_reports_them_in_a_dry_run() -> None:
         observed[f"{NS}/victim"],
         f"dry run: {write.message}",
     )
+
+
+def test_evicted_workloads_are_stopped_while_active_then_requeued() -> None:
+    observed = _observed("running", "stopped", "admitted", "queued")
+    evicted = [{"type": "Evicted", "status": "True", "reason": "Preempted", "message": "for urgent"}]
+    for name in ("running", "stopped", "admitted"):
+        observed[f"{NS}/{name}"]["status"] = {
+            "admission": {"clusterQueue": "cq", "podSetAssignments": []},
+            "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"}]
+            + (evicted if name != "admitted" else []),
+        }
+    observed[f"{NS}/queued"]["status"] = {"conditions": evicted}  # its quota already given back
+    keys = sorted([*observed, f"{NS}/gone"])
+
+    def active(wl: dict[str, Any]) -> bool:
+        return bool(wl["metadata"]["name"] == "running")
+
+    writes = eviction_writes(observed.get, keys, active, NOW)
+    assert [(w.verb, w.workload) for w in writes] == [
+        (Verb.STOP, f"{NS}/running"),
+        (Verb.REQUEUE, f"{NS}/stopped"),
+    ]
+    stop, requeue = writes
+    assert stop.body == observed[f"{NS}/running"], "a stop writes the job and pods, not the Workload"
+    assert "admission" not in requeue.body["status"]
+    assert _conditions(requeue.body) == {
+        "QuotaReserved": ("False", "Preempted"),
+        "Admitted": ("False", "Preempted"),
+        "Evicted": ("True", "Preempted"),
+    }
+    assert "admission" in observed[f"{NS}/stopped"]["status"], "the observed object is left alone"
+    only_requeues = eviction_writes(observed.get, keys, active, NOW, stop_jobs=False)
+    assert [(w.verb, w.workload) for w in only_requeues] == [(Verb.REQUEUE, f"{NS}/stopped")]
 
 
 def test_pending_workloads_get_the_cores_reason_once() -> None:

@@ -48,13 +48,11 @@ from gpuplane.core.session import (
     Reason,
     SchedulerConfig,
     Session,
-    condition,
     config_from_kueue,
     node_state,
     pod_needs,
     recorded_grants,
     recorded_placement,
-    with_conditions,
 )
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
@@ -63,10 +61,10 @@ from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
 from gpuplane.k8s.live_session import LiveSession
 from gpuplane.k8s.plan_writes import (
-    ADMISSION_ORDER,
     Verb,
     Write,
     admission_writes,
+    eviction_writes,
     pending_writes,
     preemption_writes,
 )
@@ -79,6 +77,7 @@ from gpuplane.k8s.provisioning import (
 )
 from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.k8s.warm import WarmBuffer
+from gpuplane.k8s.worklist import Worklist, gated, pod_group
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
@@ -180,12 +179,14 @@ class Controller:
         self._events = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-event")
         self._pending_written: dict[str, tuple[str, str]] = {}
         self._gang_noted: set[str] = set()  # pods told (by an Event) that they wait for their gang
-        # Pod keys by (namespace, what ties them to a workload, its value), and bound pod keys by
-        # node; rebuilt each pass, so a pass looks pods up instead of scanning them all per workload.
-        self._pods_by: dict[tuple[str, str, str], list[str]] = {}
-        self._pods_on: dict[str, list[str]] = {}
+        # The pod index, and what a step may have to act on, kept from the cache's changes, so a
+        # pass looks only at those (with a full sweep whenever the session is rebuilt).
+        self.work = Worklist(tuple(self.config.integrations))
+        self._unfed: dict[str, set[str]] = {}  # changed keys taken from the cache, not yet fed
+        self._rebuilds_swept = -1
         self.provisioner = Provisioner(api, self.cache, clock, self._event)
         self.warm = WarmBuffer(api, self.cache, self.config.lease_namespace, self._event)
+        self.warm.keys = lambda: self.work.placeholders
         self.interruptions = InterruptionGuard(
             api, self.cache, clock, self._event, self.config.checkpoint_grace_seconds
         )
@@ -240,6 +241,7 @@ class Controller:
     def reconcile(self) -> Plan | None:
         if self.config.leader_election and not self.elector.try_acquire_or_renew():
             self.live.invalidate("not the leader")  # another leader may change anything meanwhile
+            self.work.sweep_due = True
             return None
         if not all(informer.synced.is_set() for informer in self.informers):
             # A cache that has not listed yet (or is relisting after 410 Gone) hides admitted
@@ -247,7 +249,10 @@ class Controller:
             # relist notes what changed meanwhile.
             return None
         started = time.monotonic()
-        self.interruptions.reconcile()
+        self._catch_up()
+        self.interruptions.reconcile(
+            signals=self.work.signalled, pods_on=self.work.pod_keys, asked=self.work.requested
+        )
         self.warm.reconcile()
         with self.counters.lock:
             self.counters.extra["warm_buffer_pods"] = sum(self.warm.sizes.values())
@@ -257,7 +262,6 @@ class Controller:
         plan = self._schedule()
         if plan is None:
             return None
-        self._index_pods()
         # Quota that evicted, stopped workloads give back is released before any admission that the
         # plan made with it is written: the API never shows both holding it at once. That includes
         # the workloads whose admission checks the plan ended: their evictions are written first.
@@ -294,13 +298,16 @@ class Controller:
                 out[pc["metadata"]["name"]] = value
         return out
 
-    def _workloads_by_owner(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for wl in self.cache.items("Workload"):
-            uid = (wl.get("metadata", {}).get("labels") or {}).get(keys.JOB_UID_LABEL)
-            if uid:
-                out[uid] = wl
-        return out
+    def _catch_up(self) -> None:
+        """Take the keys the cache noted as changed into the worklist (or sweep it, when due), and
+        keep them for the session's next sync."""
+        changes = self.cache.take_changes()
+        for kind, changed in changes.items():
+            self._unfed.setdefault(kind, set()).update(changed)
+        if not self.work.sweep_due:
+            self.work.note(changes, self.cache.get)
+        if self.work.sweep_due:  # due before, or a Workload was deleted
+            self.work.sweep(self.cache.items)
 
     def _create_workload(self, body: dict[str, Any]) -> None:
         try:
@@ -313,29 +320,39 @@ class Controller:
         self.counters.add("workloads_created")
 
     def _ensure_workloads(self) -> None:
-        owned = self._workloads_by_owner()
+        """Create the Workloads of queued jobs and gated pod groups that have none.
+
+        Only the worklist's candidates are looked at (jobs and pod groups that changed, or whose
+        Workload is still being created); one that needs no Workload leaves the list."""
         priorities = self._priorities()
         bodies: list[dict[str, Any]] = []
-        for kind in self.config.integrations:
-            for obj in self.cache.items(kind):
-                uid = obj.get("metadata", {}).get("uid", "")
-                if uid in owned or (not jobs.is_suspended(kind, obj) and kind != "LeaderWorkerSet"):
-                    continue
+        for kind, key in sorted(self.work.to_create):
+            obj = self.cache.get(kind, key)
+            body = None
+            if (
+                obj is not None
+                and (jobs.is_suspended(kind, obj) or kind == "LeaderWorkerSet")
+                and not self.work.owned(obj.get("metadata", {}).get("uid", ""))
+            ):
                 body = jobs.workload_for(kind, obj, priorities)
-                if body is not None:
-                    bodies.append(body)
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for pod in self.cache.items("Pod"):
-            spec = pod.get("spec", {})
-            gates = [g.get("name") for g in spec.get("schedulingGates", []) or []]
-            if keys.ADMISSION_GATE not in gates:
-                continue
-            meta = pod["metadata"]
-            group = (meta.get("labels") or {}).get(keys.POD_GROUP_LABEL) or meta["name"]
-            groups.setdefault(f"{meta.get('namespace')}/{group}", []).append(pod)
-        for pods in groups.values():
-            body = jobs.pod_group_workload(pods, priorities)
-            if body is not None and body["metadata"]["labels"][keys.JOB_UID_LABEL] not in owned:
+            if body is None:
+                self.work.to_create.discard((kind, key))
+            else:
+                bodies.append(body)
+        for group in sorted(self.work.groups):
+            ns, name = group
+            members = self.work.pods_by.get((ns, "group", name), set()) | self.work.pods_by.get(
+                (ns, "name", name), set()
+            )
+            pods = [
+                pod
+                for key in sorted(members)
+                if (pod := self.cache.get("Pod", key)) is not None and gated(pod) and pod_group(pod) == group
+            ]
+            body = jobs.pod_group_workload(pods, priorities) if pods else None
+            if body is None or self.work.owned(body["metadata"]["labels"][keys.JOB_UID_LABEL]):
+                self.work.groups.discard(group)
+            else:
                 bodies.append(body)
         self._each(partial(self._create_workload, body) for body in bodies)
 
@@ -348,13 +365,17 @@ class Controller:
 
     def _schedule(self) -> Plan | None:
         """Bring the long-lived session up to date with what changed in the cache, then drain it."""
-        changes = self.cache.take_changes()  # a relist notes the keys it changed
+        self._catch_up()  # a relist notes the keys it changed
+        changes, self._unfed = self._unfed, {}
         now = self.clock()
         try:
             session = self.live.sync(self.cache.items, self.cache.get, changes, now)
         except InputError as err:
             log.warning("cluster state rejected: %s", err)
             return None
+        if self._rebuilds_swept != self.live.rebuilds:  # the worklist's safety net: a full sweep
+            self._rebuilds_swept = self.live.rebuilds
+            self.work.sweep(self.cache.items)
         if self.live.rebuilds_seen != self.live.rebuilds:
             self.live.rebuilds_seen = self.live.rebuilds
             for problem in self.live.skipped:  # one bad object must not stop scheduling for everyone
@@ -483,16 +504,14 @@ class Controller:
     def _stop_evicted(self, stop_jobs: bool = True) -> None:
         """Stop the jobs of evicted workloads that still hold quota (unless ``stop_jobs`` is False);
         give the quota back once they are no longer active."""
-        writes = []
-        for wl in self.cache.items("Workload"):
-            if not wl.get("status", {}).get("admission") or not _condition(wl, ConditionType.EVICTED):
-                continue
-            if self._still_active(wl):
-                if stop_jobs:
-                    writes.append(partial(self._stop_job, wl))
-            else:
-                writes.append(partial(self._release_quota, wl))
-        self._each(writes)
+        self._catch_up()
+        get = partial(self.cache.get, "Workload")
+        now = micro_time(self.clock())
+        writes = eviction_writes(get, sorted(self.work.evicted), self._still_active, now, stop_jobs=stop_jobs)
+        self._each(
+            partial(self._stop_job, w.body) if w.verb == Verb.STOP else partial(self._release_quota, w)
+            for w in writes
+        )
 
     def _still_active(self, wl: dict[str, Any]) -> bool:
         """Whether the workload's job may still run pods: Kueue's ``IsActive`` for its job kind
@@ -545,33 +564,15 @@ class Controller:
                     self.counters.add("write_failures")
                     return  # retried next pass
 
-    def _release_quota(self, wl: dict[str, Any]) -> None:
-        """Clear an evicted, no longer active workload's admission: it is queued again."""
-        updated: dict[str, Any] = json.loads(json.dumps(wl))
-        status = updated.setdefault("status", {})
-        status.pop("admission", None)
-        evicted = next(c for c in status.get("conditions", []) if c.get("type") == ConditionType.EVICTED)
-        now = micro_time(self.clock())
-        status["conditions"] = with_conditions(
-            status.get("conditions", []),
-            *(
-                condition(
-                    ctype,
-                    evicted.get("reason", Reason.PREEMPTED),
-                    now,
-                    evicted.get("message", ""),
-                    status=False,
-                )
-                for ctype in ADMISSION_ORDER
-            ),
-        )
+    def _release_quota(self, write: Write) -> None:
+        """Write an evicted, no longer active workload with its admission cleared: it is queued again."""
         try:
-            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
+            written = self.api.replace(k8s.WORKLOADS, write.body, sub="status")
         except ApiError:
             self.counters.add("write_failures")
             return
         self.cache.upsert("Workload", written)
-        self._pending_written.pop(object_key(wl), None)
+        self._pending_written.pop(write.workload, None)
         self.counters.add("released")
 
     # --- release and bind -----------------------------------------------------------
@@ -585,32 +586,17 @@ class Controller:
                     return kind, job
         return None
 
-    def _index_pods(self) -> None:
-        by: dict[tuple[str, str, str], list[str]] = {}
-        on: dict[str, list[str]] = {}
-        for pod in self.cache.items("Pod"):
-            meta = pod["metadata"]
-            ns, key = meta.get("namespace", ""), object_key(pod)
-            labels = meta.get("labels") or {}
-            ties = [("name", meta["name"])]
-            ties += [(t, labels[label]) for t, label in _POD_TIES if labels.get(label)]
-            for tie, value in ties:
-                by.setdefault((ns, tie, value), []).append(key)
-            node = pod.get("spec", {}).get("nodeName")
-            if node:
-                on.setdefault(node, []).append(key)
-        self._pods_by, self._pods_on = by, on
-
     def _pods_of(self, wl: dict[str, Any]) -> list[dict[str, Any]]:
         """The workload's pods as cached now: by its workload label, or for plain pods and pod
         groups (no owner) by group label or pod name."""
         ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
         uid = (wl["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
-        pod_keys = list(self._pods_by.get((ns, "workload", name), []))
+        by = self.work.pods_by
+        pod_keys = set(by.get((ns, "workload", name), ()))
         if uid and not wl["metadata"].get("ownerReferences"):
-            pod_keys += self._pods_by.get((ns, "group", uid), []) + self._pods_by.get((ns, "name", uid), [])
+            pod_keys |= by.get((ns, "group", uid), set()) | by.get((ns, "name", uid), set())
         out = []
-        for key in sorted(set(pod_keys)):
+        for key in sorted(pod_keys):
             pod = self.cache.get("Pod", key)
             if pod is not None:
                 out.append(pod)
@@ -622,16 +608,27 @@ class Controller:
         Devices are chosen one pod after another, each beside the pods chosen before it (the
         binding is assumed in the cache first), and only the API calls run in parallel.
         """
-        admitted = [
-            (wl, wl["status"]["admission"])
-            for wl in self.cache.items("Workload")
-            if wl.get("status", {}).get("admission")
-            and not _condition(wl, ConditionType.EVICTED)
-            and not awaiting_checks(wl)
-        ]
+        self._catch_up()
+        admitted = []
+        for key in sorted(self.work.to_bind):
+            wl = self.cache.get("Workload", key)
+            if (
+                wl is None
+                or not wl.get("status", {}).get("admission")
+                or _condition(wl, ConditionType.EVICTED)
+                or awaiting_checks(wl)
+            ):
+                self.work.to_bind.discard(key)  # a change of the Workload makes it a candidate again
+                continue
+            admitted.append((wl, wl["status"]["admission"]))
         releases: list[Callable[[], None]] = []
         for wl, admission in admitted:
-            releases += self._release(wl, admission)
+            release = self._release(wl, admission)
+            if not release and not self._waiting(wl):
+                # Released, and every pod of it bound: nothing to do until it, its job or a pod
+                # of it changes.
+                self.work.to_bind.discard(object_key(wl))
+            releases += release
         self._each(releases)
         bindings: list[Callable[[], None]] = []
         for wl, admission in admitted:
@@ -694,9 +691,7 @@ class Controller:
 
         While pods are missing, each one that waits gets an Event (once) saying so.
         """
-        pods = [
-            p for p in self._pods_of(wl) if (p.get("spec", {}).get("schedulerName") == keys.SCHEDULER_NAME)
-        ]
+        pods = self._ours(wl)
         expected = sum(int(psa.get("count", 0)) for psa in admission.get("podSetAssignments", []))
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
         waiting = [p for p in live if not p.get("spec", {}).get("nodeName")]
@@ -739,6 +734,17 @@ class Controller:
                 writes.append(write)
         return writes
 
+    def _ours(self, wl: dict[str, Any]) -> list[dict[str, Any]]:
+        """The workload's pods that gpuplane schedules."""
+        return [p for p in self._pods_of(wl) if p.get("spec", {}).get("schedulerName") == keys.SCHEDULER_NAME]
+
+    def _waiting(self, wl: dict[str, Any]) -> bool:
+        """Whether a live pod of the workload that gpuplane schedules is not bound yet."""
+        return any(
+            not p["metadata"].get("deletionTimestamp") and not p.get("spec", {}).get("nodeName")
+            for p in self._ours(wl)
+        )
+
     def _note_gang_wait(self, pod: dict[str, Any], message: str) -> None:
         self._gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
         self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
@@ -773,7 +779,7 @@ class Controller:
         bound = {**pod, "metadata": meta, "spec": {**pod.get("spec", {}), "nodeName": node}}
         key = object_key(bound)
         self.cache.assume("Pod", bound)
-        self._pods_on.setdefault(node, []).append(key)
+        self.work.note({"Pod": [key]}, self.cache.get)  # the next pod's devices are fitted beside it
         return partial(self._write_binding, key, binding)
 
     def _write_binding(self, key: str, binding: dict[str, Any]) -> None:
@@ -805,7 +811,7 @@ class Controller:
             config = (self.config.scheduler or SchedulerConfig()).devices
             state = node_state(parse_node(node, "v1"), config)
             unrecorded = []
-            for key in self._pods_on.get(node_name, []):
+            for key in self.work.pod_keys(node_name):
                 other = self.cache.get("Pod", key)
                 if other is None or other.get("spec", {}).get("nodeName") != node_name:
                     continue
@@ -896,9 +902,6 @@ class Controller:
             self.api.create(k8s.EVENTS, body, namespace)
         except ApiError:
             self.counters.add("event_failures")
-
-
-_POD_TIES = (("workload", keys.WORKLOAD_LABEL), ("group", keys.POD_GROUP_LABEL))
 
 
 def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, str]:

@@ -8,6 +8,7 @@ server::
 
     admission_writes(get, plan, now)                       -> [Write(ADMIT, ...)]
     preemption_writes(get, plan, now, dry_run=...)         -> [Write(EVICT | WOULD_PREEMPT, ...)]
+    eviction_writes(get, evicted, active, now)             -> [Write(STOP | REQUEUE, ...)]
     pending_writes(get, plan, now, written)                -> [Write(PENDING, ...)]
 
 ``now`` is the time as the API writes it (a MicroTime string). Each step is idempotent: a
@@ -17,7 +18,7 @@ Workload that already shows what the plan asks gets no write.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -55,6 +56,8 @@ class Verb(StrEnum):
     EVICT = "evict"  # Evicted + Preempted conditions; the admission stays until the job stops
     WOULD_PREEMPT = "would-preempt"  # dry run: an Event only
     PENDING = "pending"  # QuotaReserved=False with the core's reason
+    STOP = "stop"  # an evicted workload's job suspended and its pods evicted; the admission stays
+    REQUEUE = "requeue"  # an evicted, stopped workload's admission cleared: quota back, queued again
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,57 @@ def evicted_workload(wl: Mapping[str, Any], message: str, reason: str, now: str)
         status.get("conditions", []),
         condition(ConditionType.EVICTED, Reason.PREEMPTED, now, message),
         condition(ConditionType.PREEMPTED, reason, now, message),
+    )
+    return updated
+
+
+# --- evicted workloads --------------------------------------------------------------------------
+
+
+def eviction_writes(
+    get: Get,
+    evicted: Iterable[str],
+    active: Callable[[dict[str, Any]], bool],
+    now: str,
+    *,
+    stop_jobs: bool = True,
+) -> list[Write]:
+    """For each evicted Workload (keys) that still holds its admission: while its job is
+    ``active`` (it may still run pods), a STOP (unless ``stop_jobs`` is False; the body is the
+    Workload as observed); once it is not, a REQUEUE that gives its quota back. One that is gone, or
+    no longer evicted or admitted, gets none."""
+    out = []
+    for key in evicted:
+        wl = get(key)
+        if (
+            wl is None
+            or not (wl.get("status") or {}).get("admission")
+            or not _true(wl, ConditionType.EVICTED)
+        ):
+            continue
+        if active(wl):
+            if stop_jobs:
+                out.append(Write(Verb.STOP, key, wl))
+        else:
+            out.append(Write(Verb.REQUEUE, key, requeued_workload(wl, now)))
+    return out
+
+
+def requeued_workload(wl: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """An evicted ``wl`` with its admission cleared and QuotaReserved and Admitted False, with the
+    eviction's reason and message: queued again, as Kueue requeues a stopped victim."""
+    updated = _copy(wl)
+    status = updated.setdefault("status", {})
+    status.pop("admission", None)
+    evicted = next(c for c in status.get("conditions", []) if c.get("type") == ConditionType.EVICTED)
+    status["conditions"] = with_conditions(
+        status.get("conditions", []),
+        *(
+            condition(
+                ctype, evicted.get("reason", Reason.PREEMPTED), now, evicted.get("message", ""), status=False
+            )
+            for ctype in ADMISSION_ORDER
+        ),
     )
     return updated
 

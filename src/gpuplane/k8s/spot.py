@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpuplane.core.session import ConditionType, Reason, condition, with_conditions
@@ -78,11 +78,32 @@ class InterruptionGuard:
         self.default_grace = default_grace
         self.evicted = 0
 
-    def reconcile(self) -> None:
-        signals = {n["metadata"]["name"]: s for n in self.cache.items("Node") if (s := interruption(n))}
+    def reconcile(
+        self,
+        *,
+        signals: Mapping[str, str] | None = None,
+        pods_on: Callable[[str], Iterable[str]] | None = None,
+        asked: Iterable[str] = (),
+    ) -> None:
+        """One step for every workload with a pod on a node being taken back, and for every one
+        that carries a checkpoint request.
+
+        Without ``signals`` every cached node, pod and workload is looked at. With them (the nodes
+        being taken back and their signal, kept by the caller from the cache's changes), only the
+        pods on those nodes (``pods_on``: their keys), and the workloads those pods belong to or
+        that carry a checkpoint request (``asked``: their keys).
+        """
+        if signals is None:
+            signals = {n["metadata"]["name"]: s for n in self.cache.items("Node") if (s := interruption(n))}
+            pods = self.cache.items("Pod") if signals else []
+            workloads: list[dict[str, Any]] | None = self.cache.items("Workload")
+        else:
+            on = [key for node in signals for key in (pods_on(node) if pods_on else ())]
+            pods = [p for key in sorted(set(on)) if (p := self.cache.get("Pod", key)) is not None]
+            workloads = None
         hit: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         if signals:
-            for pod in self.cache.items("Pod"):
+            for pod in pods:
                 node = (pod.get("spec") or {}).get("nodeName")
                 labels = pod["metadata"].get("labels") or {}
                 owner = labels.get(keys.KUEUE_WORKLOAD_LABEL) or labels.get(keys.WORKLOAD_LABEL)
@@ -92,8 +113,11 @@ class InterruptionGuard:
                     continue
                 key = f"{pod['metadata']['namespace']}/{owner}"
                 hit.setdefault(key, (str(node), []))[1].append(pod)
+        if workloads is None:
+            names = sorted(set(hit) | set(asked))
+            workloads = [wl for key in names if (wl := self.cache.get("Workload", key)) is not None]
         now = self.clock()
-        for wl in self.cache.items("Workload"):
+        for wl in workloads:
             key = object_key(wl)
             annotations = wl["metadata"].get("annotations") or {}
             admitted = bool((wl.get("status") or {}).get("admission"))

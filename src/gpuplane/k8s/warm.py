@@ -88,11 +88,18 @@ class WarmBuffer:
         self.namespace = namespace
         self.event = event
         self.sizes: dict[str, int] = {}  # flavor -> placeholders wanted (for metrics and why)
+        # The keys of the cached placeholder pods, when the caller keeps them (from the cache's
+        # changes); else every cached pod is looked at.
+        self.keys: Callable[[], Iterable[str]] | None = None
 
     def placeholders(self) -> list[dict[str, Any]]:
+        if self.keys is None:
+            pods = self.cache.items("Pod")
+        else:
+            pods = [p for key in sorted(self.keys()) if (p := self.cache.get("Pod", key)) is not None]
         return [
             p
-            for p in self.cache.items("Pod")
+            for p in pods
             if WARM_BUFFER_LABEL in (p["metadata"].get("labels") or {})
             and not p["metadata"].get("deletionTimestamp")
         ]
