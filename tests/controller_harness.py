@@ -430,7 +430,8 @@ class JobController:
     """Creates the pods of every unsuspended Job in one namespace, and deletes them on suspension.
 
     One pass (:meth:`sync`) lists Jobs and Pods and brings each Job's live pods to its parallelism
-    (capped by :attr:`pod_limit` when a test holds a gang back). Pod names never repeat
+    (capped by :attr:`pod_limit` when a test holds a gang back; none for the jobs named in
+    :attr:`held`, whose pods a test holds back until it lets them through). Pod names never repeat
     (``<job>-<n>`` with a counter per Job), so a pod name means one pod for the whole test. Errors
     from the API server end the pass; the next one retries.
     """
@@ -439,6 +440,7 @@ class JobController:
         self.api = api
         self.namespace = namespace
         self.pod_limit: int | None = None
+        self.held: set[str] = set()
         self._counters: dict[str, itertools.count[int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fake-job-controller", daemon=True)
@@ -473,7 +475,7 @@ class JobController:
                     with contextlib.suppress(ApiError):
                         self.api.delete(k8s.PODS, pod["metadata"]["name"], self.namespace)
                 continue
-            want = integrations.batch_job(obj)[0].count
+            want = 0 if obj["metadata"]["name"] in self.held else integrations.batch_job(obj)[0].count
             if self.pod_limit is not None:
                 want = min(want, self.pod_limit)
             for _ in range(want - len(live)):

@@ -17,6 +17,7 @@ import pytest
 from apiserver.fixtures import Cluster, Kubectl, manifest
 from apiserver.server import ApiServerDouble
 from controller_harness import (
+    JobController,
     Scene,
     bound_pods,
     devices_overlap,
@@ -159,15 +160,77 @@ def test_devices_already_recorded_are_never_given_again(scene: Scene) -> None:
     wait_until(lambda: scene.bound("first", 1), 20, "first bound")
     scene.submit(scene.job("second", gpus=4))
     wait_until(lambda: scene.bound("second", 1), 20, "second bound")
+    assert devices_overlap(scene.pods()) == [], "second was given devices that first holds"
+    assert job_devices(scene.pods()) == {"first": "0,1,2,3", "second": "4,5,6,7"}
     scene.delete_job("first")
     scene.submit(scene.job("third", gpus=4))
     wait_until(lambda: scene.bound("third", 1), 20, "third bound in first's place")
     pods = scene.pods()
     assert devices_overlap(pods) == []
-    devices = {
-        p["metadata"]["labels"]["job-name"]: p["metadata"]["annotations"][DEVICES_ANNOTATION] for p in pods
+    assert job_devices(pods) == {"second": "4,5,6,7", "third": "0,1,2,3"}
+
+
+def job_devices(pods: list[dict[str, Any]]) -> dict[str, str]:
+    """The devices recorded on each job's pod, by job name (one pod per job; "": none recorded)."""
+    return {
+        p["metadata"]["labels"]["job-name"]: (p["metadata"].get("annotations") or {}).get(
+            DEVICES_ANNOTATION, ""
+        )
+        for p in pods
     }
-    assert devices == {"second": "4,5,6,7", "third": "0,1,2,3"}
+
+
+def test_devices_planned_for_a_pod_not_bound_yet_are_never_given_to_another(
+    scene: Scene, double: ApiServerDouble
+) -> None:
+    """A plan holds its devices from the moment it is made. Here "second"'s planned devices are
+    taken by a pod bound by someone else before its pod arrives, so its pod is fitted again at bind
+    time; the devices of "first"'s plan, whose pod does not exist yet, are not free for that fit."""
+    del double  # the reduced Job controller of the double holds one job's pods back
+    scene.setup(nodes=1)
+    jobs = scene.job_controller()
+    assert isinstance(jobs, JobController)
+    jobs.held |= {"first", "second"}  # admitted and released, but their pods come later
+    run = scene.controller(leader_election=False)
+    scene.submit(scene.job("first", gpus=4))
+    wait_until(lambda: scene.admitted("first"), 20, "first admitted")
+    scene.submit(scene.job("second", gpus=4))
+    wait_until(lambda: scene.admitted("second"), 20, "second admitted")
+    node = f"{scene.prefix}-n0"
+    plans = {
+        name: recorded_placement(wl["metadata"]["annotations"][PLACEMENT_ANNOTATION])
+        for name, wl in scene.workloads().items()
+    }
+    assert plans == {"first": {"main": [(node, "0,1,2,3")]}, "second": {"main": [(node, "4,5,6,7")]}}
+
+    # Someone else binds a pod to second's planned devices.
+    other = (
+        Manifest("v1", "Pod", "other", scene.namespace)
+        .annotate(DEVICES_ANNOTATION, "4,5,6,7")
+        .set("spec", pod_spec().container(limits={GPU: 4}, cpu="100m", gpu=4).to_dict())
+        .set("spec.nodeName", node)
+        .to_dict()
+    )
+    scene.api.create(k8s.PODS, other, scene.namespace)
+    wait_until(lambda: run.controller.cache.get("Pod", f"{scene.namespace}/other") is not None, 20, "seen")
+    waits = run.controller.counters.extra.get("device_waits", 0)
+    jobs.held.discard("second")
+    wait_until(
+        lambda: run.controller.counters.extra.get("device_waits", 0) > waits or scene.bound("second", 1),
+        20,
+        "second's pod waits for devices, or is bound",
+    )
+    taken = job_devices(scene.pods("second"))
+    assert not scene.bound("second", 1), f"second took devices of first's plan: {taken}"
+
+    jobs.held.discard("first")
+    wait_until(lambda: scene.bound("first", 1), 20, "first bound")
+    assert job_devices(scene.pods("first")) == {"first": "0,1,2,3"}, "first keeps its planned devices"
+    scene.api.delete(k8s.PODS, "other", scene.namespace, gracePeriodSeconds=0)
+    wait_until(lambda: scene.bound("second", 1), 20, "second bound once the devices are free")
+    pods = scene.pods()
+    assert devices_overlap(pods) == []
+    assert job_devices(pods) == {"first": "0,1,2,3", "second": "4,5,6,7"}
 
 
 # --- (b) preemption ----------------------------------------------------------------------------------
@@ -485,7 +548,10 @@ def test_fractional_and_mig_devices_are_read_back_after_a_restart_and_never_give
 
     pods = scene.pods()
     recorded = {
-        p["metadata"]["labels"]["job-name"]: p["metadata"]["annotations"][DEVICES_ANNOTATION] for p in pods
+        p["metadata"]["labels"]["job-name"]: (p["metadata"].get("annotations") or {}).get(
+            DEVICES_ANNOTATION, ""
+        )
+        for p in pods
     }
     assert device_clashes(pods) == [], recorded
     most_gpu = recorded["most"].split(":")[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuplane.core.session import PLACEMENT_ANNOTATION
 from gpuplane.k8s.informer import Cache
 from gpuplane.k8s.worklist import Worklist
 from gpuplane.model import labels as keys
@@ -168,3 +169,32 @@ def test_interrupted_nodes_placeholders_and_checkpoint_requests_follow_their_obj
     cache.upsert("Workload", workload("w", admitted=True))  # the request cleared
     caught_up(cache, work)
     assert (work.signalled, work.placeholders, work.requested) == ({}, set(), set())
+
+
+def test_the_plans_of_admitted_workloads_are_kept_by_node_until_evicted_or_finished() -> None:
+    cache = Cache()
+    work = Worklist(("Job",))
+    work.sweep(cache.items)
+    planned = workload("w", admitted=True)
+    plan = '{"main": [["n1", "0,1"], ["n1", "2,3"], ["n2", "0"]]}'
+    planned["metadata"]["annotations"] = {PLACEMENT_ANNOTATION: plan}
+    pending = workload("p")
+    pending["metadata"]["annotations"] = {PLACEMENT_ANNOTATION: plan}  # written before its admission
+    cache.upsert("Workload", planned)
+    cache.upsert("Workload", pending)
+    caught_up(cache, work)
+    assert work.plans_on("n1") == {f"{NS}/w": ["0,1", "2,3"]}
+    assert work.plans_on("n2") == {f"{NS}/w": ["0"]}
+    assert work.plans_on("n3") == {}
+    assert swept(cache).plans_on("n1") == work.plans_on("n1")
+    evicted = workload("w", admitted=True, evicted=True)
+    evicted["metadata"]["annotations"] = {PLACEMENT_ANNOTATION: plan}
+    cache.upsert("Workload", evicted)
+    caught_up(cache, work)
+    assert work.plans_on("n1") == work.plans_on("n2") == {}, "an evicted workload's devices are let go"
+    cache.upsert("Workload", planned)
+    caught_up(cache, work)
+    assert work.plans_on("n2") == {f"{NS}/w": ["0"]}
+    cache.remove("Workload", planned)
+    caught_up(cache, work)
+    assert work.plans_on("n1") == work.plans_on("n2") == {}

@@ -33,7 +33,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -44,7 +44,10 @@ from gpuplane.core.session import (
     CheckEviction,
     ConditionType,
     CycleOutcome,
+    DeviceConfig,
+    NodeState,
     Plan,
+    PodNeeds,
     Reason,
     SchedulerConfig,
     Session,
@@ -729,7 +732,11 @@ class Controller:
             if not slots:
                 continue  # quota-only admission (no nodes known) or more pods than planned
             node, devices = slots.pop(0)
-            write = self._assume_binding(pod, node, gang=expected > 1, planned=devices)
+            # The gang's slots not bound yet hold their devices against a fit of this pod.
+            rest = [d for left in targets.values() for n, d in left if n == node and d]
+            write = self._assume_binding(
+                pod, node, gang=expected > 1, planned=devices, owner=object_key(wl), reserved=rest
+            )
             if write is not None:
                 writes.append(write)
         return writes
@@ -749,15 +756,22 @@ class Controller:
         self._gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
         self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
 
-    def _assume_binding(
-        self, pod: dict[str, Any], node: str, gang: bool = False, planned: str | None = None
+    def _assume_binding(  # noqa: PLR0913 - keyword-only: what the plan says of the pod and its gang
+        self,
+        pod: dict[str, Any],
+        node: str,
+        *,
+        gang: bool = False,
+        planned: str | None = None,
+        owner: str = "",
+        reserved: Iterable[str] = (),
     ) -> Callable[[], None] | None:
         """Bind the pod to ``node`` with the ``planned`` devices (see :meth:`_devices_for`), assume
         the binding in the cache, and return the write that carries it out (it forgets the
         assumption if it fails). ``None``: the node has no room for the pod's devices now (the
         cache has not seen a pod leave yet); a later pass tries again."""
         meta = dict(pod["metadata"])
-        room, devices = self._devices_for(pod, node, planned)
+        room, devices = self._devices_for(pod, node, planned, owner=owner, reserved=reserved)
         if not room:
             self.counters.add("device_waits")
             return None
@@ -797,38 +811,30 @@ class Controller:
         self.counters.add("bound")
 
     def _devices_for(
-        self, pod: dict[str, Any], node_name: str, planned: str | None = None
+        self,
+        pod: dict[str, Any],
+        node_name: str,
+        planned: str | None = None,
+        *,
+        owner: str = "",
+        reserved: Iterable[str] = (),
     ) -> tuple[bool, str | None]:
         """Whether the pod has room on ``node_name``, and its devices there (``None``: it uses none,
         or the node is not known): the ``planned`` ones (the admission's plan) while they are still
-        free beside the pods bound there. When they are not (the world changed since the plan), or
-        no plan was recorded (an admission written before plans were), the core's device inventory
-        fits the pod on that node again; the controller never picks devices itself."""
+        free. When they are not (the world changed since the plan), or no plan was recorded (an
+        admission written before plans were), the core's device inventory fits the pod on that
+        node again; the controller never picks devices itself.
+
+        Free means held neither by a pod the cache knows on the node, nor by a plan already made
+        but not bound yet: the plans of the other admitted Workloads (``owner`` is the pod's own),
+        less what their bound pods hold, and the ``reserved`` devices (the slots of the pod's own
+        gang still to bind on this node)."""
         node = self.cache.get("Node", node_name)
         if node is None:
             return True, None
         try:
             config = (self.config.scheduler or SchedulerConfig()).devices
-            state = node_state(parse_node(node, "v1"), config)
-            unrecorded = []
-            for key in self.work.pod_keys(node_name):
-                other = self.cache.get("Pod", key)
-                if other is None or other.get("spec", {}).get("nodeName") != node_name:
-                    continue
-                needs = pod_needs(
-                    pod_template(other.get("spec", {}), "spec", other.get("metadata", {})), config
-                )
-                # A pod holds the devices recorded on it, not whichever a fresh fit would pick.
-                recorded = (other["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
-                held = recorded_grants(state, recorded) if recorded else None
-                if held is not None:
-                    state.take(key, needs, held)
-                else:
-                    unrecorded.append((key, needs))
-            for key, needs in unrecorded:  # bound by someone else: a best guess at their devices
-                grants = state.fit(needs)
-                if grants is not None:
-                    state.take(key, needs, grants)
+            state = self._node_in_use(node, config, owner, reserved)
             needs = pod_needs(pod_template(pod.get("spec", {}), "spec", pod.get("metadata", {})), config)
             if not needs.uses_devices:
                 return True, None
@@ -843,6 +849,45 @@ class Controller:
         if grants is None:
             return False, None
         return True, ",".join(g.describe() for g in grants)
+
+    def _node_in_use(
+        self, node: dict[str, Any], config: DeviceConfig, owner: str, reserved: Iterable[str]
+    ) -> NodeState:
+        """The node's device inventory with what is in use taken: first the devices recorded on
+        the pods bound there, then the plans not bound yet (other Workloads' and ``reserved``), last
+        a best guess for the pods bound without a record (bound by someone else)."""
+        name = node["metadata"]["name"]
+        state = node_state(parse_node(node, "v1"), config)
+        unrecorded = []
+        bound: dict[tuple[str, str], list[str]] = {}  # (namespace, Workload name) -> devices of its pods
+        for key in self.work.pod_keys(name):
+            other = self.cache.get("Pod", key)
+            if (
+                other is None
+                or other.get("spec", {}).get("nodeName") != name
+                or (other.get("status") or {}).get("phase") in _ENDED_PHASES
+            ):
+                continue
+            meta = other.get("metadata", {})
+            needs = pod_needs(pod_template(other.get("spec", {}), "spec", meta), config)
+            # A pod holds the devices recorded on it, not whichever a fresh fit would pick.
+            recorded = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION)
+            held = recorded_grants(state, recorded) if recorded else None
+            if held is not None:
+                state.take(key, needs, held)
+            else:
+                unrecorded.append((key, needs))
+            workload = (meta.get("labels") or {}).get(keys.WORKLOAD_LABEL)
+            if workload:
+                bound.setdefault((str(meta.get("namespace", "")), str(workload)), []).append(recorded or "")
+        plans = {wl: slots for wl, slots in self.work.plans_on(name).items() if wl != owner}
+        _hold_unbound_plans(state, plans, bound)
+        _hold_unbound_plans(state, {owner: list(reserved)}, {})
+        for key, needs in unrecorded:  # bound by someone else: a best guess at their devices
+            grants = state.fit(needs)
+            if grants is not None:
+                state.take(key, needs, grants)
+        return state
 
     # --- pending --------------------------------------------------------------------
 
@@ -938,6 +983,28 @@ def _drain_until_preemption(session: Session, now: float, *, with_pending: bool 
     # Only the last cycle can preempt (it ends the drain); a victim admitted earlier in the same
     # drain is dropped together with that preemption.
     return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new)), stopped
+
+
+_ENDED_PHASES = ("Succeeded", "Failed")  # a pod that ended holds no devices
+
+
+def _hold_unbound_plans(
+    state: NodeState, plans: Mapping[str, list[str]], bound: Mapping[tuple[str, str], list[str]]
+) -> None:
+    """Take on ``state`` the devices of the planned slots (by Workload key, the devices of each of
+    its pods planned on this node) that no pod of that Workload fills yet. ``bound``: the devices
+    recorded on the Workloads' pods bound there, by (namespace, name); each fills its own slot, or
+    else any one of its Workload's (its devices, chosen again at bind time, are taken already)."""
+    for wl, planned in plans.items():
+        slots = list(planned)
+        ns, _, name = wl.partition("/")
+        for devices in bound.get((ns, name), []):
+            if slots:
+                slots.remove(devices if devices in slots else slots[0])
+        for devices in slots:
+            grants = recorded_grants(state, devices) if devices else None
+            if grants is not None:  # None: a planned device is taken already (the world changed)
+                state.take(f"plan:{wl}", PodNeeds({}), grants)
 
 
 def _condition(obj: dict[str, Any], ctype: str) -> bool:

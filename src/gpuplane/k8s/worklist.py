@@ -12,6 +12,9 @@ pods not bound. A :class:`Worklist` keeps, from the keys the cache notes as chan
   changed job or pod names the Workloads it belongs to;
 - the evicted Workloads that still hold their admission (each needs work on every pass until it
   gives its quota back);
+- the devices each admitted Workload's recorded plan gives its pods, by node: a plan holds its
+  devices from the moment it is made, before any pod of it is bound (or even exists), so the
+  devices chosen at bind time for another Workload's pod leave them alone;
 - candidates: Workloads that may need a release or bindings, jobs and pod groups that may need a
   Workload. A step looks at its candidates and drops those that need nothing; a change of the object
   or of one tied to it makes it a candidate again.
@@ -28,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplane.core.session import ConditionType
+from gpuplane.core.session import PLACEMENT_ANNOTATION, ConditionType, recorded_placement
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.spot import interruption
 from gpuplane.model import labels as keys
@@ -84,6 +87,24 @@ def _workload_ties(wl: Mapping[str, Any]) -> set[tuple[str, ...]]:
     return ties
 
 
+def _planned_devices(wl: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The devices the recorded plan of an admitted, not evicted, not finished Workload gives its
+    pods, by node (one entry per pod); empty for any other Workload, or one without a plan."""
+    if (
+        not (wl.get("status") or {}).get("admission")
+        or _true(wl, ConditionType.EVICTED)
+        or _true(wl, ConditionType.FINISHED)
+    ):
+        return {}
+    annotations = (wl.get("metadata") or {}).get("annotations") or {}
+    planned = recorded_placement(annotations.get(PLACEMENT_ANNOTATION))
+    out: dict[str, list[str]] = {}
+    for slots in (planned or {}).values():
+        for node, devices in slots:
+            out.setdefault(node, []).append(devices)
+    return out
+
+
 def _add(index: dict[Any, set[str]], tie: Any, key: str) -> None:
     index.setdefault(tie, set()).add(key)
 
@@ -110,6 +131,8 @@ class Worklist:
     placeholders: set[str] = field(default_factory=set)  # warm-buffer placeholder pods
     signalled: dict[str, str] = field(default_factory=dict)  # nodes being taken back: their signal
     requested: set[str] = field(default_factory=set)  # Workloads asked for a checkpoint
+    planned_on: dict[str, set[str]] = field(default_factory=dict)  # node -> Workloads planned there
+    plans: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # Workload -> node -> devices
     sweep_due: bool = True
     _pod_entry: dict[str, tuple[list[PodTie], str | None, tuple[str, str]]] = field(default_factory=dict)
     _wl_ties: dict[str, set[tuple[str, ...]]] = field(default_factory=dict)
@@ -121,6 +144,7 @@ class Worklist:
         """Rebuild everything from the whole cache: every object a candidate."""
         self.pods_by, self.pods_on, self._pod_entry = {}, {}, {}
         self._wl_ties, self._by_tie, self.evicted = {}, {}, set()
+        self.planned_on, self.plans = {}, {}
         self.groups, self.placeholders, self.requested = set(), set(), set()
         self.signalled = {n["metadata"]["name"]: s for n in items("Node") if (s := interruption(n))}
         for pod in items("Pod"):
@@ -202,6 +226,8 @@ class Worklist:
     def _set_workload(self, key: str, wl: dict[str, Any] | None) -> None:
         for tie in self._wl_ties.pop(key, ()):
             _drop(self._by_tie, tie, key)
+        for node in self.plans.pop(key, {}):
+            _drop(self.planned_on, node, key)
         self.evicted.discard(key)
         self.requested.discard(key)
         if wl is None:
@@ -214,6 +240,11 @@ class Worklist:
             _add(self._by_tie, tie, key)
         if (wl.get("status") or {}).get("admission") and _true(wl, ConditionType.EVICTED):
             self.evicted.add(key)
+        plan = _planned_devices(wl)
+        if plan:
+            self.plans[key] = plan
+            for node in plan:
+                _add(self.planned_on, node, key)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -222,4 +253,10 @@ class Worklist:
         return ("uid", uid) in self._by_tie
 
     def pod_keys(self, node: str) -> list[str]:
+        """The keys of the pods bound to ``node`` (assumed bindings included)."""
         return sorted(self.pods_on.get(node, ()))
+
+    def plans_on(self, node: str) -> dict[str, list[str]]:
+        """The admitted Workloads whose recorded plans place pods on ``node``: the devices of each
+        of those pods (as the plan wrote them), by Workload key."""
+        return {key: list(self.plans[key][node]) for key in sorted(self.planned_on.get(node, ()))}
