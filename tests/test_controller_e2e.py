@@ -233,6 +233,28 @@ def test_devices_planned_for_a_pod_not_bound_yet_are_never_given_to_another(
     assert job_devices(pods) == {"first": "0,1,2,3", "second": "4,5,6,7"}
 
 
+def test_the_devices_of_a_pod_that_ended_are_free_at_bind_time(scene: Scene) -> None:
+    """A pod that ended holds no devices: once its Workload is finished, the next plan's devices
+    are bound though the ended pod is still there (nothing deletes it)."""
+    scene.setup(nodes=1)
+    scene.job_controller()
+    run = scene.controller(leader_election=False)
+    scene.submit(scene.job("first", gpus=8))
+    wait_until(lambda: scene.bound("first", 1), 20, "first bound")
+    (pod,) = scene.pods("first")
+    pod["status"] = {**(pod.get("status") or {}), "phase": "Succeeded"}
+    scene.api.replace(k8s.PODS, pod, sub="status")
+    wl = scene.workloads()["first"]  # finished, as Kueue marks it once its job completes
+    finished = {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "done"}
+    finished["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    wl["status"]["conditions"] = [*wl["status"].get("conditions", []), finished]
+    scene.api.replace(k8s.WORKLOADS, wl, sub="status")
+    scene.submit(scene.job("second", gpus=8))
+    wait_until(lambda: scene.bound("second", 1), 20, "second bound beside the ended pod")
+    assert job_devices(scene.pods()) == {"first": "0,1,2,3,4,5,6,7", "second": "0,1,2,3,4,5,6,7"}
+    assert run.controller.counters.extra.get("replanned_devices", 0) == 0
+
+
 # --- (b) preemption ----------------------------------------------------------------------------------
 
 

@@ -862,24 +862,22 @@ class Controller:
         bound: dict[tuple[str, str], list[str]] = {}  # (namespace, Workload name) -> devices of its pods
         for key in self.work.pod_keys(name):
             other = self.cache.get("Pod", key)
-            if (
-                other is None
-                or other.get("spec", {}).get("nodeName") != name
-                or (other.get("status") or {}).get("phase") in _ENDED_PHASES
-            ):
+            if other is None or other.get("spec", {}).get("nodeName") != name:
                 continue
             meta = other.get("metadata", {})
+            recorded = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION)
+            workload = (meta.get("labels") or {}).get(keys.WORKLOAD_LABEL)
+            if workload:  # it fills its slot of its Workload's plan, running or ended
+                bound.setdefault((str(meta.get("namespace", "")), str(workload)), []).append(recorded or "")
+            if (other.get("status") or {}).get("phase") in _ENDED_PHASES:
+                continue  # a pod that ended holds no devices
             needs = pod_needs(pod_template(other.get("spec", {}), "spec", meta), config)
             # A pod holds the devices recorded on it, not whichever a fresh fit would pick.
-            recorded = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION)
             held = recorded_grants(state, recorded) if recorded else None
             if held is not None:
                 state.take(key, needs, held)
             else:
                 unrecorded.append((key, needs))
-            workload = (meta.get("labels") or {}).get(keys.WORKLOAD_LABEL)
-            if workload:
-                bound.setdefault((str(meta.get("namespace", "")), str(workload)), []).append(recorded or "")
         plans = {wl: slots for wl, slots in self.work.plans_on(name).items() if wl != owner}
         _hold_unbound_plans(state, plans, bound)
         _hold_unbound_plans(state, {owner: list(reserved)}, {})
@@ -985,7 +983,7 @@ def _drain_until_preemption(session: Session, now: float, *, with_pending: bool 
     return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new)), stopped
 
 
-_ENDED_PHASES = ("Succeeded", "Failed")  # a pod that ended holds no devices
+_ENDED_PHASES = ("Succeeded", "Failed")
 
 
 def _hold_unbound_plans(
