@@ -20,9 +20,12 @@ Reported, measured in the same run:
 
 * the controller's **passes**: how many it ran, and the mean wall time of one (the passes that
   ran to the end, on the leader with synced caches);
-* the **trickle**: once the load is bound, ``--trickle`` more single-pod jobs (20), each submitted
-  once the one before is bound, so that each pass sees a few changed objects among many that stay
-  the same: its passes, their mean wall time, the controller's CPU per pod and the seconds per job.
+* the **trickle**: once the load is bound and the controller has settled (its CPU time still for half
+  a second: it has finished the load's work, such as the Events of the parked Workloads' first pending
+  conditions, which go out in the background; ``settleSeconds``), ``--trickle`` more single-pod jobs
+  (20), each submitted once the one before is bound, so that each pass sees a few changed objects among
+  many that stay the same: its passes, their mean wall time, the controller's CPU per pod and the
+  seconds per job. The passes while it settles are timed neither for the load nor for the trickle.
 
 ``--parked N`` adds N Workloads, created before the controller starts, in a ClusterQueue without
 GPU quota: they stay pending the whole run and never change after their first pending condition.
@@ -261,9 +264,14 @@ class JobPods:
 # --- the two measured children ------------------------------------------------------------------------
 
 
-def controller_process(kubeconfig: str, stop: Any, trickle: Any, results: Any, profile: str | None) -> None:
+def controller_process(
+    kubeconfig: str, phases: tuple[Any, Any, Any], results: Any, profile: str | None
+) -> None:
     """The controller under test, until ``stop`` is set; sends its counters, CPU time and pass times
-    (those of the main load, and those once ``trickle`` is set)."""
+    (those of the main load, until ``loaded`` is set, and those once ``trickle`` is set; the passes
+    between, while it settles, are not timed). ``phases``: the events ``stop``, ``loaded`` and
+    ``trickle``."""
+    stop, loaded, trickle = phases
     api = KubeApi(load_api_client(kubeconfig))
     api.api_client.user_agent = "gpuplane-controller/bench"
     controller = Controller(api, ControllerConfig(leader_election=False))
@@ -283,11 +291,12 @@ def controller_process(kubeconfig: str, stop: Any, trickle: Any, results: Any, p
     def timed() -> Any:
         nonlocal trickle_cpu
         late = trickle.is_set()
+        settling = loaded.is_set() and not late
         if late and not trickle_cpu:
             trickle_cpu = time.process_time()
         started = time.perf_counter()
         plan = reconcile()
-        if plan is not None:
+        if plan is not None and not settling:
             (trickle_seconds if late else pass_seconds).append(time.perf_counter() - started)
         return plan
 
@@ -338,6 +347,32 @@ def baseline_process(kubeconfig: str, pods: list[tuple[str, str]], results: Any)
 # --- the run -------------------------------------------------------------------------------------------
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU seconds (user and system) a running process has used, from ``/proc``; ``None`` where
+    there is no ``/proc`` (then the run does not wait for the controller to settle)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pid: int, timeout: float, window: float = 0.5, share: float = 0.05) -> float:
+    """Wait until the process ``pid`` uses less than ``share`` of a CPU over ``window`` seconds;
+    returns the seconds waited. Once the load is bound the controller still has work of the load
+    to finish (the Events of the first pending conditions of the parked Workloads go out in the
+    background): the trickle starts after it, so that its numbers are its own."""
+    started = time.perf_counter()
+    last = cpu_seconds(pid)
+    while last is not None and time.perf_counter() - started < timeout:
+        time.sleep(window)
+        now = cpu_seconds(pid)
+        if now is None or now - last < share * window:
+            break
+        last = now
+    return time.perf_counter() - started
+
+
 def trickle_jobs(api: KubeApi, job_pods: JobPods, bound: int, args: argparse.Namespace, child: Any) -> float:
     """After the main load: ``args.trickle`` single-pod jobs, one at a time, each once the one
     before it is bound. Each pass then sees a few changed objects among all that stay the same.
@@ -377,10 +412,11 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
             job_pods = JobPods(KubeApi(load_api_client(kubeconfig)))
             job_pods.begin()
-            stop, trickle, results = context.Event(), context.Event(), context.Queue()
+            stop, loaded, trickle = context.Event(), context.Event(), context.Event()
+            results = context.Queue()
             start = time.perf_counter()
             child = context.Process(
-                target=controller_process, args=(kubeconfig, stop, trickle, results, args.profile)
+                target=controller_process, args=(kubeconfig, (stop, loaded, trickle), results, args.profile)
             )
             child.start()
             first = None
@@ -397,6 +433,9 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     raise SystemExit(f"timed out with {bound:,}/{total_pods:,} pods bound")
                 time.sleep(0.05)
             elapsed = time.perf_counter() - start
+            loaded.set()
+            assert child.pid is not None
+            settled = settle(child.pid, args.timeout)
             trickle.set()
             trickle_wall = trickle_jobs(api, job_pods, total_pods, args, child)
             stop.set()
@@ -445,6 +484,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "idleNodes": args.idle_nodes,
         "controllerPasses": controller["fullPasses"],
         "meanPassMs": round(controller["meanPassSeconds"] * 1000, 1),
+        "settleSeconds": round(settled, 2),
         "trickleJobs": args.trickle,
         "tricklePasses": controller["tricklePasses"],
         "trickleMeanPassMs": round(controller["trickleMeanPassSeconds"] * 1000, 1),
