@@ -20,9 +20,9 @@ Reported, measured in the same run:
 
 * the controller's **passes**: how many it ran, and the mean wall time of one (the passes that
   ran to the end, on the leader with synced caches);
-* the **trickle**: once the load is bound and the controller has settled (its CPU time still for half
-  a second: it has finished the load's work, such as the Events of the parked Workloads' first pending
-  conditions, which go out in the background; ``settleSeconds``), ``--trickle`` more single-pod jobs
+* the **trickle**: once the load is bound and the controller has settled (no new Event for a second:
+  the Events of the load, such as one for the first pending condition of each parked Workload, go out
+  in the background after the last binding; ``settleSeconds``), ``--trickle`` more single-pod jobs
   (20), each submitted once the one before is bound, so that each pass sees a few changed objects among
   many that stay the same: its passes, their mean wall time, the controller's CPU per pod and the
   seconds per job. The passes while it settles are timed neither for the load nor for the trickle.
@@ -347,29 +347,21 @@ def baseline_process(kubeconfig: str, pods: list[tuple[str, str]], results: Any)
 # --- the run -------------------------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """The CPU seconds (user and system) a running process has used, from ``/proc``; ``None`` where
-    there is no ``/proc`` (then the run does not wait for the controller to settle)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def settle(pid: int, timeout: float, window: float = 0.5, share: float = 0.05) -> float:
-    """Wait until the process ``pid`` uses less than ``share`` of a CPU over ``window`` seconds;
-    returns the seconds waited. Once the load is bound the controller still has work of the load
-    to finish (the Events of the first pending conditions of the parked Workloads go out in the
-    background): the trickle starts after it, so that its numbers are its own."""
+def settle(api: KubeApi, timeout: float, quiet: float = 1.0) -> float:
+    """Wait until the number of Events in the cluster has not changed for ``quiet`` seconds; returns
+    the seconds waited. Once the load is bound the controller still sends Events of the load in the
+    background (one for the first pending condition of each parked Workload, among others): the
+    trickle starts after them, so that its numbers are its own."""
     started = time.perf_counter()
-    last = cpu_seconds(pid)
-    while last is not None and time.perf_counter() - started < timeout:
-        time.sleep(window)
-        now = cpu_seconds(pid)
-        if now is None or now - last < share * window:
+    count, since = -1, started
+    while time.perf_counter() - started < timeout:
+        now_count = len(api.list(k8s.EVENTS).get("items", []))
+        now = time.perf_counter()
+        if now_count != count:
+            count, since = now_count, now
+        elif now - since >= quiet:
             break
-        last = now
+        time.sleep(0.25)
     return time.perf_counter() - started
 
 
@@ -434,8 +426,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 time.sleep(0.05)
             elapsed = time.perf_counter() - start
             loaded.set()
-            assert child.pid is not None
-            settled = settle(child.pid, args.timeout)
+            settled = settle(api, args.timeout)
             trickle.set()
             trickle_wall = trickle_jobs(api, job_pods, total_pods, args, child)
             stop.set()
