@@ -33,7 +33,16 @@ class Nomination(SchedulerState):
     """Nominating one head workload."""
 
     def _inactive_reason(self, cq: ClusterQueueNode) -> str | None:
-        """Why Kueue's cache keeps the queue inactive (``Stopped``, ``FlavorNotFound``), if it does."""
+        """Why Kueue's cache keeps the queue inactive (``Stopped``, ``FlavorNotFound``), if it does
+        (read once per queue: the state and the flavors are fixed for the scheduler's life)."""
+        known = self._inactive.get(cq.name, False)
+        if known is not False:
+            return known
+        reason = self._inactive_of(cq)
+        self._inactive[cq.name] = reason
+        return reason
+
+    def _inactive_of(self, cq: ClusterQueueNode) -> str | None:
         if cq.spec.stop_policy != "None":
             return f"ClusterQueue {cq.name} is inactive: Stopped ({cq.spec.stop_policy})"
         missing = sorted({f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors))

@@ -149,6 +149,7 @@ class SchedulerState:
         self._failed_version = -1
         self._shapes: dict[str, tuple[Workload, tuple[object, ...]]] = {}
         self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
+        self._inactive: dict[str, str | None] = {}  # by ClusterQueue, see Nomination._inactive_reason
         self._needs = NeedsMemo(config.devices)  # each pod template's needs, read once
         self._sequence = 0
         self.scan: dict[str, ScanProgress] = {}
