@@ -150,10 +150,12 @@ class Queues(SchedulerState):
 
     def heads(self) -> list[PendingWorkload]:
         out = []
+        preemptor_of, parked, cursor = self.preemptor_of, self.parked, self.cursor
+        tree_queues = self.tree.queues
         for name, queue in self.queues.items():
             if not queue:
                 continue
-            waiting = self.preemptor_of.get(name)
+            waiting = preemptor_of.get(name) if preemptor_of else None
             if waiting is not None:
                 # A workload that evicted victims last cycle heads its queue now, so the
                 # capacity it freed is not taken by others first (no preemption ping-pong).
@@ -161,14 +163,15 @@ class Queues(SchedulerState):
                 if found is not None:
                     out.append(found)
                     continue
-            if self.tree.queues[name].spec.queueing_strategy == "StrictFIFO":
+            if tree_queues[name].spec.queueing_strategy == "StrictFIFO":
                 out.append(queue[0])
                 continue
-            i = self.cursor[name]
-            while i < len(queue) and queue[i].key in self.parked:
+            i = cursor[name]
+            size = len(queue)
+            while i < size and queue[i].key in parked:
                 i += 1
-            self.cursor[name] = i
-            if i < len(queue):
+            cursor[name] = i
+            if i < size:
                 out.append(queue[i])
         return out
 
