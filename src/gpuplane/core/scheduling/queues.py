@@ -198,13 +198,23 @@ class Queues(SchedulerState):
         root = node.root()
         names = {q.name for q in root.subtree_queues()} if isinstance(root, CohortNode) else {cq_name}
         names_freed = None if freed is None or self.config.fair_sharing else frozenset(f for f, _ in freed)
+        parked, eligible = self.parked, self._eligible
         for name in names:
-            queue = self.queues.get(name, [])
-            for pending in queue:
-                if pending.key not in self.parked:
-                    continue
-                if names_freed is None or not names_freed.isdisjoint(self._eligible_flavors(pending)):
-                    self.parked.discard(pending.key)
+            if parked:
+                for pending in self.queues.get(name, ()):
+                    key = pending.key
+                    if key not in parked:
+                        continue
+                    if names_freed is not None:
+                        # _eligible_flavors, its cache read inline (this loop visits the backlog).
+                        known = eligible.get(key)
+                        if known is not None and known[0] is pending.workload and known[1] == name:
+                            flavors = known[2]
+                        else:
+                            flavors = self._eligible_flavors(pending)
+                        if names_freed.isdisjoint(flavors):
+                            continue
+                    parked.discard(key)
             if name in self.cursor:
                 self.cursor[name] = 0
 
