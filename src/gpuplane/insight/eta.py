@@ -300,6 +300,13 @@ class RuntimeCurve:
             return 1.0
         return self.survival[i] if i < len(self.survival) else 0.0
 
+    def quantile(self, level: float) -> float:
+        """The runtime by which a share ``level`` of runs has ended (the longest seen, past the
+        curve's last drop)."""
+        # survival never rises: the first level at or below 1 - level, by bisection.
+        i = bisect.bisect_left(self.survival, level - 1.0 - EPSILON, key=lambda alive: -alive)
+        return self.times[i] if i < len(self.survival) else self.times[-1]
+
     @property
     def mean(self) -> float:
         return self.remaining(0.0)
@@ -340,67 +347,174 @@ def runtime_curve(finished: Sequence[float], running: Iterable[float]) -> Runtim
     return RuntimeCurve(tuple(times), tuple(levels), tuple(areas))
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Work on a node that must end before a whole-node pod fits there: its runtime curve and
-    age, or (``curve`` ``None``) an expected end taken as certain."""
+def van_der_corput(k: int) -> float:
+    """The ``k``-th point (from 1) of the base-2 van der Corput sequence: 1/2, 1/4, 3/4, 1/8, ...
 
-    curve: RuntimeCurve | None
-    age: float
-    end: float
-
-    def done_by(self, t: float) -> float:
-        """Probability that it has ended by time ``t``."""
-        if self.curve is None:
-            return 1.0 if self.end <= t else 0.0
-        alive = self.curve.survival_at(self.age)
-        if alive <= 0.0:
-            return 1.0
-        return 1.0 - self.curve.survival_at(self.age + (t - self.end)) / alive
-
-
-HORIZON = 90 * 86400.0  # the longest an ETA looks ahead for free nodes
-
-
-def whole_nodes_start(
-    now: float, need: int, nodes: Sequence[Sequence[Holder]], *, ahead: int = 0
-) -> float | None:
-    """When ``need`` whole nodes are expected to be free, ``ahead`` more being taken before by
-    gangs queued first: the median of that time, over the holders' runtime distributions.
-
-    A node is free when all its holders (``Holder.end`` is ``now`` for one with a curve) have
-    ended; nodes are independent, so the count of free nodes by ``t`` is a sum of independent
-    draws, and the answer is the first ``t`` at which at least ``need + ahead`` are free with
-    probability one half (found by bisection, to the second). The median of the *first* node to free is much
-    earlier than the first of the nodes' medians when many nodes could free. ``need + ahead`` is
-    capped at the number of nodes. ``None`` when there are fewer than ``need`` nodes, or they do
-    not free within :data:`HORIZON`.
+    Any prefix of it spreads over (0, 1) about evenly, so drawing the ``k``-th runtime at this
+    level of a runtime curve gives a deterministic sample with the curve's short and long runs in
+    their proportions, whatever the number drawn.
     """
-    if need > len(nodes) or need <= 0:
-        return None
-    want = min(need + ahead, len(nodes))
+    x, f = 0.0, 0.5
+    while k:
+        x += f * (k & 1)
+        k >>= 1
+        f /= 2
+    return x
 
-    def likely(t: float) -> bool:
-        at_least = [1.0] + [0.0] * want  # at_least[j]: probability of j free (want: want or more)
-        for holders in nodes:
-            p = 1.0
-            for holder in holders:
-                p *= holder.done_by(t)
-            for j in range(want, 0, -1):
-                at_least[j] = at_least[j] * (1.0 if j == want else 1.0 - p) + at_least[j - 1] * p
-            at_least[0] *= 1.0 - p
-        return at_least[want] >= 0.5
 
-    if likely(now):
-        return now
-    high = now + HORIZON
-    if not likely(high):
-        return None
-    low = now
-    while high - low > 1.0:
-        mid = (low + high) / 2
-        if likely(mid):
-            high = mid
+@dataclass(frozen=True, slots=True, eq=False)
+class Gang:
+    """Queued work whose every pod takes a whole node.
+
+    ``pools`` are the pools it may use, in the order the scheduler tries them; ``nodes`` how many
+    it takes at once; ``priority`` and ``order`` (its queue time, or any number that sorts the
+    same) its place in the scheduler's order; ``duration`` its expected run, or, with ``runtime``
+    (its class's learned curve), a run drawn from that curve when it starts in a replay.
+    """
+
+    queue: str
+    pools: tuple[str, ...]
+    nodes: int
+    priority: int
+    order: float
+    duration: float
+    runtime: RuntimeCurve | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFree:
+    """A node of ``pool`` that is expected to be free (nothing of the asked priority or higher left
+    on it) at ``end``; ``amount`` of ``queue``'s quota there is given back then."""
+
+    end: float
+    pool: str
+    queue: str = ""
+    amount: float = 0.0
+
+
+@dataclass(slots=True)
+class _GangReplay:
+    """The state of a :func:`gang_start` replay: free nodes, quota used, queued gangs, expected ends."""
+
+    free: dict[str, int]
+    usage: dict[tuple[str, str], float]
+    nominal: Mapping[tuple[str, str], float]
+    node_size: float
+    queues: dict[str, list[Gang]]
+    ends: list[tuple[float, int, str, str, int, float]]  # heap: (end, sequence, pool, queue, nodes, amount)
+    started: int = 0
+
+    def borrowing(self, gang: Gang) -> bool:
+        """Whether ``gang`` would take its queue above its nominal quota in its first pool."""
+        pool = gang.pools[0]
+        used = self.usage.get((gang.queue, pool), 0.0) + gang.nodes * self.node_size
+        return used > self.nominal.get((gang.queue, pool), 0.0) + EPSILON
+
+    def release(self, pool: str, queue: str, nodes: int, amount: float) -> None:
+        self.free[pool] = self.free.get(pool, 0) + nodes
+        if queue:
+            self.usage[(queue, pool)] = self.usage.get((queue, pool), 0.0) - amount
+
+    def start(self, gang: Gang, pool: str, t: float) -> None:
+        self.queues[gang.queue].remove(gang)
+        self.free[pool] -= gang.nodes
+        amount = gang.nodes * self.node_size
+        self.usage[(gang.queue, pool)] = self.usage.get((gang.queue, pool), 0.0) + amount
+        self.started += 1
+        duration = gang.duration
+        if gang.runtime is not None:
+            duration = gang.runtime.quantile(van_der_corput(self.started))
+        heapq.heappush(self.ends, (t + duration, -self.started, pool, gang.queue, gang.nodes, amount))
+
+    def cycles(self, asked: Gang, t: float) -> bool:
+        """The scheduler's cycles at ``t``, until no head is left or no node is free: each queue's
+        first gang not tried yet is its head; heads go in the scheduler's order (within nominal
+        first, then priority, then queue time); a head that fits the free nodes of one of its pools
+        starts there, one that does not waits for the next release. True when ``asked`` started."""
+        tried: set[int] = set()
+        while any(n > 0 for n in self.free.values()):
+            heads = []
+            for queue in self.queues.values():
+                head = next((g for g in queue if id(g) not in tried), None)
+                if head is not None:
+                    heads.append(head)
+            if not heads:
+                return False
+            heads.sort(key=lambda g: (self.borrowing(g), -g.priority, g.order))
+            for gang in heads:
+                pool = next((p for p in gang.pools if self.free.get(p, 0) >= gang.nodes), None)
+                if pool is None:
+                    tried.add(id(gang))
+                    continue
+                if gang is asked:
+                    return True
+                self.start(gang, pool, t)
+        return False
+
+
+def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quotas, the bound
+    now: float,
+    asked: Gang,
+    *,
+    free: Mapping[str, int],
+    releases: Iterable[NodeFree],
+    queued: Iterable[Gang],
+    usage: Mapping[tuple[str, str], float],
+    nominal: Mapping[tuple[str, str], float],
+    node_size: float,
+    max_steps: int = MAX_STEPS,
+) -> float | None:
+    """Expected start of a whole-node gang, by playing the nodes and the gangs' queues forward.
+
+    ``free`` is how many nodes of each pool are free now; ``releases`` the others, each at its
+    expected end (in order of end; read only as far as needed; an end in the past is taken as
+    ``now``). ``queued`` are the gangs queued before ``asked`` (of at least its priority), any
+    queue, any order; ``asked`` goes last in its own queue. ``usage`` and ``nominal`` are each
+    queue's quota used and nominal quota per pool, for the scheduler's order; ``node_size`` what
+    one node counts for in them. It mirrors the scheduler's BestEffortFIFO cycles, which take
+    one head per queue per cycle::
+
+        at now, and after each release (of a node of the input, or of a gang started here):
+            cycle: each queue's head = its first gang not tried since the last release
+                   heads in order: within nominal first, then priority, then queue time
+                   a head that fits the free nodes of one of its pools starts there
+                   -- one that does not is tried again after the next release --
+            cycle again until no head is left or no node is free
+
+    So a gang at the head of its queue that asks more nodes than are free keeps its queue out of
+    a cycle, and a gang behind it starts only in a later cycle, when what freed may be taken. A
+    gang started here runs its ``duration``, or with a ``runtime`` curve the curve's quantile at
+    the next point of :func:`van_der_corput`: gangs that end early free nodes for the ones after
+    them, which a single mean would hide. After ``max_steps`` releases, the gangs left ahead of
+    ``asked`` (queued earlier, or ahead in its queue) count as node-seconds over the nodes seen.
+    Returns ``None`` when no release would make room for ``asked``.
+    """
+    state = _GangReplay(dict(free), dict(usage), nominal, node_size, {}, [])
+    for gang in sorted(queued, key=lambda g: (-g.priority, g.order)):
+        state.queues.setdefault(gang.queue, []).append(gang)
+    state.queues.setdefault(asked.queue, []).append(asked)
+    nodes = sum(free.values())
+    pending = iter(releases)
+    upcoming = next(pending, None)
+    t = now
+    for _ in range(max_steps + 1):
+        if state.cycles(asked, t):
+            return t
+        # The next release: a node of the input, or the nodes of a gang started here.
+        if state.ends and (upcoming is None or state.ends[0][0] <= upcoming.end):
+            end, _, pool, queue, count, amount = heapq.heappop(state.ends)
+        elif upcoming is not None:
+            end, pool, queue, count, amount = upcoming.end, upcoming.pool, upcoming.queue, 1, upcoming.amount
+            nodes += 1
+            upcoming = next(pending, None)
         else:
-            low = mid
-    return high
+            return None
+        t = max(t, end)
+        state.release(pool, queue, count, amount)
+    ahead = [
+        g
+        for queue in state.queues.values()
+        for g in queue
+        if g is not asked and (g.order < asked.order or g.queue == asked.queue)
+    ]
+    return t + sum(g.nodes * g.duration for g in ahead) / max(1, nodes)

@@ -31,13 +31,14 @@ from gpuplane.core.session import Reason
 from gpuplane.insight import idle
 from gpuplane.insight.eta import (
     Capacity,
-    Holder,
+    Gang,
+    NodeFree,
     Queued,
     Running,
     RuntimeCurve,
+    gang_start,
     replay_start,
     runtime_curve,
-    whole_nodes_start,
 )
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
@@ -191,6 +192,10 @@ def _by_end(running: Running) -> float:
     return running.end
 
 
+def _free_at(node: NodeFree) -> float:
+    return node.end
+
+
 class _Book:
     """What an ETA may know: running work by pool (by expected end), queued work in queue order.
 
@@ -204,6 +209,7 @@ class _Book:
         self.groups: dict[GroupKey, dict[int, tuple[int, float, float]]] = {}
         self.group_work: dict[GroupKey, float] = {}
         self.where: dict[int, GroupKey] = {}
+        self.queued: dict[int, JobRun] = {}
         self.sequence = 0
         self.pool_order: dict[frozenset[str], tuple[str, ...]] = {}
 
@@ -232,31 +238,28 @@ class _Book:
         self.groups.setdefault(key, {})[run.job.id] = (self.sequence, run.alloc, duration)
         self.group_work[key] = self.group_work.get(key, 0.0) + run.alloc * duration
         self.where[run.job.id] = key
+        self.queued[run.job.id] = run
 
     def remove_pending(self, run: JobRun) -> None:
         key = self.where.pop(run.job.id, None)
         if key is None:
             return
+        del self.queued[run.job.id]
         _, amount, duration = self.groups[key].pop(run.job.id)
         self.group_work[key] -= amount * duration
 
-    def gangs_ahead(self, run: JobRun, node_size: float, floor: int) -> list[int]:
-        """Nodes each queued workload of at least priority ``floor`` that shares a pool with ``run``
-        and asks whole nodes' worth (a multiple of ``node_size``) will take, in queue order; the
-        first :data:`LISTED_PER_QUEUE`."""
-        keys = [
-            k
-            for k, members in self.groups.items()
-            if members and k[2] >= floor and not run.pools.isdisjoint(k[0])
-        ]
-        out = []
-        for _, _, _, amount, _ in heapq.merge(*(self._in_order(k) for k in keys)):
-            nodes = amount / node_size
-            if nodes >= 1 and nodes == int(nodes):
-                out.append(int(nodes))
-                if len(out) == LISTED_PER_QUEUE:
-                    break
-        return out
+    def gangs(
+        self, pools: frozenset[str], per_pod: float, floor: int
+    ) -> Iterator[tuple[JobRun, GroupKey, int]]:
+        """Queued work of at least priority ``floor`` that may use one of ``pools`` and asks
+        ``per_pod`` for each pod (whole nodes, for the caller): each run, its group, its sequence."""
+        for key, members in self.groups.items():
+            if key[2] < floor or pools.isdisjoint(key[0]):
+                continue
+            for job_id, (seq, _, _) in members.items():
+                run = self.queued[job_id]
+                if run.per_pod == per_pod:
+                    yield run, key, seq
 
     def _in_order(self, key: GroupKey) -> Iterator[tuple[int, int, GroupKey, float, float]]:
         """One group's queued work in queue order: (-priority, sequence, group, amount, duration)."""
@@ -730,12 +733,13 @@ class Engine:
             heapq.heappush(due, (last + period, job_id, gen))
             yield job, last
 
-    def holder(self, run: JobRun, now: float) -> Holder:
-        """A running job as a node holder: its class's runtime curve and its age now."""
+    def expected_end(self, run: JobRun, now: float) -> float:
+        """When a running job is expected to end: its age on its class's runtime curve (the mean
+        of what is left), or its expected end taken at start; never before ``now``."""
         curve = self.runtimes.curve(run.job.klass)
         if curve is None or run.running_since is None:
-            return Holder(None, 0.0, max(now, run.expected_end))
-        return Holder(curve, now - run.running_since + run.progress, now)
+            return max(now, run.expected_end)
+        return now + curve.remaining(now - run.running_since + run.progress)
 
     def running_for(self, klass: str) -> Iterator[float]:
         """How long each running job of ``klass`` has run so far (in its current run)."""
@@ -745,25 +749,70 @@ class Engine:
                 yield now - run.running_since
 
     def predict(self, run: JobRun, now: float) -> float | None:
-        """The ETA the insight layer gives at submission (before this job is queued)."""
+        """The ETA the insight layer gives at submission (before this job is queued): the queue
+        replay, or for a job whose every pod takes a whole node, the node replay."""
         capacity = self.eta_capacity
         if capacity is None:
             return None
-        expected = self.runtimes.expected(run.job)
-        start = self.book.estimate(run, expected, capacity, now)
         nodes = self.model.whole_nodes(run.job)
-        if start is None or not nodes:
-            return start
+        if nodes:
+            return self.predict_gang(run, nodes, capacity, now)
+        return self.book.estimate(run, self.runtimes.expected(run.job), capacity, now)
+
+    def predict_gang(
+        self, run: JobRun, nodes: dict[str, list[tuple[str, list[int]]]], capacity: Capacity, now: float
+    ) -> float | None:
+        """The node replay (:func:`gpuplane.insight.eta.gang_start`) of a whole-node gang.
+
+        Work of a lower priority than the gang is left out where preemption is on. A node with
+        nothing else on it is free; one held by a whole-node pod frees at that job's expected end;
+        one held by smaller work only, when the last of it is expected to end (the scheduler keeps
+        placing small work on partly used nodes, so these seldom free before). Queued gangs of the
+        same node size that may use these pools are replayed with their queues, each run drawn
+        from its class's runtime curve once it is learned.
+        """
         floor = run.priority if capacity.preemption else -(2**31)
-        members: list[list[Holder]] = []
-        for on_nodes in nodes.values():
+        pools = tuple(p for p in capacity.pools if p in nodes)
+        free: dict[str, int] = {}
+        releases: list[NodeFree] = []
+        for pool, on_nodes in nodes.items():
             for node, ids in on_nodes:
                 if node in self.node_down_since:
                     continue
-                holders = (self.runs[i] for i in ids if i in self.runs)
-                members.append([self.holder(h, now) for h in holders if h.priority >= floor])
-        # Gangs queued first that ask no more nodes than this one take the nodes that free first;
-        # a larger one waits for more nodes at once and lets this one pass (BestEffortFIFO).
-        ahead = sum(n for n in self.book.gangs_ahead(run, run.per_pod, floor) if n <= run.job.pods)
-        found = whole_nodes_start(now, run.job.pods, members, ahead=ahead)
-        return None if found is None else max(start, found)
+                holders = [h for i in ids if (h := self.runs.get(i)) is not None and h.priority >= floor]
+                whole = next((h for h in holders if h.per_pod >= self.model.node_gpus(node)), None)
+                if whole is not None:
+                    releases.append(
+                        NodeFree(self.expected_end(whole, now), pool, whole.job.team, whole.per_pod)
+                    )
+                elif holders:
+                    releases.append(NodeFree(max(self.expected_end(h, now) for h in holders), pool))
+                else:
+                    free[pool] = free.get(pool, 0) + 1
+        releases.sort(key=_free_at)
+        queued = [
+            self._gang(other, key[1], tuple(p for p in pools if p in key[0]), seq)
+            for other, key, seq in self.book.gangs(run.pools, run.per_pod, floor)
+        ]
+        usage: dict[tuple[str, str], float] = {}
+        for (pool, owner, priority), amount in self.book.held.items():
+            if priority >= floor and pool in nodes:
+                usage[(owner, pool)] = usage.get((owner, pool), 0.0) + amount
+        asked = self._gang(run, run.job.team, pools, math.inf)
+        return gang_start(
+            now,
+            asked,
+            free=free,
+            releases=releases,
+            queued=queued,
+            usage=usage,
+            nominal=capacity.nominal or capacity.flavor_limit,
+            node_size=run.per_pod,
+        )
+
+    def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float) -> Gang:
+        """A queued whole-node job as the node replay sees it."""
+        expected = self.runtimes.expected(run.job)
+        curve = self.runtimes.curve(run.job.klass) if run.progress == 0 else None
+        duration = max(run.job.startup, expected - run.progress)
+        return Gang(queue, pools, run.job.pods, run.priority, order, duration, curve)
