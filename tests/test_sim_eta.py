@@ -21,6 +21,10 @@ from gpuplane.insight.eta import (
     runtime_curve,
     van_der_corput,
 )
+from gpuplane.sim import engine
+from gpuplane.sim.engine import JobRun
+from gpuplane.sim.metrics import GroupStats
+from gpuplane.sim.workloads import Job, Request
 
 
 @dataclass
@@ -383,3 +387,47 @@ def test_gang_start_extrapolates_after_its_step_limit() -> None:
 
 def test_van_der_corput_spreads_evenly() -> None:
     assert [van_der_corput(k) for k in range(1, 8)] == [0.5, 0.25, 0.75, 0.125, 0.625, 0.375, 0.875]
+
+
+def _run(job_id: int, pods: int, gpus: int, duration: float) -> JobRun:
+    job = Job(
+        job_id,
+        f"j{job_id}",
+        "a",
+        "c",
+        "normal",
+        0.0,
+        pods,
+        Request(gpus=gpus),
+        ("p",),
+        duration,
+        0.0,
+        1.0,
+        duration,
+    )
+    return JobRun(
+        job, GroupStats(), float(gpus), 1.0, 0, pools=frozenset({"p"}), pool="p", expected_end=duration
+    )
+
+
+@pytest.mark.parametrize(
+    ("asked_gpus", "want"),
+    [
+        # A one-GPU job: the backlog is the one-GPU job ahead (100 GPU-s; the eight-GPU one waits
+        # for eight to free at once and lets it pass), drained at the 4 GPUs team a runs now.
+        (1, 25.0),
+        # An eight-GPU job: both ahead (8,100 GPU-s) at 4 GPUs, once a's 4 GPUs end at 100.
+        (8, 100.0 + 8100.0 / 4),
+    ],
+)
+def test_backlog_counts_work_no_larger_per_pod_at_the_rate_the_queue_runs(
+    monkeypatch: pytest.MonkeyPatch, asked_gpus: int, want: float
+) -> None:
+    monkeypatch.setattr(engine, "LISTED_PER_QUEUE", 0)  # every queued job is backlog
+    book = engine._Book()
+    book.add_running(_run(1, 4, 1, 100.0))  # a runs 4 GPUs, expected to end at 100
+    book.add_pending(_run(2, 1, 8, 1000.0), 1000.0)
+    book.add_pending(_run(3, 1, 1, 100.0), 100.0)
+    capacity = Capacity({"p": 8.0}, queue_limit={"a": 8.0}, preemption=False)
+    got = book.estimate(_run(4, 1, asked_gpus, 50.0), 50.0, capacity, 0.0)
+    assert got == pytest.approx(want)

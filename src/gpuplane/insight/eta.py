@@ -216,6 +216,7 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     releases: Iterable[Running],
     ahead: Sequence[Queued] = (),
     backlog: float = 0.0,
+    rate: float | None = None,
     max_steps: int = MAX_STEPS,
 ) -> float | None:
     """Expected start of ``asked``, queued behind ``ahead``, by playing the queues forward.
@@ -233,7 +234,9 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
         ``asked`` alone may reclaim what other queues borrow, while it stays within its nominal
 
     ``backlog`` is further queued work ahead (GPU-equivalent seconds) not worth playing one by
-    one: it delays the start by ``backlog`` over :func:`drain_rate`. After
+    one: it delays the start by ``backlog`` over :func:`drain_rate`, or over ``rate`` when that is
+    lower (what the queue is seen to run at once: under load, what holds its quota without
+    running lowers it). After
     ``max_steps`` expected ends the rest of the queue ahead is counted the same way. Returns
     ``None`` when ``asked`` can never fit, or nothing left running would make room for it.
     """
@@ -242,7 +245,8 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     usage = _Usage(capacity, {}, {}, {})
     for pool, queue, amount in used:
         usage.add(pool, queue, amount)
-    rate = drain_rate(asked, capacity)
+    most = drain_rate(asked, capacity)
+    rate = most if rate is None else max(EPSILON, min(rate, most))
     waiting = [item for item in ahead if ever_fits(item, capacity)]
     started: list[tuple[float, int, str, str, float]] = []  # heap: (end, sequence, pool, queue, amount)
     pending = iter(releases)

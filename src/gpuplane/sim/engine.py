@@ -177,7 +177,7 @@ class RuntimeHistory:
 
 LEARN_AFTER = 20  # finished runs of a class before its curve replaces the declared class mean
 RELEARN = 1.05  # relearn a class's curve when its finished runs grew by 5 %
-GroupKey = tuple[frozenset[str], str, int]  # (pools, team, priority)
+GroupKey = tuple[frozenset[str], str, int, float]  # (pools, team, priority, what one pod asks)
 LISTED_PER_QUEUE = 16  # queued work per team the ETA plays one by one; the rest counts as a backlog
 
 
@@ -232,7 +232,7 @@ class _Book:
         """Queue ``run``, expected to run ``expected`` seconds in all (startup included)."""
         if run.job.id in self.where:
             return
-        key = (run.pools, run.job.team, run.priority)
+        key = (run.pools, run.job.team, run.priority, run.per_pod)
         self.sequence += 1
         duration = max(run.job.startup, expected - run.progress)
         self.groups.setdefault(key, {})[run.job.id] = (self.sequence, run.alloc, duration)
@@ -254,12 +254,10 @@ class _Book:
         """Queued work of at least priority ``floor`` that may use one of ``pools`` and asks
         ``per_pod`` for each pod (whole nodes, for the caller): each run, its group, its sequence."""
         for key, members in self.groups.items():
-            if key[2] < floor or pools.isdisjoint(key[0]):
+            if key[3] != per_pod or key[2] < floor or pools.isdisjoint(key[0]):
                 continue
             for job_id, (seq, _, _) in members.items():
-                run = self.queued[job_id]
-                if run.per_pod == per_pod:
-                    yield run, key, seq
+                yield self.queued[job_id], key, seq
 
     def _in_order(self, key: GroupKey) -> Iterator[tuple[int, int, GroupKey, float, float]]:
         """One group's queued work in queue order: (-priority, sequence, group, amount, duration)."""
@@ -280,7 +278,10 @@ class _Book:
         priority (any priority without preemption) is replayed with the running work's expected
         ends (:func:`gpuplane.insight.eta.replay_start`): the first :data:`LISTED_PER_QUEUE` of
         each team one by one, the rest of its own team (of every team when its team has no quota
-        of its own) as a backlog.
+        of its own) as a backlog. The backlog counts only work whose pods ask no more than
+        ``run``'s: capacity frees a little at a time under load, and work that asks more per pod
+        waits for more to free at once while smaller work behind it takes what frees (the replay
+        itself does the same with the work it lists).
         """
         team, pools = run.job.team, run.pools
         floor = run.priority if capacity.preemption else -(2**31)
@@ -308,10 +309,11 @@ class _Book:
         own_limit = team in capacity.queue_limit or any(q == team for q, _ in capacity.flavor_limit)
         for owner, owned in by_team.items():
             ordered = heapq.merge(*(self._in_order(k) for k in owned))
-            work = sum(self.group_work[k] for k in owned)
+            work = sum(self.group_work[k] for k in owned if k[3] <= run.per_pod)
             for neg, seq, k, amount, duration in itertools.islice(ordered, LISTED_PER_QUEUE):
                 listed.append((neg, seq, Queued(owner, self._pools(k[0], capacity), amount, duration)))
-                work -= amount * duration
+                if k[3] <= run.per_pod:
+                    work -= amount * duration
             if owner == team or not own_limit:
                 unlisted += max(0.0, work)
         listed.sort(key=lambda entry: (entry[0], entry[1]))
@@ -325,6 +327,7 @@ class _Book:
             releases=releases,
             ahead=[entry[2] for entry in listed],
             backlog=unlisted,
+            rate=sum(amount for (_, owner, _), amount in self.held.items() if owner == team) or None,
         )
 
 
