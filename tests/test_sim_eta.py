@@ -346,6 +346,41 @@ def test_gang_start(case: GangCase) -> None:
     assert got == case.want
 
 
+@pytest.mark.parametrize(
+    ("capacity", "usage", "want"),
+    [
+        # The pool's quota (16) is all used; a within its nominal (8) of it takes b's node, b
+        # borrowing (16 of nominal 8): at once.
+        ({"p": 16.0}, {("b", "p"): 16.0}, 0.0),
+        # Room in quota (32): no preemption; a waits for a node (b's first, at 500).
+        ({"p": 32.0}, {("b", "p"): 16.0}, 500.0),
+        # b within its nominal: nothing to reclaim.
+        ({"p": 16.0}, {("b", "p"): 8.0, ("c", "p"): 8.0}, 500.0),
+        # No capacity given: no reclaim.
+        (None, {("b", "p"): 16.0}, 500.0),
+    ],
+)
+def test_gang_start_reclaims_nodes_of_borrowing_queues(
+    capacity: dict[str, float] | None, usage: dict[tuple[str, str], float], want: float
+) -> None:
+    releases = [
+        NodeFree(500.0, "p", "b", 8.0),
+        NodeFree(900.0, "p", "b" if ("c", "p") not in usage else "c", 8.0),
+    ]
+    got = gang_start(
+        0.0,
+        ASKED,
+        free={},
+        releases=releases,
+        queued=[],
+        usage=usage,
+        nominal={("a", "p"): 8.0, ("b", "p"): 8.0, ("c", "p"): 8.0},
+        node_size=8.0,
+        capacity=capacity,
+    )
+    assert got == want
+
+
 def test_gang_start_draws_runs_from_the_curve() -> None:
     """A class that ran 10 s or 30 s, half each: the first gang started in a replay runs the
     curve's median (10 s), the second its first quartile (10 s), the third its third (30 s). Three

@@ -396,28 +396,60 @@ class NodeFree:
     amount: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """Nodes held in a replay until ``end``: how many, in which pool, and the quota they take."""
+
+    end: float
+    pool: str
+    queue: str
+    nodes: int
+    amount: float
+
+
 @dataclass(slots=True)
 class _GangReplay:
-    """The state of a :func:`gang_start` replay: free nodes, quota used, queued gangs, expected ends."""
+    """The state of a :func:`gang_start` replay: free nodes, quota used, queued gangs, held nodes."""
 
     free: dict[str, int]
     usage: dict[tuple[str, str], float]
     nominal: Mapping[tuple[str, str], float]
+    capacity: Mapping[str, float]
     node_size: float
-    queues: dict[str, list[Gang]]
-    ends: list[tuple[float, int, str, str, int, float]]  # heap: (end, sequence, pool, queue, nodes, amount)
+    queues: dict[str, list[Gang]] = field(default_factory=dict)
+    held: dict[int, _Held] = field(default_factory=dict)
+    ends: list[tuple[float, int]] = field(default_factory=list)  # heap: (end, key in held)
     started: int = 0
+    holds: int = 0
+    last_order: float = 0.0
+
+    def hold(self, held: _Held) -> None:
+        self.holds += 1
+        self.held[self.holds] = held
+        heapq.heappush(self.ends, (held.end, self.holds))
+
+    def next_end(self) -> _Held | None:
+        """The next nodes to free (those of evicted gangs are gone already)."""
+        while self.ends:
+            _, key = heapq.heappop(self.ends)
+            held = self.held.pop(key, None)
+            if held is not None:
+                return held
+        return None
+
+    def borrows(self, queue: str, pool: str, more: float = 0.0) -> bool:
+        used = self.usage.get((queue, pool), 0.0) + more
+        return used > self.nominal.get((queue, pool), 0.0) + EPSILON
 
     def borrowing(self, gang: Gang) -> bool:
         """Whether ``gang`` would take its queue above its nominal quota in its first pool."""
-        pool = gang.pools[0]
-        used = self.usage.get((gang.queue, pool), 0.0) + gang.nodes * self.node_size
-        return used > self.nominal.get((gang.queue, pool), 0.0) + EPSILON
+        return self.borrows(gang.queue, gang.pools[0], gang.nodes * self.node_size)
 
-    def release(self, pool: str, queue: str, nodes: int, amount: float) -> None:
-        self.free[pool] = self.free.get(pool, 0) + nodes
-        if queue:
-            self.usage[(queue, pool)] = self.usage.get((queue, pool), 0.0) - amount
+    def release(self, held: _Held) -> None:
+        self.free[held.pool] = self.free.get(held.pool, 0) + held.nodes
+        if held.queue:
+            key = (held.queue, held.pool)
+            self.usage[key] = self.usage.get(key, 0.0) - held.amount
 
     def start(self, gang: Gang, pool: str, t: float) -> None:
         self.queues[gang.queue].remove(gang)
@@ -428,25 +460,72 @@ class _GangReplay:
         duration = gang.duration
         if gang.runtime is not None:
             duration = gang.runtime.quantile(van_der_corput(self.started))
-        heapq.heappush(self.ends, (t + duration, -self.started, pool, gang.queue, gang.nodes, amount))
+        self.hold(_Held(t + duration, pool, gang.queue, gang.nodes, amount))
+
+    def reclaim(self, gang: Gang, t: float) -> str | None:
+        """The pool where ``gang`` reclaims nodes, or ``None``. As the scheduler does: only when
+        the pool's quota is short (with room in quota, a gang that finds no node waits), only while
+        its queue stays within its nominal quota there, and only nodes of gangs of queues that
+        borrow there, the latest to end first; they go back to the end of their queues with what
+        was left of their run."""
+        amount = gang.nodes * self.node_size
+        for pool in gang.pools:
+            if pool not in self.capacity or self.borrows(gang.queue, pool, amount):
+                continue
+            in_use = sum(used for (_, p), used in self.usage.items() if p == pool)
+            if self.capacity[pool] - in_use + EPSILON >= amount:
+                continue
+            candidates = sorted(
+                (
+                    (held.end, key)
+                    for key, held in self.held.items()
+                    if held.pool == pool and held.queue and held.queue != gang.queue
+                ),
+                reverse=True,
+            )
+            chosen: list[int] = []
+            taken: dict[str, float] = {}
+            found = self.free.get(pool, 0)
+            for _, key in candidates:
+                if found >= gang.nodes:
+                    break
+                held = self.held[key]
+                given = taken.get(held.queue, 0.0)
+                if self.borrows(held.queue, pool, -given):  # still borrows without what is taken
+                    chosen.append(key)
+                    taken[held.queue] = given + held.amount
+                    found += held.nodes
+            if found < gang.nodes:
+                continue
+            for key in chosen:
+                held = self.held.pop(key)
+                self.release(held)
+                self.last_order += 1.0
+                victim = Gang(
+                    held.queue, gang.pools, held.nodes, gang.priority, self.last_order, held.end - t
+                )
+                self.queues.setdefault(held.queue, []).append(victim)
+            return pool
+        return None
 
     def cycles(self, asked: Gang, t: float) -> bool:
-        """The scheduler's cycles at ``t``, until no head is left or no node is free: each queue's
-        first gang not tried yet is its head; heads go in the scheduler's order (within nominal
-        first, then priority, then queue time); a head that fits the free nodes of one of its pools
-        starts there, one that does not waits for the next release. True when ``asked`` started."""
+        """The scheduler's cycles at ``t``: each queue's first gang not tried yet is its head;
+        heads go in the scheduler's order (within nominal first, then priority, then queue time);
+        a head that fits the free nodes of one of its pools, or reclaims nodes (:meth:`reclaim`),
+        starts there; one that does not waits for the next release. After the first cycle, cycles
+        go on while nodes are free and heads are left. True when ``asked`` started."""
         tried: set[int] = set()
-        while any(n > 0 for n in self.free.values()):
-            heads = []
-            for queue in self.queues.values():
-                head = next((g for g in queue if id(g) not in tried), None)
-                if head is not None:
-                    heads.append(head)
+        first = True
+        while first or any(n > 0 for n in self.free.values()):
+            first = False
+            heads = [h for queue in self.queues.values() if (h := _head(queue, tried)) is not None]
             if not heads:
                 return False
             heads.sort(key=lambda g: (self.borrowing(g), -g.priority, g.order))
             for gang in heads:
                 pool = next((p for p in gang.pools if self.free.get(p, 0) >= gang.nodes), None)
+                if pool is None:
+                    pool = self.reclaim(gang, t)
                 if pool is None:
                     tried.add(id(gang))
                     continue
@@ -454,6 +533,10 @@ class _GangReplay:
                     return True
                 self.start(gang, pool, t)
         return False
+
+
+def _head(queue: list[Gang], tried: set[int]) -> Gang | None:
+    return next((g for g in queue if id(g) not in tried), None)
 
 
 def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quotas, the bound
@@ -466,24 +549,27 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
     usage: Mapping[tuple[str, str], float],
     nominal: Mapping[tuple[str, str], float],
     node_size: float,
+    capacity: Mapping[str, float] | None = None,
     max_steps: int = MAX_STEPS,
 ) -> float | None:
     """Expected start of a whole-node gang, by playing the nodes and the gangs' queues forward.
 
     ``free`` is how many nodes of each pool are free now; ``releases`` the others, each at its
-    expected end (in order of end; read only as far as needed; an end in the past is taken as
-    ``now``). ``queued`` are the gangs queued before ``asked`` (of at least its priority), any
-    queue, any order; ``asked`` goes last in its own queue. ``usage`` and ``nominal`` are each
-    queue's quota used and nominal quota per pool, for the scheduler's order; ``node_size`` what
-    one node counts for in them. It mirrors the scheduler's BestEffortFIFO cycles, which take
-    one head per queue per cycle::
+    expected end (an end in the past is taken as ``now``). ``queued`` are the gangs queued before
+    ``asked`` (of at least its priority), any queue, any order, with ``order`` below ``asked``'s;
+    ``asked`` goes last in its own queue. ``usage`` and ``nominal`` are each queue's quota used
+    and nominal quota per pool (for the scheduler's order, and reclaim); ``node_size`` what one
+    node counts for in them; ``capacity`` each pool's quota in all (without it, nothing is
+    reclaimed). It mirrors the scheduler's BestEffortFIFO cycles, which take one head per queue
+    per cycle::
 
         at now, and after each release (of a node of the input, or of a gang started here):
             cycle: each queue's head = its first gang not tried since the last release
                    heads in order: within nominal first, then priority, then queue time
-                   a head that fits the free nodes of one of its pools starts there
+                   a head that fits the free nodes of one of its pools starts there,
+                   or one that reclaims nodes of borrowing queues (see _GangReplay.reclaim)
                    -- one that does not is tried again after the next release --
-            cycle again until no head is left or no node is free
+            cycle again while nodes are free and heads are left
 
     So a gang at the head of its queue that asks more nodes than are free keeps its queue out of
     a cycle, and a gang behind it starts only in a later cycle, when what freed may be taken. A
@@ -493,28 +579,25 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
     ``asked`` (queued earlier, or ahead in its queue) count as node-seconds over the nodes seen.
     Returns ``None`` when no release would make room for ``asked``.
     """
-    state = _GangReplay(dict(free), dict(usage), nominal, node_size, {}, [])
+    state = _GangReplay(dict(free), dict(usage), nominal, capacity or {}, node_size)
     for gang in sorted(queued, key=lambda g: (-g.priority, g.order)):
         state.queues.setdefault(gang.queue, []).append(gang)
+        state.last_order = max(state.last_order, gang.order)
     state.queues.setdefault(asked.queue, []).append(asked)
+    state.last_order = max(state.last_order, asked.order)
     nodes = sum(free.values())
-    pending = iter(releases)
-    upcoming = next(pending, None)
+    for node in releases:
+        state.hold(_Held(max(now, node.end), node.pool, node.queue, 1, node.amount))
+        nodes += 1
     t = now
     for _ in range(max_steps + 1):
         if state.cycles(asked, t):
             return t
-        # The next release: a node of the input, or the nodes of a gang started here.
-        if state.ends and (upcoming is None or state.ends[0][0] <= upcoming.end):
-            end, _, pool, queue, count, amount = heapq.heappop(state.ends)
-        elif upcoming is not None:
-            end, pool, queue, count, amount = upcoming.end, upcoming.pool, upcoming.queue, 1, upcoming.amount
-            nodes += 1
-            upcoming = next(pending, None)
-        else:
+        held = state.next_end()  # of a node of the input, or the nodes of a gang started here
+        if held is None:
             return None
-        t = max(t, end)
-        state.release(pool, queue, count, amount)
+        t = max(t, held.end)
+        state.release(held)
     ahead = [
         g
         for queue in state.queues.values()

@@ -801,7 +801,7 @@ class Engine:
         for (pool, owner, priority), amount in self.book.held.items():
             if priority >= floor and pool in nodes:
                 usage[(owner, pool)] = usage.get((owner, pool), 0.0) + amount
-        asked = self._gang(run, run.job.team, pools, math.inf)
+        asked = self._gang(run, run.job.team, pools, self.book.sequence + 1)
         return gang_start(
             now,
             asked,
@@ -811,6 +811,7 @@ class Engine:
             usage=usage,
             nominal=capacity.nominal or capacity.flavor_limit,
             node_size=run.per_pod,
+            capacity={p: capacity.pools[p] for p in pools} if capacity.preemption else None,
         )
 
     def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float) -> Gang:
