@@ -466,3 +466,14 @@ def test_backlog_counts_work_no_larger_per_pod_at_the_rate_the_queue_runs(
     capacity = Capacity({"p": 8.0}, queue_limit={"a": 8.0}, preemption=False)
     got = book.estimate(_run(4, 1, asked_gpus, 50.0), 50.0, capacity, 0.0)
     assert got == pytest.approx(want)
+
+
+def test_remaining_at_a_level_given_the_age() -> None:
+    """Runs of 10, 20, 30 and 40 s, and one still running at 50 s (censored): of the runs that
+    reached 15 s, half have ended by 30 s (15 s more); the one that outlives every finished run
+    is past what the curve can tell."""
+    curve = runtime_curve([10.0, 20.0, 30.0, 40.0], [50.0])
+    assert curve is not None
+    assert curve.remaining_at(15.0, 0.5) == 15.0
+    assert curve.remaining_at(0.0, 0.2) == 10.0
+    assert curve.remaining_at(15.0, 0.9) is None  # one in four that reached 15 s lasts past 50 s

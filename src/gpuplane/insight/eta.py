@@ -311,6 +311,15 @@ class RuntimeCurve:
         i = bisect.bisect_left(self.survival, level - 1.0 - EPSILON, key=lambda alive: -alive)
         return self.times[i] if i < len(self.survival) else self.times[-1]
 
+    def remaining_at(self, age: float, level: float) -> float | None:
+        """The further runtime by which a share ``level`` of the runs that reached ``age`` have
+        ended; ``None`` when that lies past the longest run seen (the curve cannot tell)."""
+        target = self.survival_at(age) * (1.0 - level)
+        i = bisect.bisect_left(self.survival, -target - EPSILON, key=lambda alive: -alive)
+        if i >= len(self.survival) or target <= 0.0:
+            return None
+        return max(0.0, self.times[i] - age)
+
     @property
     def mean(self) -> float:
         return self.remaining(0.0)

@@ -39,6 +39,7 @@ from gpuplane.insight.eta import (
     gang_start,
     replay_start,
     runtime_curve,
+    van_der_corput,
 )
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
@@ -744,6 +745,17 @@ class Engine:
             return max(now, run.expected_end)
         return now + curve.remaining(now - run.running_since + run.progress)
 
+    def likely_end(self, run: JobRun, now: float) -> float | None:
+        """A running job's end drawn from its class's curve given its age, at the job's own point
+        of a van der Corput sequence (so the running jobs' ends spread as the curve says, the
+        first ones much earlier than any mean); ``None`` past the longest run seen. Without a
+        curve, its expected end."""
+        curve = self.runtimes.curve(run.job.klass)
+        if curve is None or run.running_since is None:
+            return max(now, run.expected_end)
+        left = curve.remaining_at(now - run.running_since + run.progress, van_der_corput(run.job.id + 1))
+        return None if left is None else now + left
+
     def running_for(self, klass: str) -> Iterator[float]:
         """How long each running job of ``klass`` has run so far (in its current run)."""
         now = self.now
@@ -785,9 +797,9 @@ class Engine:
                 holders = [h for i in ids if (h := self.runs.get(i)) is not None and h.priority >= floor]
                 whole = next((h for h in holders if h.per_pod >= self.model.node_gpus(node)), None)
                 if whole is not None:
-                    releases.append(
-                        NodeFree(self.expected_end(whole, now), pool, whole.job.team, whole.per_pod)
-                    )
+                    end = self.likely_end(whole, now)
+                    if end is not None:
+                        releases.append(NodeFree(end, pool, whole.job.team, whole.per_pod))
                 elif holders:
                     releases.append(NodeFree(max(self.expected_end(h, now) for h in holders), pool))
                 else:
