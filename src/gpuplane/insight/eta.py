@@ -252,9 +252,13 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     pending = iter(releases)
     upcoming = next(pending, None)
     t = now
+    freed: tuple[str, str] | None = None  # (pool, queue) of the last release: all else only filled up
     for _ in range(max_steps + 1):
         still: list[Queued] = []
         for item in waiting:
+            if freed is not None and freed[1] != item.queue and freed[0] not in item.pools:
+                still.append(item)  # nothing that bounds it got room back since it last did not fit
+                continue
             room = usage.room(item, reclaim=False)
             if room is None:
                 still.append(item)
@@ -274,6 +278,7 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
             return None
         t = max(t, end)
         usage.add(pool, queue, -amount)
+        freed = (pool, queue)
     left = sum(item.amount * item.duration for item in waiting)
     return t + (backlog + left) / rate
 
