@@ -1,6 +1,6 @@
 """When will a pending workload start? Pure estimates from what a scheduler can know.
 
-Two estimates, both playing the queue forward from expected ends:
+Three estimates, each playing the queue forward from expected ends:
 
 * :func:`replay_start`, the simulator's ETA at submission: pools (flavors) with their
   capacity, queues with their quotas (a namespace quota over every pool, a ClusterQueue's
@@ -11,13 +11,20 @@ Two estimates, both playing the queue forward from expected ends:
       at now, and after each expected end (of running work, or of work started in the replay):
           start every queued item that fits, in order; then the asked one, if it fits
 
+* :func:`gang_start`, the simulator's ETA at submission of a gang whose every pod takes a
+  whole node: the nodes (free, or freeing at an expected end) and the queued gangs of every
+  queue, taken as the scheduler's BestEffortFIFO cycles take them (one head per queue per
+  cycle; within nominal, then priority, then queue time), with reclaim of nodes that borrowing
+  queues hold.
+
 * :func:`predict_start`, one pool as one bucket (a node's GPUs, for the live ETA of a pod
   that needs one node).
 
 Inputs are only what the control plane knows: the queue order, each workload's request, and
-*expected* durations (a declared runtime, or what the caller learned per class); never the true
-run times. Running work past its expected end is taken to end now. Placement (fragmentation,
-topology) is ignored, so an estimate is a lower bound when a pool is fragmented.
+*expected* durations (a declared runtime, or what the caller learned per class, as a mean or as
+a curve); never the true run times. Running work past its expected end is taken to end now.
+Placement (fragmentation, topology) is ignored except by :func:`gang_start`, so the others are a
+lower bound when a pool is fragmented.
 """
 
 from __future__ import annotations
@@ -450,6 +457,7 @@ class _GangReplay:
             if held is not None:
                 return held
         return None
+        return None
 
     def borrows(self, queue: str, pool: str, more: float = 0.0) -> bool:
         used = self.usage.get((queue, pool), 0.0) + more
@@ -520,6 +528,7 @@ class _GangReplay:
                 )
                 self.queues.setdefault(held.queue, []).append(victim)
             return pool
+        return None
         return None
 
     def cycles(self, asked: Gang, t: float) -> bool:

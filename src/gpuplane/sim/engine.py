@@ -148,8 +148,8 @@ class RuntimeHistory:
     completion, in one run) and how long the running ones have run. Their Kaplan-Meier curve
     (:func:`gpuplane.insight.eta.runtime_curve`) is recomputed when a class's finished runs grew
     by :data:`RELEARN` since the last time; it gives the expected runtime (its mean up to the
-    longest seen) and, for the holders of a node, the chance that a run of a given age has ended
-    by a given time. Until
+    longest seen) and, for the node replay of whole-node gangs, runtimes at chosen levels of the
+    curve (of a run not started yet, or of one of a given age). Until
     :data:`LEARN_AFTER` of a class have finished, a job's own ``expected`` (the class mean the
     scenario declares) stands in.
     """
@@ -191,10 +191,6 @@ def _ends(pool: str, entries: list[tuple[float, int, float, str, int]], floor: i
 
 def _by_end(running: Running) -> float:
     return running.end
-
-
-def _free_at(node: NodeFree) -> float:
-    return node.end
 
 
 class _Book:
@@ -780,11 +776,12 @@ class Engine:
         """The node replay (:func:`gpuplane.insight.eta.gang_start`) of a whole-node gang.
 
         Work of a lower priority than the gang is left out where preemption is on. A node with
-        nothing else on it is free; one held by a whole-node pod frees at that job's expected end;
-        one held by smaller work only, when the last of it is expected to end (the scheduler keeps
-        placing small work on partly used nodes, so these seldom free before). Queued gangs of the
-        same node size that may use these pools are replayed with their queues, each run drawn
-        from its class's runtime curve once it is learned.
+        nothing else on it is free; one held by a whole-node pod frees at that job's likely end
+        (:meth:`likely_end`; never, past the longest run its class has shown); one held by smaller
+        work only, when the last of it is expected to end (the scheduler keeps placing small work
+        on partly used nodes, so these seldom free before). Queued gangs of the same node size
+        that may use these pools are replayed with their queues, each run drawn from its class's
+        runtime curve once it is learned.
         """
         floor = run.priority if capacity.preemption else -(2**31)
         pools = tuple(p for p in capacity.pools if p in nodes)
@@ -804,7 +801,6 @@ class Engine:
                     releases.append(NodeFree(max(self.expected_end(h, now) for h in holders), pool))
                 else:
                     free[pool] = free.get(pool, 0) + 1
-        releases.sort(key=_free_at)
         queued = [
             self._gang(other, key[1], tuple(p for p in pools if p in key[0]), seq)
             for other, key, seq in self.book.gangs(run.pools, run.per_pod, floor)
