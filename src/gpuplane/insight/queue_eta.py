@@ -35,10 +35,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from gpuplane.core.gang import GangPodSet
+from gpuplane.core.inventory import pod_needs
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import ConditionType, PendingDecision, SchedulerConfig
-from gpuplane.insight.eta import EPSILON, predict_start
+from gpuplane.insight.eta import EPSILON, Gang, NodeFree, gang_start, predict_start
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
 
@@ -469,3 +471,194 @@ def _one_node(world: Scheduler, need: float, runtimes: RuntimeModel, now: float,
         if start is not None and (best is None or start < best):
             best = start
     return best
+
+
+# --- whole-node gangs: the node replay of :func:`gpuplane.insight.eta.gang_start` ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGang:
+    """A pending workload whose every pod takes a whole node: ``nodes`` pods of ``size`` GPUs of
+    ``resource``, and per pool (flavor of its ClusterQueue, in the order it tries them) the names
+    of the nodes it may use, each with exactly ``size`` exclusive GPUs."""
+
+    workload: Workload
+    queue: str
+    resource: str
+    size: int
+    nodes: int
+    pools: Mapping[str, tuple[str, ...]]
+
+
+def node_gang(world: Scheduler, wl: Workload, queue: str, config: SchedulerConfig) -> NodeGang | None:
+    """``wl`` as a whole-node gang of ClusterQueue ``queue``, or ``None`` when some pod of it could
+    share a node (or land on a node with more GPUs than it asks), or nothing says where it runs."""
+    cluster = world.cluster
+    cq = world.tree.queues.get(queue)
+    resource = main_resource(wl, config)
+    sets = [ps for ps in wl.pod_sets if ps.count]
+    if cluster is None or cq is None or not sets or resource not in config.devices.whole_resources:
+        return None
+    sizes = {ps.template.requests.get(resource, 0) for ps in sets}
+    group = cq.group_for(resource)
+    if len(sizes) != 1 or group is None:
+        return None
+    size = sizes.pop()
+    pools: dict[str, tuple[str, ...]] = {}
+    for flavor in group.flavors:
+        rf = world.flavors.get(flavor.name)
+        if rf is None:
+            continue
+        names: set[str] = set()
+        for ps in sets:
+            gps = GangPodSet(ps.name, ps.count, pod_needs(ps.template, config.devices), ps.template, rf)
+            for state in cluster.eligible(gps):
+                if sum(1 for d in state.devices if d.sharing == "exclusive") != size:
+                    return None  # a pod there would leave GPUs of its node to others
+                names.add(state.name)
+        if names:
+            pools[flavor.name] = tuple(sorted(names))
+    if size <= 0 or not pools:
+        return None
+    return NodeGang(wl, queue, resource, size, sum(ps.count for ps in sets), pools)
+
+
+def _gang_nodes(
+    world: Scheduler, gang: NodeGang
+) -> tuple[dict[str, int], list[tuple[str, _NodeHolder]], int]:
+    """The free nodes of ``gang``'s pools, the held ones (pool and holder) and how many in all; a
+    node of two flavors counts for the first the gang tries."""
+    cluster = world.cluster
+    assert cluster is not None
+    owned: dict[str, list[tuple[str, int]]] = {}
+    for owner, items in cluster.owners.items():
+        for name, needs, _ in items:
+            owned.setdefault(name, []).append((owner, needs.whole))
+    free: dict[str, int] = {}
+    held: list[tuple[str, _NodeHolder]] = []
+    seen: set[str] = set()
+    for pool, names in gang.pools.items():
+        for name in names:
+            if name in seen:
+                continue
+            seen.add(name)
+            on = owned.get(name, [])
+            if not on:
+                free[pool] = free.get(pool, 0) + 1
+                continue
+            admitted = world.tree.admitted.get(on[0][0])
+            whole = len(on) == 1 and on[0][1] >= gang.size and admitted is not None
+            queue = admitted.cluster_queue if whole and admitted is not None else ""
+            amount = float(gang.size) if queue else 0.0
+            held.append((pool, _NodeHolder(tuple(o for o, _ in on), queue, amount)))
+    return free, held, len(seen)
+
+
+def _gang_quotas(
+    world: Scheduler, gang: NodeGang
+) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+    """Quota used and nominal quota per (ClusterQueue, pool) of every ClusterQueue, in the pools of
+    ``gang``: the queues of the gangs in a node replay and of the workloads on its nodes."""
+    usage: dict[tuple[str, str], float] = {}
+    nominal: dict[tuple[str, str], float] = {}
+    for name, cq in world.tree.queues.items():
+        for pool in gang.pools:
+            fr = (pool, gang.resource)
+            usage[(name, pool)] = float(cq.usage.get(fr, 0))
+            nominal[(name, pool)] = float(cq.quota_for(fr).nominal)
+    return usage, nominal
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeHolder:
+    """What holds a node: its owners, the queue whose quota it gives back, and how much."""
+
+    owners: tuple[str, ...]
+    queue: str
+    amount: float
+
+
+def estimate_gang(  # noqa: PLR0913 - keyword-only: the other queues, runtimes, config and time
+    world: Scheduler,
+    gang: NodeGang,
+    quota: Estimate,
+    *,
+    ahead: Sequence[NodeGang],
+    runtimes: RuntimeModel,
+    now: float,
+) -> Estimate:
+    """The start of a whole-node gang by the node replay (:func:`gpuplane.insight.eta.gang_start`),
+    the method the simulator's ETA uses, run in the same :data:`SCENARIOS` as the queue's estimate.
+
+    The nodes of the gang's pools are free, or free when the last workload on them ends (at the
+    scenario's quantile of its runtime given what it has run; a node held whole by one workload
+    gives its ClusterQueue's quota back then). ``ahead`` are the pending whole-node gangs of the
+    same node size that share a pool, of every ClusterQueue (those of the gang's own queue only if
+    ahead of it): the replay takes them as the scheduler's cycles do, one head per queue per cycle,
+    within nominal first, then priority, then creation; each runs for the scenario's quantile of
+    its queue's runtimes. Where the ClusterQueue may reclaim within its cohort, gangs within their
+    nominal quota take nodes of borrowing queues. ``quota`` (the queue estimate of
+    :func:`estimate_queue`) still bounds it: each of low, median and high is the later of the two.
+    """
+    pools = tuple(gang.pools)
+    free, held, count = _gang_nodes(world, gang)
+    usage, nominal = _gang_quotas(world, gang)
+    own = world.tree.queues[gang.queue]
+    reclaim = own.spec.preemption.reclaim_within_cohort != "Never"
+    cohort = _cohort_queues(own)
+    quota_of = {p: float(sum(q.quota_for((p, gang.resource)).nominal for q in cohort)) for p in pools}
+    holders = [o for _, h in held for o in h.owners]
+    salts = {key: _salt(key) for key in [gang.workload.key, *(g.workload.key for g in ahead), *holders]}
+    starts: list[float] = []
+    for k in range(SCENARIOS):
+
+        def end_of(owner: str, k: int = k) -> float:
+            aw = world.tree.admitted.get(owner)
+            wl = world.workloads.get(owner)
+            if aw is None:  # a pod outside any queue: no history of its own
+                return now + runtimes.total_at(None, "", _u(k, salts[owner]))
+            elapsed = max(0.0, now - aw.reserved_at)
+            return now + runtimes.remaining_at(wl, aw.cluster_queue, elapsed, _u(k, salts[owner]))
+
+        releases = [NodeFree(max(end_of(o) for o in h.owners), pool, h.queue, h.amount) for pool, h in held]
+
+        def as_gang(g: NodeGang, k: int = k) -> Gang:
+            duration = runtimes.total_at(g.workload, g.queue, _u(k, salts[g.workload.key]))
+            in_pools = tuple(p for p in pools if p in g.pools)
+            return Gang(g.queue, in_pools, g.nodes, g.workload.priority, g.workload.creation, duration)
+
+        start = gang_start(
+            now,
+            as_gang(gang),
+            free=free,
+            releases=sorted(releases, key=lambda r: r.end),
+            queued=[as_gang(g) for g in ahead],
+            usage=usage,
+            nominal=nominal,
+            node_size=float(gang.size),
+            capacity=quota_of if reclaim else None,
+        )
+        if start is not None:
+            starts.append(start)
+    samples, sample_basis = runtimes.sample_for(gang.queue)
+    runtimes_basis = (
+        f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)"
+        if samples
+        else f"no finished workloads: runtimes assumed around {DEFAULT_RUNTIME_SECONDS:.0f}s"
+    )
+    basis = (
+        f"whole-node gang: replayed on the nodes of {', '.join(pools)}"
+        f" ({sum(free.values())} of {count} free,"
+        f" {gang.size} {gang.resource} each) with {len(ahead)} whole-node gangs queued ahead or in other"
+        f" queues, as the scheduler's cycles take them; {runtimes_basis}"
+        + ("; borrowed nodes reclaimed" if reclaim else "")
+        + f"; {SCENARIOS} scenarios; not before its quota allows ({quota.basis})"
+    )
+    if len(starts) * 2 < SCENARIOS or quota.seconds is None:
+        return Estimate(None, None, None, "never: " + basis)
+    starts.sort()
+    values = [
+        round(max(mine or 0.0, quantile(starts, q) - now), 1)
+        for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
+    ]
+    return Estimate(values[1], values[0], values[2], basis)

@@ -37,9 +37,12 @@ from gpuplane.insight.aftermath import world_after
 from gpuplane.insight.idle import DATA_STALL_CONDITION
 from gpuplane.insight.queue_eta import (
     Estimate,
+    NodeGang,
     RuntimeModel,
+    estimate_gang,
     estimate_queue,
     main_resource,
+    node_gang,
     runtime_model,
     with_one_node,
 )
@@ -234,6 +237,7 @@ class _Context:
     runtimes: RuntimeModel
     pending_by_queue: dict[str, list[PendingDecision]] = field(default_factory=dict)
     etas: dict[str, dict[str, Estimate]] = field(default_factory=dict)  # per ClusterQueue, computed once
+    gangs: dict[str, NodeGang | None] = field(default_factory=dict)  # whole-node gangs, by workload
 
     def eta(self, p: PendingDecision) -> Estimate:
         name = p.cluster_queue or ""
@@ -245,6 +249,35 @@ class _Context:
             )
             self.etas[name] = table
         return table.get(p.workload) or Estimate(None, None, None, "not queued in a ClusterQueue")
+
+    def gang(self, p: PendingDecision) -> NodeGang | None:
+        """``p``'s workload as a whole-node gang (computed once per workload)."""
+        if p.workload not in self.gangs:
+            wl = self.world.workloads.get(p.workload)
+            found = None
+            if wl is not None and p.cluster_queue is not None and p.reason not in NEVER:
+                found = node_gang(self.world, wl, p.cluster_queue, self.config)
+            self.gangs[p.workload] = found
+        return self.gangs[p.workload]
+
+    def gang_eta(self, p: PendingDecision, gang: NodeGang, quota: Estimate) -> Estimate:
+        """The node replay's estimate of a whole-node gang, with the pending gangs that compete for
+        its nodes: those ahead of it in its ClusterQueue, and those of other ClusterQueues."""
+        ahead = []
+        for queue, waiting in self.pending_by_queue.items():
+            for other in waiting:
+                if other.workload == p.workload or (
+                    queue == p.cluster_queue and (other.position or 0) >= (p.position or 0)
+                ):
+                    continue
+                g = self.gang(other)
+                if (
+                    g is not None
+                    and (g.size, g.resource) == (gang.size, gang.resource)
+                    and any(pool in gang.pools for pool in g.pools)
+                ):
+                    ahead.append(g)
+        return estimate_gang(self.world, gang, quota, ahead=ahead, runtimes=self.runtimes, now=self.now)
 
 
 def _context(state: ClusterState, plan: Plan, now: float, config: SchedulerConfig | None) -> _Context:
@@ -366,7 +399,10 @@ def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -
         )
     else:
         eta = ctx.eta(p)
-        if p.reason in _PLACEMENT_CAPACITY:
+        gang = ctx.gang(p)
+        if gang is not None:
+            eta = ctx.gang_eta(p, gang, eta)
+        elif p.reason in _PLACEMENT_CAPACITY:
             eta = with_one_node(ctx.world, wl, eta, runtimes=ctx.runtimes, config=ctx.config, now=ctx.now)
     return Explanation(
         workload=p.workload,
