@@ -6,11 +6,14 @@ offered load), true runtimes lognormal (median 30 min, sigma 0.8) that the estim
 At each arrival the new workload's ETA is taken from ``insight.why.explain`` (runtimes learned from
 the finished workloads so far); when it starts, the error is measured.
 
+With ``--whole-nodes`` the 32 GPUs are 4 nodes of 8 and every workload is a gang of 1, 2 or 4 pods
+that each take a whole node (8, 16 or 32 GPUs): the ETA of such a gang is the node replay.
+
 Reported, for waits over 5 minutes: the p50 and p90 of |predicted - actual| / actual wait, for
 gpuplane's estimate and, as the baseline measured in the same run, position x median runtime /
 average concurrency (what a user does with a queue position alone). The target is a p50 of at most 25 %.
 
-    python3 bench/run.py eta-accuracy [-- --workloads 600 --seed 7]
+    python3 bench/run.py eta-accuracy [-- --workloads 600 --seed 7 --whole-nodes]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from gpuplane.model.objects import (
     FlavorQuotas,
     LocalQueue,
     Namespace,
+    Node,
     PodSet,
     PodSetAssignment,
     PodTemplate,
@@ -50,6 +54,8 @@ from gpuplane.model.objects import (
 GPU = "nvidia.com/gpu"
 CAPACITY = 32
 SIZES = ((1, 0.4), (2, 0.3), (4, 0.2), (8, 0.1))
+NODE_GPUS = 8
+NODE_SIZES = ((8, 0.5), (16, 0.3), (32, 0.2))  # whole-node gangs of 1, 2 and 4 pods
 MEDIAN_RUNTIME = 1800.0
 SIGMA = 0.8
 LONG_WAIT = 300.0
@@ -70,6 +76,11 @@ class Job:
 @dataclass
 class World:
     jobs: dict[str, Job] = field(default_factory=dict)
+    whole_nodes: bool = False
+
+    def pods(self, job: Job) -> tuple[int, int]:
+        """Pods of the job and GPUs per pod."""
+        return (job.gpus // NODE_GPUS, NODE_GPUS) if self.whole_nodes else (1, job.gpus)
 
     def state(self, now: float) -> ClusterState:
         workloads = []
@@ -78,10 +89,15 @@ class World:
                 continue
             conditions: list[Condition] = []
             admission = None
+            pods, per_pod = self.pods(job)
             if job.start is not None:
                 admission = Admission(
                     "cq",
-                    (PodSetAssignment("main", 1, frozen_map({GPU: "default"}), frozen_map({GPU: job.gpus})),),
+                    (
+                        PodSetAssignment(
+                            "main", pods, frozen_map({GPU: "default"}), frozen_map({GPU: job.gpus})
+                        ),
+                    ),
                 )
                 conditions.append(Condition("QuotaReserved", True, "QuotaReserved", "", job.start))
                 if job.end is not None and job.end <= now:
@@ -93,7 +109,7 @@ class World:
                     uid=job.name,
                     creation=job.arrival,
                     priority=0,
-                    pod_sets=(PodSet("main", 1, PodTemplate(requests=frozen_map({GPU: job.gpus}))),),
+                    pod_sets=(PodSet("main", pods, PodTemplate(requests=frozen_map({GPU: per_pod}))),),
                     queue_name="lq",
                     admission=admission,
                     conditions=tuple(conditions),
@@ -106,27 +122,35 @@ class World:
             cluster_queues=frozen_map({"cq": ClusterQueue("cq", (group,))}),
             local_queues=frozen_map({"ns/lq": LocalQueue("ns", "lq", "cq")}),
             workloads=tuple(workloads),
+            nodes=self.nodes(),
         )
 
+    def nodes(self) -> tuple[Node, ...]:
+        if not self.whole_nodes:
+            return ()
+        labels = frozen_map({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"})
+        allocatable = frozen_map({GPU: NODE_GPUS, "cpu": 64, "pods": 110})
+        return tuple(Node(f"n{i}", allocatable, labels) for i in range(CAPACITY // NODE_GPUS))
 
-def generate(count: int, seed: int) -> list[Job]:
+
+def generate(count: int, seed: int, sizes: tuple[tuple[int, float], ...] = SIZES) -> list[Job]:
     rng = random.Random(seed)
-    mean_gpus = sum(g * p for g, p in SIZES)
+    mean_gpus = sum(g * p for g, p in sizes)
     mean_runtime = MEDIAN_RUNTIME * math.exp(SIGMA**2 / 2)
     rate = 0.95 * CAPACITY / (mean_gpus * mean_runtime)  # arrivals per second at 95 % load
     t = 0.0
     jobs = []
     for i in range(count):
         t += rng.expovariate(rate)
-        gpus = rng.choices([g for g, _ in SIZES], [p for _, p in SIZES])[0]
+        gpus = rng.choices([g for g, _ in sizes], [p for _, p in sizes])[0]
         runtime = rng.lognormvariate(math.log(MEDIAN_RUNTIME), SIGMA)
         jobs.append(Job(f"w{i:05d}", gpus, t, runtime))
     return jobs
 
 
-def run(count: int, seed: int) -> tuple[list[Job], float]:
-    world = World()
-    jobs = generate(count, seed)
+def run(count: int, seed: int, whole_nodes: bool = False) -> tuple[list[Job], float]:
+    world = World(whole_nodes=whole_nodes)
+    jobs = generate(count, seed, NODE_SIZES if whole_nodes else SIZES)
     events: list[tuple[float, int, str]] = [(j.arrival, 1, j.name) for j in jobs]
     heapq.heapify(events)
     for job in jobs:
@@ -163,8 +187,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", type=int, default=500)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--whole-nodes", action="store_true", help="4 nodes of 8 GPUs, whole-node gangs")
     args = parser.parse_args()
-    jobs, seconds = run(args.workloads, args.seed)
+    jobs, seconds = run(args.workloads, args.seed, args.whole_nodes)
     finished_runtimes = [j.runtime for j in jobs if j.start is not None]
     median_runtime = statistics.median(finished_runtimes)
     mean_gpus = statistics.mean(j.gpus for j in jobs)

@@ -11,11 +11,11 @@ Three estimates, each playing the queue forward from expected ends:
       at now, and after each expected end (of running work, or of work started in the replay):
           start every queued item that fits, in order; then the asked one, if it fits
 
-* :func:`gang_start`, the simulator's ETA at submission of a gang whose every pod takes a
-  whole node: the nodes (free, or freeing at an expected end) and the queued gangs of every
-  queue, taken as the scheduler's BestEffortFIFO cycles take them (one head per queue per
-  cycle; within nominal, then priority, then queue time), with reclaim of nodes that borrowing
-  queues hold.
+* :func:`gang_start`, the ETA of a gang whose every pod takes a whole node, in the simulator at
+  submission and in the live ETA (:mod:`gpuplane.insight.queue_eta`): the nodes (free, or
+  freeing at an expected end) and the queued gangs of every queue, taken as the scheduler's
+  BestEffortFIFO cycles take them (one head per queue per cycle; within nominal, then priority,
+  then queue time), with reclaim of nodes that borrowing queues hold.
 
 * :func:`predict_start`, one pool as one bucket (a node's GPUs, for the live ETA of a pod
   that needs one node).

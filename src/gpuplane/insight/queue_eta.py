@@ -17,11 +17,14 @@ ClusterQueues of a cluster state, from what the control plane knows at a moment 
 * **reclaim**: a queue below its nominal quota whose ClusterQueue may reclaim within the cohort
   gets the borrowed part back now, not when the borrowers end;
 * **queue order**: BestEffortFIFO lets a workload that fits start past one that does not;
-  StrictFIFO does not.
+  StrictFIFO does not;
+* **whole-node gangs**: a workload whose every pod takes a whole node (:func:`node_gang`) is also
+  replayed on the nodes, with the pending whole-node gangs of every ClusterQueue that share them,
+  by :func:`gpuplane.insight.eta.gang_start`, the simulator's method (:func:`estimate_gang`).
 
 The queue is played in :data:`SCENARIOS` scenarios of the runtimes (:func:`estimate_queue`); the
 range is the 25th/50th/75th percentile of the starts. The estimate ignores arrivals of
-higher-priority work and is a lower bound when placement is fragmented beyond one node.
+higher-priority work.
 ``bench/eta_accuracy.py`` measures it against the core's real starts.
 """
 
