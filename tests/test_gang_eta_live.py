@@ -79,7 +79,7 @@ def test_a_two_node_gang_waits_for_both_running_jobs_to_end() -> None:
     eta = found["default/g"].eta
     assert (eta.low, eta.seconds, eta.high) == (3000.0, 3000.0, 3000.0)
     assert eta.basis.startswith("whole-node gang: replayed on the nodes of default (0 of 2 free, 8 ")
-    assert "0 whole-node gangs queued ahead" in eta.basis
+    assert "with 0 other pending whole-node gangs" in eta.basis
 
 
 def test_a_one_node_gang_takes_the_first_node_to_free() -> None:
@@ -103,7 +103,7 @@ def test_a_gang_behind_a_larger_head_starts_when_its_own_nodes_free() -> None:
     )
     assert found["default/g"].eta.seconds == 1000.0
     assert found["default/big"].eta.seconds == 2000.0
-    assert "1 whole-node gangs queued ahead" in found["default/g"].eta.basis
+    assert "with 1 other pending whole-node gangs" in found["default/g"].eta.basis
 
 
 def test_a_gang_behind_a_head_of_its_size_waits_for_the_heads_run() -> None:

@@ -394,7 +394,8 @@ class Gang:
     ``pools`` are the pools it may use, in the order the scheduler tries them; ``nodes`` how many
     it takes at once; ``priority`` and ``order`` (its queue time, or any number that sorts the
     same) its place in the scheduler's order; ``duration`` its expected run, or, with ``runtime``
-    (its class's learned curve), a run drawn from that curve when it starts in a replay.
+    (its class's learned curve), a run drawn from that curve when it starts in a replay;
+    ``reclaim``: whether its queue may reclaim nodes that borrowing queues hold.
     """
 
     queue: str
@@ -404,6 +405,7 @@ class Gang:
     order: float
     duration: float
     runtime: RuntimeCurve | None = None
+    reclaim: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,6 +445,7 @@ class _GangReplay:
     started: int = 0
     holds: int = 0
     last_order: float = 0.0
+    starts: dict[int, float] = field(default_factory=dict)  # by id of the gang: when it started
 
     def hold(self, held: _Held) -> None:
         self.holds += 1
@@ -456,7 +459,6 @@ class _GangReplay:
             held = self.held.pop(key, None)
             if held is not None:
                 return held
-        return None
         return None
 
     def borrows(self, queue: str, pool: str, more: float = 0.0) -> bool:
@@ -479,6 +481,7 @@ class _GangReplay:
         amount = gang.nodes * self.node_size
         self.usage[(gang.queue, pool)] = self.usage.get((gang.queue, pool), 0.0) + amount
         self.started += 1
+        self.starts.setdefault(id(gang), t)
         duration = gang.duration
         if gang.runtime is not None:
             duration = gang.runtime.quantile(van_der_corput(self.started))
@@ -491,7 +494,7 @@ class _GangReplay:
         borrow there, the latest to end first; they go back to the end of their queues with what
         was left of their run."""
         amount = gang.nodes * self.node_size
-        for pool in gang.pools:
+        for pool in gang.pools if gang.reclaim else ():
             if pool not in self.capacity or self.borrows(gang.queue, pool, amount):
                 continue
             in_use = sum(used for (_, p), used in self.usage.items() if p == pool)
@@ -529,7 +532,6 @@ class _GangReplay:
                 self.queues.setdefault(held.queue, []).append(victim)
             return pool
         return None
-        return None
 
     def cycles(self, asked: Gang, t: float) -> bool:
         """The scheduler's cycles at ``t``: each queue's first gang not tried yet is its head;
@@ -537,11 +539,15 @@ class _GangReplay:
         a head that fits the free nodes of one of its pools, or reclaims nodes (:meth:`reclaim`),
         starts there; one that does not waits for the next release. After the first cycle, cycles
         go on while nodes are free and heads are left. True when ``asked`` started."""
-        tried: set[int] = set()
+        tried: dict[str, int] = {}  # per queue, how many of its first gangs were tried (none started)
         first = True
         while first or any(n > 0 for n in self.free.values()):
             first = False
-            heads = [h for queue in self.queues.values() if (h := _head(queue, tried)) is not None]
+            heads = [
+                queue[tried.get(name, 0)]
+                for name, queue in self.queues.items()
+                if tried.get(name, 0) < len(queue)
+            ]
             if not heads:
                 return False
             heads.sort(key=lambda g: (self.borrowing(g), -g.priority, g.order))
@@ -550,16 +556,12 @@ class _GangReplay:
                 if pool is None:
                     pool = self.reclaim(gang, t)
                 if pool is None:
-                    tried.add(id(gang))
+                    tried[gang.queue] = tried.get(gang.queue, 0) + 1
                     continue
                 if gang is asked:
                     return True
-                self.start(gang, pool, t)
+                self.start(gang, pool, t)  # out of its queue: the next one is that queue's head
         return False
-
-
-def _head(queue: list[Gang], tried: set[int]) -> Gang | None:
-    return next((g for g in queue if id(g) not in tried), None)
 
 
 def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quotas, the bound
@@ -574,6 +576,7 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
     node_size: float,
     capacity: Mapping[str, float] | None = None,
     max_steps: int = MAX_STEPS,
+    starts: dict[int, float] | None = None,
 ) -> float | None:
     """Expected start of a whole-node gang, by playing the nodes and the gangs' queues forward.
 
@@ -600,7 +603,8 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
     the next point of :func:`van_der_corput`: gangs that end early free nodes for the ones after
     them, which a single mean would hide. After ``max_steps`` releases, the gangs left ahead of
     ``asked`` (queued earlier, or ahead in its queue) count as node-seconds over the nodes seen.
-    Returns ``None`` when no release would make room for ``asked``.
+    Returns ``None`` when no release would make room for ``asked``. With ``starts``, the start of
+    every gang of ``queued`` the replay reached is put there, by ``id`` (see :func:`gang_starts`).
     """
     state = _GangReplay(dict(free), dict(usage), nominal, capacity or {}, node_size)
     for gang in sorted(queued, key=lambda g: (-g.priority, g.order)):
@@ -613,6 +617,8 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
         state.hold(_Held(max(now, node.end), node.pool, node.queue, 1, node.amount))
         nodes += 1
     t = now
+    if starts is not None:
+        state.starts = starts
     for _ in range(max_steps + 1):
         if state.cycles(asked, t):
             return t
@@ -621,6 +627,15 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
             return None
         t = max(t, held.end)
         state.release(held)
+    if starts is not None:  # the gangs left start as their node-seconds ahead allow, in order
+        left = sorted(
+            (g for q in state.queues.values() for g in q if g is not asked),
+            key=lambda g: (-g.priority, g.order),
+        )
+        work = 0.0
+        for g in left:
+            starts.setdefault(id(g), t + work / max(1, nodes))
+            work += g.nodes * g.duration
     ahead = [
         g
         for queue in state.queues.values()
@@ -628,3 +643,37 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
         if g is not asked and (g.order < asked.order or g.queue == asked.queue)
     ]
     return t + sum(g.nodes * g.duration for g in ahead) / max(1, nodes)
+
+
+def gang_starts(  # noqa: PLR0913 - keyword-only, as gang_start
+    now: float,
+    *,
+    free: Mapping[str, int],
+    releases: Iterable[NodeFree],
+    queued: Sequence[Gang],
+    usage: Mapping[tuple[str, str], float],
+    nominal: Mapping[tuple[str, str], float],
+    node_size: float,
+    capacity: Mapping[str, float] | None = None,
+    max_steps: int = MAX_STEPS,
+) -> dict[int, float]:
+    """Expected starts of all of ``queued`` (by ``id``) in one replay of :func:`gang_start`: the
+    asked gang is one that never fits, so the replay plays until the releases run out (a gang
+    missing never starts) or for ``max_steps`` releases (the gangs left then start as their
+    node-seconds over the nodes allow, in the scheduler's order)."""
+    never = Gang("", ("",), 1, -(2**63), math.inf, 0.0, reclaim=False)
+    out: dict[int, float] = {}
+    gang_start(
+        now,
+        never,
+        free=free,
+        releases=releases,
+        queued=queued,
+        usage=usage,
+        nominal=nominal,
+        node_size=node_size,
+        capacity=capacity,
+        max_steps=max_steps,
+        starts=out,
+    )
+    return out

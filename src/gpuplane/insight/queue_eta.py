@@ -20,7 +20,7 @@ ClusterQueues of a cluster state, from what the control plane knows at a moment 
   StrictFIFO does not;
 * **whole-node gangs**: a workload whose every pod takes a whole node (:func:`node_gang`) is also
   replayed on the nodes, with the pending whole-node gangs of every ClusterQueue that share them,
-  by :func:`gpuplane.insight.eta.gang_start`, the simulator's method (:func:`estimate_gang`).
+  by :func:`gpuplane.insight.eta.gang_start`, the simulator's method (:func:`estimate_gangs`).
 
 The queue is played in :data:`SCENARIOS` scenarios of the runtimes (:func:`estimate_queue`); the
 range is the 25th/50th/75th percentile of the starts. The estimate ignores arrivals of
@@ -43,7 +43,7 @@ from gpuplane.core.inventory import pod_needs
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import ConditionType, PendingDecision, SchedulerConfig
-from gpuplane.insight.eta import EPSILON, Gang, NodeFree, gang_start, predict_start
+from gpuplane.insight.eta import EPSILON, Gang, NodeFree, gang_starts, predict_start
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
 
@@ -526,52 +526,6 @@ def node_gang(world: Scheduler, wl: Workload, queue: str, config: SchedulerConfi
     return NodeGang(wl, queue, resource, size, sum(ps.count for ps in sets), pools)
 
 
-def _gang_nodes(
-    world: Scheduler, gang: NodeGang
-) -> tuple[dict[str, int], list[tuple[str, _NodeHolder]], int]:
-    """The free nodes of ``gang``'s pools, the held ones (pool and holder) and how many in all; a
-    node of two flavors counts for the first the gang tries."""
-    cluster = world.cluster
-    assert cluster is not None
-    owned: dict[str, list[tuple[str, int]]] = {}
-    for owner, items in cluster.owners.items():
-        for name, needs, _ in items:
-            owned.setdefault(name, []).append((owner, needs.whole))
-    free: dict[str, int] = {}
-    held: list[tuple[str, _NodeHolder]] = []
-    seen: set[str] = set()
-    for pool, names in gang.pools.items():
-        for name in names:
-            if name in seen:
-                continue
-            seen.add(name)
-            on = owned.get(name, [])
-            if not on:
-                free[pool] = free.get(pool, 0) + 1
-                continue
-            admitted = world.tree.admitted.get(on[0][0])
-            whole = len(on) == 1 and on[0][1] >= gang.size and admitted is not None
-            queue = admitted.cluster_queue if whole and admitted is not None else ""
-            amount = float(gang.size) if queue else 0.0
-            held.append((pool, _NodeHolder(tuple(o for o, _ in on), queue, amount)))
-    return free, held, len(seen)
-
-
-def _gang_quotas(
-    world: Scheduler, gang: NodeGang
-) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
-    """Quota used and nominal quota per (ClusterQueue, pool) of every ClusterQueue, in the pools of
-    ``gang``: the queues of the gangs in a node replay and of the workloads on its nodes."""
-    usage: dict[tuple[str, str], float] = {}
-    nominal: dict[tuple[str, str], float] = {}
-    for name, cq in world.tree.queues.items():
-        for pool in gang.pools:
-            fr = (pool, gang.resource)
-            usage[(name, pool)] = float(cq.usage.get(fr, 0))
-            nominal[(name, pool)] = float(cq.quota_for(fr).nominal)
-    return usage, nominal
-
-
 @dataclass(frozen=True, slots=True)
 class _NodeHolder:
     """What holds a node: its owners, the queue whose quota it gives back, and how much."""
@@ -581,38 +535,90 @@ class _NodeHolder:
     amount: float
 
 
-def estimate_gang(  # noqa: PLR0913 - keyword-only: the other queues, runtimes, config and time
+def _gang_nodes(
+    world: Scheduler, pools: Mapping[str, tuple[str, ...]], size: int
+) -> tuple[dict[str, int], list[tuple[str, _NodeHolder]], int]:
+    """The free nodes of ``pools``, the held ones (pool and holder) and how many in all; a node of
+    two pools counts for the first."""
+    cluster = world.cluster
+    assert cluster is not None
+    owned: dict[str, list[tuple[str, int]]] = {}
+    for owner, items in cluster.owners.items():
+        for name, needs, _ in items:
+            owned.setdefault(name, []).append((owner, needs.whole))
+    free: dict[str, int] = {}
+    held: list[tuple[str, _NodeHolder]] = []
+    seen: set[str] = set()
+    for pool, names in pools.items():
+        for name in names:
+            if name in seen:
+                continue
+            seen.add(name)
+            on = owned.get(name, [])
+            if not on:
+                free[pool] = free.get(pool, 0) + 1
+                continue
+            admitted = world.tree.admitted.get(on[0][0])
+            whole = len(on) == 1 and on[0][1] >= size and admitted is not None
+            queue = admitted.cluster_queue if whole and admitted is not None else ""
+            amount = float(size) if queue else 0.0
+            held.append((pool, _NodeHolder(tuple(o for o, _ in on), queue, amount)))
+    return free, held, len(seen)
+
+
+def _gang_quotas(
+    world: Scheduler, pools: Iterable[str], resource: str
+) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float], dict[str, float]]:
+    """Quota used and nominal quota per (ClusterQueue, pool) of every ClusterQueue in ``pools``,
+    and each pool's nominal quota in all."""
+    usage: dict[tuple[str, str], float] = {}
+    nominal: dict[tuple[str, str], float] = {}
+    total: dict[str, float] = {}
+    for name, cq in world.tree.queues.items():
+        for pool in pools:
+            fr = (pool, resource)
+            usage[(name, pool)] = float(cq.usage.get(fr, 0))
+            nominal[(name, pool)] = float(cq.quota_for(fr).nominal)
+            total[pool] = total.get(pool, 0.0) + nominal[(name, pool)]
+    return usage, nominal, total
+
+
+def estimate_gangs(
     world: Scheduler,
-    gang: NodeGang,
-    quota: Estimate,
+    gangs: Sequence[NodeGang],
+    quotas: Mapping[str, Estimate],
     *,
-    ahead: Sequence[NodeGang],
     runtimes: RuntimeModel,
     now: float,
-) -> Estimate:
-    """The start of a whole-node gang by the node replay (:func:`gpuplane.insight.eta.gang_start`),
-    the method the simulator's ETA uses, run in the same :data:`SCENARIOS` as the queue's estimate.
+) -> dict[str, Estimate]:
+    """The starts of pending whole-node gangs of one node size (of every ClusterQueue) by the
+    node replay (:func:`gpuplane.insight.eta.gang_start`), the method the simulator's ETA uses,
+    run in the same :data:`SCENARIOS` as the queue estimate, one replay per scenario for them all.
 
-    The nodes of the gang's pools are free, or free when the last workload on them ends (at the
+    The nodes of the gangs' pools are free, or free when the last workload on them ends (at the
     scenario's quantile of its runtime given what it has run; a node held whole by one workload
-    gives its ClusterQueue's quota back then). ``ahead`` are the pending whole-node gangs of the
-    same node size that share a pool, of every ClusterQueue (those of the gang's own queue only if
-    ahead of it): the replay takes them as the scheduler's cycles do, one head per queue per cycle,
-    within nominal first, then priority, then creation; each runs for the scenario's quantile of
-    its queue's runtimes. Where the ClusterQueue may reclaim within its cohort, gangs within their
-    nominal quota take nodes of borrowing queues. ``quota`` (the queue estimate of
-    :func:`estimate_queue`) still bounds it: each of low, median and high is the later of the two.
+    gives its ClusterQueue's quota back then). The replay takes the gangs as the scheduler's cycles
+    do, one head per queue per cycle, within nominal first, then priority, then creation; each runs
+    for the scenario's quantile of its queue's runtimes. A gang of a ClusterQueue that may reclaim
+    within its cohort, within its nominal quota, takes nodes of borrowing queues. ``quotas`` (each
+    gang's queue estimate, :func:`estimate_queue`) still bounds each: each of low, median and high
+    is the later of the two.
     """
-    pools = tuple(gang.pools)
-    free, held, count = _gang_nodes(world, gang)
-    usage, nominal = _gang_quotas(world, gang)
-    own = world.tree.queues[gang.queue]
-    reclaim = own.spec.preemption.reclaim_within_cohort != "Never"
-    cohort = _cohort_queues(own)
-    quota_of = {p: float(sum(q.quota_for((p, gang.resource)).nominal for q in cohort)) for p in pools}
+    if not gangs:
+        return {}
+    resource, size = gangs[0].resource, gangs[0].size
+    pools: dict[str, tuple[str, ...]] = {}
+    for g in gangs:
+        for pool, names in g.pools.items():
+            pools[pool] = tuple(sorted({*pools.get(pool, ()), *names}))
+    free, held, count = _gang_nodes(world, pools, size)
+    usage, nominal, total = _gang_quotas(world, pools, resource)
+    reclaim = {
+        g.queue: world.tree.queues[g.queue].spec.preemption.reclaim_within_cohort != "Never" for g in gangs
+    }
     holders = [o for _, h in held for o in h.owners]
-    salts = {key: _salt(key) for key in [gang.workload.key, *(g.workload.key for g in ahead), *holders]}
-    starts: list[float] = []
+    salts = {key: _salt(key) for key in [*(g.workload.key for g in gangs), *holders]}
+    seen: dict[str, list[float]] = {g.workload.key: [] for g in gangs}
     for k in range(SCENARIOS):
 
         def end_of(owner: str, k: int = k) -> float:
@@ -624,44 +630,55 @@ def estimate_gang(  # noqa: PLR0913 - keyword-only: the other queues, runtimes, 
             return now + runtimes.remaining_at(wl, aw.cluster_queue, elapsed, _u(k, salts[owner]))
 
         releases = [NodeFree(max(end_of(o) for o in h.owners), pool, h.queue, h.amount) for pool, h in held]
-
-        def as_gang(g: NodeGang, k: int = k) -> Gang:
-            duration = runtimes.total_at(g.workload, g.queue, _u(k, salts[g.workload.key]))
-            in_pools = tuple(p for p in pools if p in g.pools)
-            return Gang(g.queue, in_pools, g.nodes, g.workload.priority, g.workload.creation, duration)
-
-        start = gang_start(
+        played = [
+            Gang(
+                g.queue,
+                tuple(p for p in pools if p in g.pools),
+                g.nodes,
+                g.workload.priority,
+                g.workload.creation,
+                runtimes.total_at(g.workload, g.queue, _u(k, salts[g.workload.key])),
+                reclaim=reclaim[g.queue],
+            )
+            for g in gangs
+        ]
+        starts = gang_starts(
             now,
-            as_gang(gang),
             free=free,
             releases=sorted(releases, key=lambda r: r.end),
-            queued=[as_gang(g) for g in ahead],
+            queued=played,
             usage=usage,
             nominal=nominal,
-            node_size=float(gang.size),
-            capacity=quota_of if reclaim else None,
+            node_size=float(size),
+            capacity=total,
         )
-        if start is not None:
-            starts.append(start)
-    samples, sample_basis = runtimes.sample_for(gang.queue)
-    runtimes_basis = (
-        f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)"
-        if samples
-        else f"no finished workloads: runtimes assumed around {DEFAULT_RUNTIME_SECONDS:.0f}s"
-    )
-    basis = (
-        f"whole-node gang: replayed on the nodes of {', '.join(pools)}"
-        f" ({sum(free.values())} of {count} free,"
-        f" {gang.size} {gang.resource} each) with {len(ahead)} whole-node gangs queued ahead or in other"
-        f" queues, as the scheduler's cycles take them; {runtimes_basis}"
-        + ("; borrowed nodes reclaimed" if reclaim else "")
-        + f"; {SCENARIOS} scenarios; not before its quota allows ({quota.basis})"
-    )
-    if len(starts) * 2 < SCENARIOS or quota.seconds is None:
-        return Estimate(None, None, None, "never: " + basis)
-    starts.sort()
-    values = [
-        round(max(mine or 0.0, quantile(starts, q) - now), 1)
-        for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
-    ]
-    return Estimate(values[1], values[0], values[2], basis)
+        for g, gang in zip(gangs, played, strict=True):
+            start = starts.get(id(gang))
+            if start is not None:
+                seen[g.workload.key].append(start)
+    out: dict[str, Estimate] = {}
+    for g in gangs:
+        samples, sample_basis = runtimes.sample_for(g.queue)
+        runtimes_basis = (
+            f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)"
+            if samples
+            else f"no finished workloads: runtimes assumed around {DEFAULT_RUNTIME_SECONDS:.0f}s"
+        )
+        quota = quotas[g.workload.key]
+        basis = (
+            f"whole-node gang: replayed on the nodes of {', '.join(g.pools)}"
+            f" ({sum(free.values())} of {count} free, {size} {resource} each) with {len(gangs) - 1} other"
+            f" pending whole-node gangs, as the scheduler's cycles take them; {runtimes_basis}"
+            + ("; borrowed nodes reclaimed" if reclaim[g.queue] else "")
+            + f"; {SCENARIOS} scenarios; not before its quota allows ({quota.basis})"
+        )
+        starts_of = sorted(seen[g.workload.key])
+        if len(starts_of) * 2 < SCENARIOS or quota.seconds is None:
+            out[g.workload.key] = Estimate(None, None, None, "never: " + basis)
+            continue
+        values = [
+            round(max(mine or 0.0, quantile(starts_of, q) - now), 1)
+            for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
+        ]
+        out[g.workload.key] = Estimate(values[1], values[0], values[2], basis)
+    return out

@@ -39,7 +39,7 @@ from gpuplane.insight.queue_eta import (
     Estimate,
     NodeGang,
     RuntimeModel,
-    estimate_gang,
+    estimate_gangs,
     estimate_queue,
     main_resource,
     node_gang,
@@ -238,6 +238,8 @@ class _Context:
     pending_by_queue: dict[str, list[PendingDecision]] = field(default_factory=dict)
     etas: dict[str, dict[str, Estimate]] = field(default_factory=dict)  # per ClusterQueue, computed once
     gangs: dict[str, NodeGang | None] = field(default_factory=dict)  # whole-node gangs, by workload
+    gang_etas: dict[str, Estimate] = field(default_factory=dict)  # their node replay, made once
+    gangs_replayed: bool = False
 
     def eta(self, p: PendingDecision) -> Estimate:
         name = p.cluster_queue or ""
@@ -260,24 +262,24 @@ class _Context:
             self.gangs[p.workload] = found
         return self.gangs[p.workload]
 
-    def gang_eta(self, p: PendingDecision, gang: NodeGang, quota: Estimate) -> Estimate:
-        """The node replay's estimate of a whole-node gang, with the pending gangs that compete for
-        its nodes: those ahead of it in its ClusterQueue, and those of other ClusterQueues."""
-        ahead = []
-        for queue, waiting in self.pending_by_queue.items():
-            for other in waiting:
-                if other.workload == p.workload or (
-                    queue == p.cluster_queue and (other.position or 0) >= (p.position or 0)
-                ):
-                    continue
-                g = self.gang(other)
-                if (
-                    g is not None
-                    and (g.size, g.resource) == (gang.size, gang.resource)
-                    and any(pool in gang.pools for pool in g.pools)
-                ):
-                    ahead.append(g)
-        return estimate_gang(self.world, gang, quota, ahead=ahead, runtimes=self.runtimes, now=self.now)
+    def gang_eta(self, p: PendingDecision) -> Estimate:
+        """The node replay's estimate of a whole-node gang (:func:`estimate_gangs`), made once for
+        all the pending whole-node gangs, one replay per node size."""
+        if not self.gangs_replayed:
+            self.gangs_replayed = True
+            groups: dict[tuple[str, int], list[NodeGang]] = {}
+            quotas: dict[str, Estimate] = {}
+            for waiting in self.pending_by_queue.values():
+                for other in waiting:
+                    g = self.gang(other)
+                    if g is not None:
+                        groups.setdefault((g.resource, g.size), []).append(g)
+                        quotas[other.workload] = self.eta(other)
+            for gangs in groups.values():
+                self.gang_etas.update(
+                    estimate_gangs(self.world, gangs, quotas, runtimes=self.runtimes, now=self.now)
+                )
+        return self.gang_etas[p.workload]
 
 
 def _context(state: ClusterState, plan: Plan, now: float, config: SchedulerConfig | None) -> _Context:
@@ -399,9 +401,8 @@ def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -
         )
     else:
         eta = ctx.eta(p)
-        gang = ctx.gang(p)
-        if gang is not None:
-            eta = ctx.gang_eta(p, gang, eta)
+        if ctx.gang(p) is not None:
+            eta = ctx.gang_eta(p)
         elif p.reason in _PLACEMENT_CAPACITY:
             eta = with_one_node(ctx.world, wl, eta, runtimes=ctx.runtimes, config=ctx.config, now=ctx.now)
     return Explanation(
