@@ -24,7 +24,8 @@ ClusterQueues of a cluster state, from what the control plane knows at a moment 
 
 The queue is played in :data:`SCENARIOS` scenarios of the runtimes (:func:`estimate_queue`); the
 range is the 25th/50th/75th percentile of the starts. The estimate ignores arrivals of
-higher-priority work.
+higher-priority work, and is a lower bound for a gang of pods that each take part of a node when
+placement is fragmented beyond one node.
 ``bench/eta_accuracy.py`` measures it against the core's real starts.
 """
 
