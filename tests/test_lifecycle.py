@@ -218,7 +218,8 @@ def test_condition_and_with_conditions() -> None:
 
 
 def test_a_condition_set_again_with_the_same_status_keeps_its_transition_time() -> None:
-    pending = condition(ConditionType.QUOTA_RESERVED, Reason.WAITING_FOR_QUOTA, "t1", "no quota", status=False)
+    quota = ConditionType.QUOTA_RESERVED
+    pending = condition(quota, Reason.WAITING_FOR_QUOTA, "t1", "no quota", status=False)
     other = condition(ConditionType.QUOTA_RESERVED, Reason.PENDING, "t2", "no node", status=False)
     again = with_conditions([pending], other)
     assert again == [{**other, "lastTransitionTime": "t1"}]  # reason and message new, time kept

@@ -269,6 +269,7 @@ def with_conditions(
 
 
 def _keep_transition_time(condition: dict[str, Any], before: Mapping[str, Any] | None) -> dict[str, Any]:
-    if before is not None and before.get("status") == condition.get("status") and before.get("lastTransitionTime"):
+    same_status = before is not None and before.get("status") == condition.get("status")
+    if same_status and before is not None and before.get("lastTransitionTime"):
         condition["lastTransitionTime"] = before["lastTransitionTime"]
     return condition
