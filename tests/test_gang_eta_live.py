@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from gpuplane.cli.app import build_app
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.scheduler import schedule
-from gpuplane.insight.eta import Gang, NodeFree, gang_start, gang_starts
+from gpuplane.insight.eta import Gang, NodeFree, NodeReplay, gang_start, gang_starts
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model.loader import load_state
 from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
@@ -188,15 +188,11 @@ def test_one_replay_for_all_gangs_gives_each_the_start_of_its_own_replay() -> No
         Gang("b", ("p",), 1, 0, 3.0, 300.0),
         Gang("b", ("p",), 2, 0, 4.0, 900.0),
     ]
-    together = gang_starts(
-        0.0, free=free, releases=releases, queued=gangs, usage={}, nominal={}, node_size=8.0
-    )
+    together = gang_starts(0.0, NodeReplay(free, releases, gangs, {}, {}, 8.0))
     assert set(together) == {id(g) for g in gangs}
     for last in (gangs[1], gangs[3]):  # the last of each queue: gang_start sees the same gangs
         others = [g for g in gangs if g is not last]
-        alone = gang_start(
-            0.0, last, free=free, releases=releases, queued=others, usage={}, nominal={}, node_size=8.0
-        )
+        alone = gang_start(0.0, last, NodeReplay(free, releases, others, {}, {}, 8.0))
         assert together[id(last)] == alone
     # b's one-node gang takes the free node at once; b's 2-node gang the two nodes free at 1000 s
     # (a's 3-node head, first in that cycle, does not fit; b's head does); at 1900 s a's 2-node

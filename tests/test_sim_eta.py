@@ -13,6 +13,7 @@ from gpuplane.insight.eta import (
     Capacity,
     Gang,
     NodeFree,
+    NodeReplay,
     Queued,
     Running,
     gang_start,
@@ -333,9 +334,7 @@ GANG_CASES = [
 
 @pytest.mark.parametrize("case", GANG_CASES, ids=lambda c: c.name)
 def test_gang_start(case: GangCase) -> None:
-    got = gang_start(
-        0.0,
-        case.asked,
+    world = NodeReplay(
         free={"p": case.free} if case.free else {},
         releases=[NodeFree(end, "p") for end in case.ends],
         queued=case.queued,
@@ -343,6 +342,7 @@ def test_gang_start(case: GangCase) -> None:
         nominal=case.nominal,
         node_size=8.0,
     )
+    got = gang_start(0.0, case.asked, world)
     assert got == case.want
 
 
@@ -367,17 +367,8 @@ def test_gang_start_reclaims_nodes_of_borrowing_queues(
         NodeFree(500.0, "p", "b", 8.0),
         NodeFree(900.0, "p", "b" if ("c", "p") not in usage else "c", 8.0),
     ]
-    got = gang_start(
-        0.0,
-        ASKED,
-        free={},
-        releases=releases,
-        queued=[],
-        usage=usage,
-        nominal={("a", "p"): 8.0, ("b", "p"): 8.0, ("c", "p"): 8.0},
-        node_size=8.0,
-        capacity=capacity,
-    )
+    nominal = {("a", "p"): 8.0, ("b", "p"): 8.0, ("c", "p"): 8.0}
+    got = gang_start(0.0, ASKED, NodeReplay({}, releases, [], usage, nominal, 8.0, capacity))
     assert got == want
 
 
@@ -389,9 +380,7 @@ def test_gang_start_draws_runs_from_the_curve() -> None:
     assert curve is not None
     assert [curve.quantile(van_der_corput(k)) for k in (1, 2, 3)] == [10.0, 10.0, 30.0]
     ahead = [Gang("b", ("p",), 1, 0, float(k), 1000.0, curve) for k in range(3)]
-    got = gang_start(
-        0.0, ASKED, free={"p": 1}, releases=[], queued=ahead, usage={}, nominal={}, node_size=8.0
-    )
+    got = gang_start(0.0, ASKED, NodeReplay({"p": 1}, [], ahead, {}, {}, 8.0))
     assert got == 50.0
 
 
@@ -404,17 +393,8 @@ def test_gang_start_extrapolates_after_its_step_limit() -> None:
     ahead = [gang("b", order=float(k), duration=d) for k, d in enumerate((100.0, 300.0, 300.0, 300.0))]
 
     def start(max_steps: int) -> float | None:
-        return gang_start(
-            0.0,
-            gang("b", order=99.0),
-            free={"p": 2},
-            releases=[],
-            queued=ahead,
-            usage={},
-            nominal={},
-            node_size=8.0,
-            max_steps=max_steps,
-        )
+        world = NodeReplay({"p": 2}, [], ahead, {}, {}, 8.0)
+        return gang_start(0.0, gang("b", order=99.0), world, max_steps=max_steps)
 
     assert start(256) == 400.0
     assert start(1) == 450.0

@@ -269,7 +269,8 @@ def with_conditions(
 
 
 def _keep_transition_time(condition: dict[str, Any], before: Mapping[str, Any] | None) -> dict[str, Any]:
-    same_status = before is not None and before.get("status") == condition.get("status")
-    if same_status and before is not None and before.get("lastTransitionTime"):
+    if before is None or before.get("status") != condition.get("status"):
+        return condition  # new, or a change of status: a transition now
+    if before.get("lastTransitionTime"):
         condition["lastTransitionTime"] = before["lastTransitionTime"]
     return condition

@@ -7,6 +7,7 @@ usage it holds in the tree.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,6 +39,18 @@ class PendingWorkload:
 
     def sort_key(self) -> tuple[int, float, int]:
         return (-self.priority, self.timestamp, self.sequence)
+
+
+def queue_position(queue: list[PendingWorkload], pending: PendingWorkload) -> int:
+    """Where ``pending`` is in ``queue`` (kept sorted by :meth:`PendingWorkload.sort_key`): found by
+    bisection on the sort key, not by comparing every workload before it."""
+    i = bisect_left(queue, pending.sort_key(), key=PendingWorkload.sort_key)
+    if i < len(queue) and queue[i] is pending:
+        return i
+    for j, queued in enumerate(queue):  # the queue was reordered in place: look at every entry
+        if queued is pending:
+            return j
+    raise ValueError(f"{pending.key} is not in its queue")
 
 
 def pod_set_requests(wl: Workload, counts: list[int] | None = None) -> list[dict[str, int]]:

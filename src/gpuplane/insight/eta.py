@@ -564,30 +564,40 @@ class _GangReplay:
         return False
 
 
-def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quotas, the bound
+@dataclass(frozen=True, slots=True)
+class NodeReplay:
+    """What a node replay (:func:`gang_start`, :func:`gang_starts`) starts from.
+
+    ``free`` is how many nodes of each pool are free now; ``releases`` the others, each at its
+    expected end (an end in the past is taken as the replay's start). ``queued`` are the gangs
+    queued (of at least the asked one's priority), any queue, any order. ``usage`` and
+    ``nominal`` are each queue's quota used and nominal quota per pool (for the scheduler's
+    order, and reclaim); ``node_size`` what one node counts for in them; ``capacity`` each pool's
+    quota in all (without it, nothing is reclaimed)."""
+
+    free: Mapping[str, int]
+    releases: Sequence[NodeFree]
+    queued: Sequence[Gang]
+    usage: Mapping[tuple[str, str], float]
+    nominal: Mapping[tuple[str, str], float]
+    node_size: float
+    capacity: Mapping[str, float] | None = None
+
+
+def gang_start(
     now: float,
     asked: Gang,
+    world: NodeReplay,
     *,
-    free: Mapping[str, int],
-    releases: Iterable[NodeFree],
-    queued: Iterable[Gang],
-    usage: Mapping[tuple[str, str], float],
-    nominal: Mapping[tuple[str, str], float],
-    node_size: float,
-    capacity: Mapping[str, float] | None = None,
     max_steps: int = MAX_STEPS,
     starts: dict[int, float] | None = None,
 ) -> float | None:
     """Expected start of a whole-node gang, by playing the nodes and the gangs' queues forward.
 
-    ``free`` is how many nodes of each pool are free now; ``releases`` the others, each at its
-    expected end (an end in the past is taken as ``now``). ``queued`` are the gangs queued before
-    ``asked`` (of at least its priority), any queue, any order, with ``order`` below ``asked``'s;
-    ``asked`` goes last in its own queue. ``usage`` and ``nominal`` are each queue's quota used
-    and nominal quota per pool (for the scheduler's order, and reclaim); ``node_size`` what one
-    node counts for in them; ``capacity`` each pool's quota in all (without it, nothing is
-    reclaimed). It mirrors the scheduler's BestEffortFIFO cycles, which take one head per queue
-    per cycle::
+    ``world`` holds the nodes, the queued gangs and the quotas (see :class:`NodeReplay`); its
+    queued gangs are those queued before ``asked``, with ``order`` below ``asked``'s, and
+    ``asked`` goes last in its own queue. It mirrors the scheduler's BestEffortFIFO cycles,
+    which take one head per queue per cycle::
 
         at now, and after each release (of a node of the input, or of a gang started here):
             cycle: each queue's head = its first gang not tried since the last release
@@ -606,14 +616,16 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
     Returns ``None`` when no release would make room for ``asked``. With ``starts``, the start of
     every gang of ``queued`` the replay reached is put there, by ``id`` (see :func:`gang_starts`).
     """
-    state = _GangReplay(dict(free), dict(usage), nominal, capacity or {}, node_size)
-    for gang in sorted(queued, key=lambda g: (-g.priority, g.order)):
+    state = _GangReplay(
+        dict(world.free), dict(world.usage), world.nominal, world.capacity or {}, world.node_size
+    )
+    for gang in sorted(world.queued, key=lambda g: (-g.priority, g.order)):
         state.queues.setdefault(gang.queue, []).append(gang)
         state.last_order = max(state.last_order, gang.order)
     state.queues.setdefault(asked.queue, []).append(asked)
     state.last_order = max(state.last_order, asked.order)
-    nodes = sum(free.values())
-    for node in releases:
+    nodes = sum(world.free.values())
+    for node in world.releases:
         state.hold(_Held(max(now, node.end), node.pool, node.queue, 1, node.amount))
         nodes += 1
     t = now
@@ -645,35 +657,12 @@ def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quot
     return t + sum(g.nodes * g.duration for g in ahead) / max(1, nodes)
 
 
-def gang_starts(  # noqa: PLR0913 - keyword-only, as gang_start
-    now: float,
-    *,
-    free: Mapping[str, int],
-    releases: Iterable[NodeFree],
-    queued: Sequence[Gang],
-    usage: Mapping[tuple[str, str], float],
-    nominal: Mapping[tuple[str, str], float],
-    node_size: float,
-    capacity: Mapping[str, float] | None = None,
-    max_steps: int = MAX_STEPS,
-) -> dict[int, float]:
-    """Expected starts of all of ``queued`` (by ``id``) in one replay of :func:`gang_start`: the
-    asked gang is one that never fits, so the replay plays until the releases run out (a gang
+def gang_starts(now: float, world: NodeReplay, *, max_steps: int = MAX_STEPS) -> dict[int, float]:
+    """Expected starts of all of ``world.queued`` (by ``id``) in one replay of :func:`gang_start`:
+    the asked gang is one that never fits, so the replay plays until the releases run out (a gang
     missing never starts) or for ``max_steps`` releases (the gangs left then start as their
     node-seconds over the nodes allow, in the scheduler's order)."""
     never = Gang("", ("",), 1, -(2**63), math.inf, 0.0, reclaim=False)
     out: dict[int, float] = {}
-    gang_start(
-        now,
-        never,
-        free=free,
-        releases=releases,
-        queued=queued,
-        usage=usage,
-        nominal=nominal,
-        node_size=node_size,
-        capacity=capacity,
-        max_steps=max_steps,
-        starts=out,
-    )
+    gang_start(now, never, world, max_steps=max_steps, starts=out)
     return out

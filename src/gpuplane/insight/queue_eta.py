@@ -44,7 +44,7 @@ from gpuplane.core.inventory import pod_needs
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import ConditionType, PendingDecision, SchedulerConfig
-from gpuplane.insight.eta import EPSILON, Gang, NodeFree, gang_starts, predict_start
+from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts, predict_start
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
 
@@ -643,8 +643,7 @@ def estimate_gangs(
             )
             for g in gangs
         ]
-        starts = gang_starts(
-            now,
+        replay = NodeReplay(
             free=free,
             releases=sorted(releases, key=lambda r: r.end),
             queued=played,
@@ -653,6 +652,7 @@ def estimate_gangs(
             node_size=float(size),
             capacity=total,
         )
+        starts = gang_starts(now, replay)
         for g, gang in zip(gangs, played, strict=True):
             start = starts.get(id(gang))
             if start is not None:

@@ -33,6 +33,7 @@ from gpuplane.insight.eta import (
     Capacity,
     Gang,
     NodeFree,
+    NodeReplay,
     Queued,
     Running,
     RuntimeCurve,
@@ -810,9 +811,7 @@ class Engine:
             if priority >= floor and pool in nodes:
                 usage[(owner, pool)] = usage.get((owner, pool), 0.0) + amount
         asked = self._gang(run, run.job.team, pools, self.book.sequence + 1)
-        return gang_start(
-            now,
-            asked,
+        world = NodeReplay(
             free=free,
             releases=releases,
             queued=queued,
@@ -821,6 +820,7 @@ class Engine:
             node_size=run.per_pod,
             capacity={p: capacity.pools[p] for p in pools} if capacity.preemption else None,
         )
+        return gang_start(now, asked, world)
 
     def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float) -> Gang:
         """A queued whole-node job as the node replay sees it."""

@@ -33,7 +33,7 @@ from gpuplane.core.scheduling.state import (
     Entry,
     Status,
 )
-from gpuplane.core.workloads import admitted_usage, usage_from_assignment
+from gpuplane.core.workloads import admitted_usage, queue_position, usage_from_assignment
 from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import Workload
 
@@ -144,8 +144,9 @@ class Admission(Preemption, NodePlacement):
         self.scan.pop(pending.key, None)
         self.state_version += 1
         self._shapes.pop(pending.key, None)
+        self._eligible.pop(pending.key, None)
         queue = self.queues[pending.cluster_queue]
-        index = queue.index(pending)
+        index = queue_position(queue, pending)
         del queue[index]
         if index < self.cursor[pending.cluster_queue]:
             self.cursor[pending.cluster_queue] -= 1

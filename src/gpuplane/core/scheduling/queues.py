@@ -97,6 +97,7 @@ class Queues(SchedulerState):
                     self.status.pop(key, None)
                     self.scan.pop(key, None)
                     self._shapes.pop(key, None)
+                    self._eligible.pop(key, None)
                     return True
         return self.unqueued.pop(key, None) is not None
 
