@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuplane.core.placement import engine
+from gpuplane.core.placement.engine import Placement, Profile
 from gpuplane.core.placement.fragmentation import (
     FragmentationMeasure,
     TypicalPod,
@@ -19,17 +21,24 @@ from gpuplane.core.placement.fragmentation import (
     node_fragment,
     typical_pods,
 )
-from gpuplane.core.placement.gpu_cluster import GpuCluster, GpuRequest, NodeSpec
+from gpuplane.core.placement.gpu_cluster import GpuCluster, GpuRequest, IntArray, NodeSpec
 from gpuplane.core.placement.scoring import (
     POLICIES,
     GpuClusteringScore,
     PolicyContext,
+    ScorePolicy,
     get_policy,
     pick_node,
-    schedule_one,
 )
 
 # -- builders ---------------------------------------------------------------------------------------
+
+
+def schedule_one(
+    policy: ScorePolicy, cluster: GpuCluster, request: GpuRequest, rank: IntArray
+) -> Placement | None:
+    """Place one pod with ``policy`` alone: a profile of that one plugin."""
+    return engine.schedule_one(Profile(policy.name, ((policy, 1),), policy), cluster, request, rank)
 
 
 @dataclass

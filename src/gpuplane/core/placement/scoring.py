@@ -33,8 +33,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpuplane.core.placement import engine
-from gpuplane.core.placement.engine import Placement, Profile, pick_node
+from gpuplane.core.placement.engine import Placement, pick_node
 from gpuplane.core.placement.fragmentation import (
     FragmentationMeasure,
     NodeMeasure,
@@ -84,15 +83,6 @@ class PolicyContext:
 
     typical: tuple[TypicalPod, ...] = ()
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
-
-
-def schedule_one(
-    policy: ScorePolicy, cluster: GpuCluster, request: GpuRequest, rank: IntArray
-) -> Placement | None:
-    """Place one pod with ``policy`` alone: :func:`gpuplane.core.placement.engine.schedule_one`
-    with a profile of that one plugin (weight 1). Returns ``None`` (and changes nothing) when no
-    node fits."""
-    return engine.schedule_one(Profile(policy.name, ((policy, 1),), policy), cluster, request, rank)
 
 
 def _trunc_score(values: FloatArray) -> IntArray:
@@ -165,7 +155,8 @@ class GpuClusteringScore:
     """Keeps pods of one GPU class together (whole 1-GPU, 2-GPU, ..., and shared-GPU pods).
 
     It reads the classes of the pods on each node from the placements it is told about, so the
-    policy must see every placement: :func:`schedule_one` goes through :meth:`choose_gpus`, and
+    policy must see every placement: :func:`gpuplane.core.placement.engine.schedule_one` goes
+    through :meth:`choose_gpus`, and
     anything else that places pods must call :meth:`observe`.
     """
 
