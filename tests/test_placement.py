@@ -24,18 +24,13 @@ from hypothesis import strategies as st
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.gang import (
-    EXCEEDS_CLUSTER,
-    FRAGMENTED,
-    NO_NODE_ADVERTISES,
-    NO_NODE_MATCHES_SELECTOR,
-    UNTOLERATED_TAINT,
-    WAITING_FOR_GANG_CAPACITY,
     Cluster,
     GangPlacement,
     GangPodSet,
     PlacementFailure,
 )
 from gpuplane.core.inventory import DeviceConfig, DeviceGrant, pod_needs
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.loader import load_state
 from gpuplane.model.objects import ClusterState, Node, PodTemplate
@@ -223,7 +218,7 @@ PLACE_CASES = [
         name="gang-fits-partly-is-fragmented",
         nodes=[gpu_node("a", 8), gpu_node("b", 5)],
         gang=workload("gang").podset(count=2, gpu=6),
-        want_reason=FRAGMENTED,
+        want_reason=Reason.FRAGMENTED,
         want_message="no placement holds all 2 pods",
     ),
     PlaceCase(
@@ -231,21 +226,21 @@ PLACE_CASES = [
         nodes=[gpu_node("a"), gpu_node("b")],
         before=[pinned("before", "a", 6)],
         gang=workload("gang").podset(count=3, gpu=4),
-        want_reason=WAITING_FOR_GANG_CAPACITY,
+        want_reason=Reason.WAITING_FOR_GANG_CAPACITY,
         want_message="12 GPUs needed, 10 free",
     ),
     PlaceCase(
         name="gang-larger-than-the-cluster",
         nodes=[gpu_node("a"), gpu_node("b")],
         gang=workload("gang").podset(count=5, gpu=4),
-        want_reason=EXCEEDS_CLUSTER,
+        want_reason=Reason.EXCEEDS_CLUSTER,
         want_message="needs 20 GPUs; eligible nodes have 16",
     ),
     PlaceCase(
         name="second-pod-set-does-not-fit",
         nodes=[gpu_node("a")],
         gang=workload("gang").podset("driver", count=1, gpu=4).podset("workers", count=2, gpu=4),
-        want_reason=EXCEEDS_CLUSTER,
+        want_reason=Reason.EXCEEDS_CLUSTER,
     ),
     # Topology.
     PlaceCase(
@@ -271,14 +266,14 @@ PLACE_CASES = [
         name="required-rack-no-domain-holds-the-gang",
         nodes=racks(),
         gang=workload("gang").podset(count=4, spec=eight_gpus()).topology(required=RACK),
-        want_reason=FRAGMENTED,
+        want_reason=Reason.FRAGMENTED,
         want_message=f"no {RACK} domain holds the whole gang",
     ),
     PlaceCase(
         name="required-level-no-node-has",
         nodes=[gpu_node("a"), gpu_node("b")],
         gang=workload("gang").podset(count=1, gpu=1).topology(required="example.com/block"),
-        want_reason=FRAGMENTED,
+        want_reason=Reason.FRAGMENTED,
         want_message="domain holds the whole gang",
     ),
     PlaceCase(
@@ -298,39 +293,39 @@ PLACE_CASES = [
         name="no-node-advertises-gpus",
         nodes=[node("cpu").allocatable(cpu="64")],
         gang=workload("gang").podset(count=1, gpu=1),
-        want_reason=NO_NODE_ADVERTISES,
+        want_reason=Reason.NO_NODE_ADVERTISES,
     ),
     PlaceCase(
         name="no-node-advertises-the-extended-resource",
         nodes=[gpu_node("a")],
         gang=workload("gang").podset(count=1, **{"example.com/fpga": 1}),
-        want_reason=NO_NODE_ADVERTISES,
+        want_reason=Reason.NO_NODE_ADVERTISES,
         want_message="example.com/fpga",
     ),
     PlaceCase(
         name="cordoned-node-advertises-nothing",
         nodes=[gpu_node("a").set("spec.unschedulable", True)],
         gang=workload("gang").podset(count=1, gpu=1),
-        want_reason=NO_NODE_ADVERTISES,
+        want_reason=Reason.NO_NODE_ADVERTISES,
     ),
     PlaceCase(
         name="no-node-matches-the-selector",
         nodes=[gpu_node("a", labels={"family": "hopper"})],
         gang=workload("gang").podset(spec=pod_spec().container(gpu=1).node_selector("family", "ampere")),
-        want_reason=NO_NODE_MATCHES_SELECTOR,
+        want_reason=Reason.NO_NODE_MATCHES_SELECTOR,
     ),
     PlaceCase(
         name="no-node-has-the-flavor-labels",
         nodes=[gpu_node("a", labels={"pool": "a"})],
         flavor=resource_flavor("f").set("spec.nodeLabels", {"pool": "b"}),
         gang=workload("gang").podset(count=1, gpu=1),
-        want_reason=NO_NODE_MATCHES_SELECTOR,
+        want_reason=Reason.NO_NODE_MATCHES_SELECTOR,
     ),
     PlaceCase(
         name="untolerated-taint",
         nodes=[gpu_node("a").taint("nvidia.com/gpu", "present", "NoSchedule")],
         gang=workload("gang").podset(count=1, gpu=1),
-        want_reason=UNTOLERATED_TAINT,
+        want_reason=Reason.UNTOLERATED_TAINT,
         want_message="nvidia.com/gpu=present:NoSchedule",
     ),
 ]
@@ -521,7 +516,7 @@ def test_mig_static_layout_hands_out_instances_then_waits() -> None:
     before = snapshot(cluster)
     again = cluster.place("default/again", gang_for(state, "three"))
     assert isinstance(again, PlacementFailure)
-    assert again.reason == WAITING_FOR_GANG_CAPACITY
+    assert again.reason == Reason.WAITING_FOR_GANG_CAPACITY
     assert snapshot(cluster) == before
     cluster.release("default/three")
     assert isinstance(cluster.place("default/again", gang_for(state, "three")), GangPlacement)
@@ -565,10 +560,10 @@ def test_failed_gang_with_repartitioning_leaves_the_mig_layout_as_it_was() -> No
 @pytest.mark.parametrize(
     ("nodes", "want_reason"),
     [
-        pytest.param([gpu_node("a")], NO_NODE_ADVERTISES, id="no-mig-node-at-all"),
+        pytest.param([gpu_node("a")], Reason.NO_NODE_ADVERTISES, id="no-mig-node-at-all"),
         pytest.param(
             [gpu_node("a"), mig_node("m", "0=3g.40gb@4", {MIG_3G: 1})],
-            WAITING_FOR_GANG_CAPACITY,
+            Reason.WAITING_FOR_GANG_CAPACITY,
             id="only-instance-in-use-beside-whole-gpu-node",
         ),
     ],
@@ -611,7 +606,7 @@ def test_eight_gpus_with_four_replicas_hold_32_pods(strategy: str) -> None:
     assert per_device == dict.fromkeys(range(8), 4)
     extra = cluster.place("default/one-more", gang_for(state, "one-more"))
     assert isinstance(extra, PlacementFailure)
-    assert extra.reason == WAITING_FOR_GANG_CAPACITY
+    assert extra.reason == Reason.WAITING_FOR_GANG_CAPACITY
 
 
 def test_time_slicing_without_rename_serves_nvidia_com_gpu_requests() -> None:
@@ -971,7 +966,7 @@ def test_the_free_whole_gpu_count_refuses_a_gang_without_searching() -> None:
     result = cluster.place("gang", gang)
     assert isinstance(result, PlacementFailure)
     assert (result.reason, result.message) == (
-        WAITING_FOR_GANG_CAPACITY,
+        Reason.WAITING_FOR_GANG_CAPACITY,
         "waiting for capacity for all 3 pods: 24 GPUs needed, 16 free",
     )
     assert not cluster._too_few_free([GangPodSet("main", 2, needs, template)])
@@ -1047,13 +1042,13 @@ END_TO_END_CASES = [
             queued("fragmented", 2).podset(count=2, gpu=5),
         ],
         want_placements={"first": [("a", ALL[:6])]},
-        want_pending={"gang": WAITING_FOR_GANG_CAPACITY, "fragmented": FRAGMENTED},
+        want_pending={"gang": Reason.WAITING_FOR_GANG_CAPACITY, "fragmented": Reason.FRAGMENTED},
     ),
     EndToEndCase(
         name="gang-larger-than-the-nodes",
         objects=[*queue_objects(gpu=64), gpu_node("a"), queued("big", 0).podset(count=3, gpu=4)],
         want_placements={},
-        want_pending={"big": EXCEEDS_CLUSTER},
+        want_pending={"big": Reason.EXCEEDS_CLUSTER},
     ),
     EndToEndCase(
         name="required-rack",
@@ -1072,7 +1067,7 @@ END_TO_END_CASES = [
             queued("w", 0).podset(count=1, gpu=1),
         ],
         want_placements={},
-        want_pending={"w": UNTOLERATED_TAINT},
+        want_pending={"w": Reason.UNTOLERATED_TAINT},
     ),
     EndToEndCase(
         name="mig-static-layout",
@@ -1084,7 +1079,7 @@ END_TO_END_CASES = [
             queued("another-three", 2).podset(**{MIG_3G: 1}),
         ],
         want_placements={"three": [("m", ["0:3g.40gb@4"])], "four": [("m", ["0:4g.40gb@0"])]},
-        want_pending={"another-three": WAITING_FOR_GANG_CAPACITY},
+        want_pending={"another-three": Reason.WAITING_FOR_GANG_CAPACITY},
     ),
     EndToEndCase(
         name="mig-repartition-cuts-a-free-gpu",
@@ -1106,7 +1101,7 @@ END_TO_END_CASES = [
             queued("one-more", 1).podset(count=1, **{SHARED: 1}),
         ],
         want_placements={"slots": [("ts", [f"{d}:1x"]) for d in range(8) for _ in range(4)]},
-        want_pending={"one-more": WAITING_FOR_GANG_CAPACITY},
+        want_pending={"one-more": Reason.WAITING_FOR_GANG_CAPACITY},
     ),
     EndToEndCase(
         name="fractions-share-and-whole-gpu-waits",
@@ -1118,7 +1113,7 @@ END_TO_END_CASES = [
             fractional("fifth", 1, "0.25").queue("q").created("2026-01-01T00:00:02Z"),
         ],
         want_placements={"quarters": [("f", ["0:250m"])] * 4},
-        want_pending={"whole": WAITING_FOR_GANG_CAPACITY, "fifth": WAITING_FOR_GANG_CAPACITY},
+        want_pending={"whole": Reason.WAITING_FOR_GANG_CAPACITY, "fifth": Reason.WAITING_FOR_GANG_CAPACITY},
     ),
 ]
 
@@ -1162,7 +1157,7 @@ def test_cli_prints_placements_and_placement_reasons(tmp_path: Path) -> None:
         "infer": [("m", ["0:3g.40gb@0"]), ("m", ["0:3g.40gb@4"])],
     }
     (waiting,) = doc["pending"]
-    assert (waiting["workload"], waiting["reason"]) == ("default/too-big", WAITING_FOR_GANG_CAPACITY)
+    assert (waiting["workload"], waiting["reason"]) == ("default/too-big", Reason.WAITING_FOR_GANG_CAPACITY)
     assert "8 GPUs needed, 0 free" in waiting["message"]
 
 

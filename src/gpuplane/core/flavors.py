@@ -29,10 +29,9 @@ G_NO_FIT, G_NO_CANDIDATES, G_PREEMPT, G_RECLAIM, G_FIT = range(5)
 _COARSE = {G_NO_FIT: NO_FIT, G_NO_CANDIDATES: PREEMPT, G_PREEMPT: PREEMPT, G_RECLAIM: PREEMPT, G_FIT: FIT}
 
 # Why a workload does not fit (most severe last).
-WAITING_FOR_QUOTA = Reason.WAITING_FOR_QUOTA
 EXCEEDS_MAX_QUOTA = Reason.EXCEEDS_MAX_QUOTA
 NO_MATCHING_FLAVOR = Reason.NO_MATCHING_FLAVOR
-_SEVERITY = {"": 0, WAITING_FOR_QUOTA: 2, EXCEEDS_MAX_QUOTA: 3, NO_MATCHING_FLAVOR: 4}
+_SEVERITY = {"": 0, Reason.WAITING_FOR_QUOTA: 2, EXCEEDS_MAX_QUOTA: 3, NO_MATCHING_FLAVOR: 4}
 
 
 def most_severe(a: str, b: str) -> str:
@@ -354,7 +353,7 @@ class FlavorAssigner:
                 continue
             choices[rname] = FlavorChoice(name, _COARSE[gmode], borrow)
         if mode.mode == G_NO_FIT:
-            scan.attempt_reasons.append(flavor_reason or WAITING_FOR_QUOTA)
+            scan.attempt_reasons.append(flavor_reason or Reason.WAITING_FOR_QUOTA)
         return mode, choices
 
     def _keep_best(
@@ -402,8 +401,8 @@ class FlavorAssigner:
         )
         if quota.nominal >= value or may_reclaim or can_preempt_while_borrowing:
             gmode, borrow_after = self._simulate_preemption(fr, value)
-            return gmode, borrow_after, [msg], "" if gmode != G_NO_FIT else WAITING_FOR_QUOTA
-        return G_NO_FIT, borrow, [msg], WAITING_FOR_QUOTA
+            return gmode, borrow_after, [msg], "" if gmode != G_NO_FIT else Reason.WAITING_FOR_QUOTA
+        return G_NO_FIT, borrow, [msg], Reason.WAITING_FOR_QUOTA
 
     def _simulate_preemption(self, fr: FlavorResource, value: int) -> tuple[int, int]:
         ctx = PreemptionContext(self.pending, self.cq, frozenset([fr]), {fr: value})

@@ -60,12 +60,6 @@ from gpuplane.core.placement.scoring import PolicyContext
 from gpuplane.model.objects import Node, PodTemplate, ResourceFlavor, Toleration
 
 # Why a gang cannot be placed (most specific first).
-NO_NODE_ADVERTISES = Reason.NO_NODE_ADVERTISES
-NO_NODE_MATCHES_SELECTOR = Reason.NO_NODE_MATCHES_SELECTOR
-UNTOLERATED_TAINT = Reason.UNTOLERATED_TAINT
-EXCEEDS_CLUSTER = Reason.EXCEEDS_CLUSTER
-FRAGMENTED = Reason.FRAGMENTED
-WAITING_FOR_GANG_CAPACITY = Reason.WAITING_FOR_GANG_CAPACITY
 
 # Feasible candidates scored per pod (the rest are tried tightest first if none of these fits).
 NODES_TO_SCORE = 16
@@ -394,7 +388,7 @@ class Cluster:
         advertising = [s for s in self.nodes.values() if s.advertises(ps.needs) and not s.node.unschedulable]
         if not advertising:
             wanted = sorted(ps.needs.resources) if not ps.needs.uses_devices else ["the requested devices"]
-            return PlacementFailure(NO_NODE_ADVERTISES, f"no node advertises {', '.join(wanted)}")
+            return PlacementFailure(Reason.NO_NODE_ADVERTISES, f"no node advertises {', '.join(wanted)}")
         flavor_labels = ps.flavor.node_labels if ps.flavor else {}
         matching = [
             s
@@ -404,14 +398,16 @@ class Cluster:
         ]
         if not matching:
             return PlacementFailure(
-                NO_NODE_MATCHES_SELECTOR,
+                Reason.NO_NODE_MATCHES_SELECTOR,
                 f"no node with the devices has the labels of flavor/node selector for pod set {ps.name}",
             )
         tolerations = (*ps.template.tolerations, *(ps.flavor.tolerations if ps.flavor else ()))
         if not any(tolerated(s, tolerations) for s in matching):
             taints = sorted({str(t) for s in matching for t in s.taints})
-            return PlacementFailure(UNTOLERATED_TAINT, f"no node tolerates taint(s) {', '.join(taints)}")
-        return PlacementFailure(NO_NODE_ADVERTISES, "no node can hold a pod of this pod set")
+            return PlacementFailure(
+                Reason.UNTOLERATED_TAINT, f"no node tolerates taint(s) {', '.join(taints)}"
+            )
+        return PlacementFailure(Reason.NO_NODE_ADVERTISES, "no node can hold a pod of this pod set")
 
     # --- placement ------------------------------------------------------------
 
@@ -691,17 +687,17 @@ class Cluster:
         suffix = f" ({detail})" if detail else ""
         if demand > capacity:
             return PlacementFailure(
-                EXCEEDS_CLUSTER,
+                Reason.EXCEEDS_CLUSTER,
                 f"the gang needs {demand / 1000:g} GPUs; eligible nodes have {capacity / 1000:g}{suffix}",
             )
         if demand and free >= demand:
             return PlacementFailure(
-                FRAGMENTED,
+                Reason.FRAGMENTED,
                 f"{free / 1000:g} GPUs are free on eligible nodes "
                 f"but no placement holds all {pods} pods{suffix}",
             )
         return PlacementFailure(
-            WAITING_FOR_GANG_CAPACITY,
+            Reason.WAITING_FOR_GANG_CAPACITY,
             f"waiting for capacity for all {pods} pods: "
             f"{demand / 1000:g} GPUs needed, {free / 1000:g} free{suffix}",
         )

@@ -21,17 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import AdmissionDecision, Plan
 from gpuplane.core.scheduling.admit import Admission
 from gpuplane.core.scheduling.order import Ordering
 from gpuplane.core.scheduling.state import (
-    DEACTIVATED,
-    MISCONFIGURED,
-    NAMESPACE_MISMATCH,
-    QUEUED,
-    SUSPENDED,
-    WAITING_FOR_PREEMPTED,
-    WAITING_FOR_QUOTA,
     WORKLOAD_LABEL,
     CycleResult,
     CycleWork,
@@ -43,13 +37,6 @@ from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import ClusterState
 
 __all__ = [
-    "DEACTIVATED",
-    "MISCONFIGURED",
-    "NAMESPACE_MISMATCH",
-    "QUEUED",
-    "SUSPENDED",
-    "WAITING_FOR_PREEMPTED",
-    "WAITING_FOR_QUOTA",
     "WORKLOAD_LABEL",
     "CycleResult",
     "Entry",
@@ -82,7 +69,7 @@ class Scheduler(Admission, Ordering):
             self.unqueued[bad.key] = (
                 lq.cluster_queue if lq is not None else None,
                 f"{bad.namespace}/{bad.queue_name}" if bad.queue_name else None,
-                Status(MISCONFIGURED, bad.problem),
+                Status(Reason.MISCONFIGURED, bad.problem),
             )
         for wl in state.workloads:
             self.workloads[wl.key] = wl
@@ -177,7 +164,7 @@ class Scheduler(Admission, Ordering):
             if e.pending.key in self.admitted and self.admitted[e.pending.key].cycle == self.cycle_number:
                 continue
             self.status[e.pending.key] = Status(e.reason, e.message)
-            if e.reason == WAITING_FOR_PREEMPTED:
+            if e.reason == Reason.WAITING_FOR_PREEMPTED:
                 self.preemptor_of[e.pending.cluster_queue] = e.pending.key
             # A workload with flavors left to scan is requeued at once (PendingFlavors).
             rescan = self._remember_scan(e, generations[e.pending.cluster_queue], result)

@@ -27,7 +27,6 @@ from typing import Any
 
 from gpuplane.core import flavors as core_flavors
 from gpuplane.core import gang as core_gang
-from gpuplane.core import scheduler as core_scheduler
 from gpuplane.core.gang import GangPlacement, GangPodSet
 from gpuplane.core.inventory import pod_needs
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
@@ -81,14 +80,14 @@ NEVER = frozenset(
     {
         core_flavors.EXCEEDS_MAX_QUOTA,
         core_flavors.NO_MATCHING_FLAVOR,
-        core_gang.NO_NODE_ADVERTISES,
-        core_gang.NO_NODE_MATCHES_SELECTOR,
-        core_gang.UNTOLERATED_TAINT,
-        core_gang.EXCEEDS_CLUSTER,
-        core_scheduler.MISCONFIGURED,
-        core_scheduler.SUSPENDED,
-        core_scheduler.NAMESPACE_MISMATCH,
-        core_scheduler.DEACTIVATED,
+        Reason.NO_NODE_ADVERTISES,
+        Reason.NO_NODE_MATCHES_SELECTOR,
+        Reason.UNTOLERATED_TAINT,
+        Reason.EXCEEDS_CLUSTER,
+        Reason.MISCONFIGURED,
+        Reason.SUSPENDED,
+        Reason.NAMESPACE_MISMATCH,
+        Reason.DEACTIVATED,
     }
 )
 
@@ -357,9 +356,7 @@ def _explain_one(ctx: _Context, key: str) -> Explanation:
     return Explanation(key, cq, lq, None, None, eta, reason, message, (), fix)
 
 
-_PLACEMENT_CAPACITY = frozenset(
-    {core_gang.FRAGMENTED, core_gang.WAITING_FOR_GANG_CAPACITY, core_gang.EXCEEDS_CLUSTER}
-)
+_PLACEMENT_CAPACITY = frozenset({Reason.FRAGMENTED, Reason.WAITING_FOR_GANG_CAPACITY, Reason.EXCEEDS_CLUSTER})
 
 
 def _refine(ctx: _Context, p: PendingDecision, wl: Workload) -> PendingDecision:
@@ -382,7 +379,7 @@ def _refine(ctx: _Context, p: PendingDecision, wl: Workload) -> PendingDecision:
         return p
     return replace(
         p,
-        reason=core_gang.NO_NODE_ADVERTISES,
+        reason=Reason.NO_NODE_ADVERTISES,
         message=f"no node offers MIG profile {', '.join(missing)} in its current layout ({p.message})",
     )
 
@@ -451,19 +448,19 @@ def _simple(p: PendingDecision) -> tuple[tuple[Blocker, ...], str]:
     cq = p.cluster_queue or "-"
     lq = p.local_queue or "-"
     table: Mapping[str, tuple[Blocker, str]] = {
-        core_scheduler.MISCONFIGURED: (
+        Reason.MISCONFIGURED: (
             Blocker("Workload", p.workload, p.message),
             "fix the pod template: every request must be within its limit and name a known device",
         ),
-        core_scheduler.SUSPENDED: (
+        Reason.SUSPENDED: (
             Blocker("ClusterQueue", cq, p.message),
             f"create the missing ResourceFlavors or clear spec.stopPolicy of ClusterQueue {cq}",
         ),
-        core_scheduler.NAMESPACE_MISMATCH: (
+        Reason.NAMESPACE_MISMATCH: (
             Blocker("ClusterQueue", cq, p.message),
             f"label the namespace to match spec.namespaceSelector of ClusterQueue {cq}",
         ),
-        core_scheduler.DEACTIVATED: (
+        Reason.DEACTIVATED: (
             Blocker("Workload", p.workload, p.message),
             "set spec.active of the workload back to true",
         ),
@@ -478,19 +475,19 @@ def _broken_reference(p: PendingDecision, cq: str, lq: str) -> tuple[Blocker, st
     """Kueue gives a dangling reference and a stopped LocalQueue the same reasons as other problems
     (Misconfigured, Suspended); the core's message names the missing or inactive object."""
     message = p.message
-    if p.reason == core_scheduler.MISCONFIGURED and message.startswith("LocalQueue "):
+    if p.reason == Reason.MISCONFIGURED and message.startswith("LocalQueue "):
         return (
             Blocker("LocalQueue", lq, message),
             f"create LocalQueue {lq} or set {QUEUE_NAME_LABEL} to an existing one",
         )
-    if p.reason == core_scheduler.MISCONFIGURED and message == "The workload names no LocalQueue":
+    if p.reason == Reason.MISCONFIGURED and message == "The workload names no LocalQueue":
         return (Blocker("Workload", p.workload, message), f"set the {QUEUE_NAME_LABEL} label of the job")
-    if p.reason == core_scheduler.MISCONFIGURED and message.startswith("ClusterQueue "):
+    if p.reason == Reason.MISCONFIGURED and message.startswith("ClusterQueue "):
         return (
             Blocker("ClusterQueue", cq, message),
             f"create ClusterQueue {cq} or point LocalQueue {lq} at an existing one",
         )
-    if p.reason == core_scheduler.SUSPENDED and message.startswith("LocalQueue "):
+    if p.reason == Reason.SUSPENDED and message.startswith("LocalQueue "):
         return (Blocker("LocalQueue", lq, message), f"set spec.stopPolicy of LocalQueue {lq} back to None")
     return None
 
@@ -830,7 +827,7 @@ def _capacity(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Bl
             Blocker(kind, owner.removeprefix("pod:"), f"holds {amount / 1000:g} GPU on {', '.join(on)}")
         )
     pods = sum(ps.count for ps in wl.pod_sets)
-    if p.reason == core_gang.EXCEEDS_CLUSTER:
+    if p.reason == Reason.EXCEEDS_CLUSTER:
         return tuple(blockers), (
             f"the gang of {pods} pods is larger than every eligible node together: reduce it, set a "
             "minCount for partial admission, or add nodes"
@@ -849,14 +846,14 @@ def _capacity(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Bl
 # (``_simple``).
 _Diagnosis = Callable[[_Context, PendingDecision, Workload], tuple[tuple[Blocker, ...], str]]
 _DIAGNOSES: dict[str, _Diagnosis] = {
-    core_flavors.WAITING_FOR_QUOTA: _quota,
+    Reason.WAITING_FOR_QUOTA: _quota,
     core_flavors.EXCEEDS_MAX_QUOTA: _quota,
-    core_gang.NO_NODE_ADVERTISES: lambda ctx, _p, wl: _not_advertised(ctx, wl),
-    core_gang.UNTOLERATED_TAINT: lambda ctx, _p, wl: _taints(ctx, wl),
-    core_gang.NO_NODE_MATCHES_SELECTOR: lambda ctx, _p, wl: _selector(ctx, wl),
-    core_gang.FRAGMENTED: _fragmented,
-    core_gang.WAITING_FOR_GANG_CAPACITY: _capacity,
-    core_gang.EXCEEDS_CLUSTER: _capacity,
-    core_scheduler.WAITING_FOR_PREEMPTED: _preempting,
+    Reason.NO_NODE_ADVERTISES: lambda ctx, _p, wl: _not_advertised(ctx, wl),
+    Reason.UNTOLERATED_TAINT: lambda ctx, _p, wl: _taints(ctx, wl),
+    Reason.NO_NODE_MATCHES_SELECTOR: lambda ctx, _p, wl: _selector(ctx, wl),
+    Reason.FRAGMENTED: _fragmented,
+    Reason.WAITING_FOR_GANG_CAPACITY: _capacity,
+    Reason.EXCEEDS_CLUSTER: _capacity,
+    Reason.WAITING_FOR_PREEMPTED: _preempting,
     core_flavors.NO_MATCHING_FLAVOR: _no_matching_flavor,
 }

@@ -15,6 +15,7 @@ from gpuplane.core.flavors import (
 )
 from gpuplane.core.gang import GangPlacement, PlacementFailure
 from gpuplane.core.karpenter import capacity_to_come
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import (
     AdmissionDecision,
     PodPlacement,
@@ -24,10 +25,6 @@ from gpuplane.core.preemption import Target
 from gpuplane.core.scheduling.nodes import NodePlacement
 from gpuplane.core.scheduling.preempt import Preemption
 from gpuplane.core.scheduling.state import (
-    DEACTIVATED,
-    QUEUED,
-    WAITING_FOR_PREEMPTED,
-    WAITING_FOR_QUOTA,
     CycleResult,
     CycleWork,
     Entry,
@@ -61,7 +58,7 @@ class Admission(Preemption, NodePlacement):
             return
         blocked = self._blocked(e, work.victims)
         if blocked is not None:
-            e.reason, e.message, e.requeue_now = WAITING_FOR_QUOTA, blocked, True
+            e.reason, e.message, e.requeue_now = Reason.WAITING_FOR_QUOTA, blocked, True
             e.keep_scan = self.config.preserve_scan_progress
             return
         if self.cluster is not None and not self._placed(e, mode, work):
@@ -73,7 +70,7 @@ class Admission(Preemption, NodePlacement):
         work.reserve(cq, dict(usage))
         if mode == PREEMPT:
             e.keep_scan = False  # markPreemptionOutcome: every flavor again once victims are gone
-            e.reason = WAITING_FOR_PREEMPTED
+            e.reason = Reason.WAITING_FOR_PREEMPTED
             e.message = (
                 e.message + ". " if e.message else ""
             ) + f"Pending the preemption of {len(e.targets)} workload(s)"
@@ -130,7 +127,7 @@ class Admission(Preemption, NodePlacement):
             return False
         e.assignment, e.targets = assignment, targets
         e.message = assignment.message()
-        e.reason = assignment.no_fit_reason or WAITING_FOR_QUOTA
+        e.reason = assignment.no_fit_reason or Reason.WAITING_FOR_QUOTA
         return True
 
     def _admit(self, e: Entry, result: CycleResult) -> None:
@@ -285,8 +282,8 @@ class Admission(Preemption, NodePlacement):
         if check.state == CheckState.REJECTED:
             lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
             queue = wl.admission.cluster_queue if wl.admission is not None else None
-            self.unqueued[wl.key] = (queue, lq_key, Status(DEACTIVATED, message))
+            self.unqueued[wl.key] = (queue, lq_key, Status(Reason.DEACTIVATED, message))
             return
         self._enqueue(wl, self.now, keep_sorted=True)
         if wl.key in self.status:
-            self.status[wl.key] = Status(QUEUED, message)
+            self.status[wl.key] = Status(Reason.QUEUED, message)

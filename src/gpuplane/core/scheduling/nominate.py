@@ -10,15 +10,12 @@ from gpuplane.core.flavors import (
     Assignment,
     FlavorAssigner,
 )
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.preemption import PreemptionContext, Target
 from gpuplane.core.quota import (
     ClusterQueueNode,
 )
 from gpuplane.core.scheduling.state import (
-    MISCONFIGURED,
-    NAMESPACE_MISMATCH,
-    SUSPENDED,
-    WAITING_FOR_QUOTA,
     CycleResult,
     Entry,
     ScanProgress,
@@ -53,29 +50,29 @@ class Nomination(SchedulerState):
         cq = self.tree.queues[pending.cluster_queue]
         inactive = self._inactive_reason(cq)
         if inactive is not None:
-            return Status(SUSPENDED, inactive)
+            return Status(Reason.SUSPENDED, inactive)
         ns = self.state.namespaces.get(pending.workload.namespace)
         labels = ns.labels if ns is not None else {}
         selector = cq.spec.namespace_selector
         if selector is not None and not selector.matches(labels):
-            return Status(NAMESPACE_MISMATCH, "Workload namespace doesn't match ClusterQueue selector")
+            return Status(Reason.NAMESPACE_MISMATCH, "Workload namespace doesn't match ClusterQueue selector")
         bad = sorted({r for ps in pending.workload.pod_sets for r in ps.template.limits_below_requests})
         if bad:
             msg = f"resources validation failed: requests exceed limits for {', '.join(bad)}"
-            return Status(MISCONFIGURED, msg)
+            return Status(Reason.MISCONFIGURED, msg)
         if self.cluster is not None:
             try:
                 for ps in pending.workload.pod_sets:
                     self._needs.of(ps.template)
             except ValueError as err:
-                return Status(MISCONFIGURED, str(err))
+                return Status(Reason.MISCONFIGURED, str(err))
         spot_only = serving_block(pending.workload, cq.spec, self.flavors)
         if spot_only is not None:
             return Status(SPOT_WITHOUT_FALLBACK, spot_only)
         assignment, targets = self._assignments(pending, cq)
         entry = Entry(pending, cq, assignment, targets)
         entry.message = assignment.message()
-        entry.reason = assignment.no_fit_reason or WAITING_FOR_QUOTA
+        entry.reason = assignment.no_fit_reason or Reason.WAITING_FOR_QUOTA
         return entry
 
     def _targets(

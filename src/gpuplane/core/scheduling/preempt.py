@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from gpuplane.core.flavors import (
     FIT,
 )
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import (
     PreemptionDecision,
 )
@@ -18,9 +19,6 @@ from gpuplane.core.quota import (
 from gpuplane.core.scheduling.nominate import Nomination
 from gpuplane.core.scheduling.queues import Queues
 from gpuplane.core.scheduling.state import (
-    QUEUED,
-    WAITING_FOR_PREEMPTED,
-    WAITING_FOR_QUOTA,
     CycleResult,
     CycleWork,
     Entry,
@@ -61,7 +59,9 @@ class Preemption(Queues, Nomination):
                 self._insert(
                     PendingWorkload(wl, lq.cluster_queue, lq.key, victim.priority, evicted_at, self._sequence)
                 )
-                self.status[wl.key] = Status(QUEUED, f"Preempted by {preemptor} ({target.reason}); requeued")
+                self.status[wl.key] = Status(
+                    Reason.QUEUED, f"Preempted by {preemptor} ({target.reason}); requeued"
+                )
 
     def _recompute_after_overlap(self, e: Entry, victims: Mapping[str, Target]) -> bool:
         """Kueue's updateAssignmentIfNeeded for overlapping targets.
@@ -78,13 +78,13 @@ class Preemption(Queues, Nomination):
             e.assignment, e.targets = self._assignments(e.pending, e.cq, nominated)
         self.preemptor.clear_cache()
         e.message = e.assignment.message()
-        e.reason = e.assignment.no_fit_reason or WAITING_FOR_QUOTA
+        e.reason = e.assignment.no_fit_reason or Reason.WAITING_FOR_QUOTA
         return e.assignment.mode() == FIT
 
     def _wait_after_overlap(self, e: Entry, work: CycleWork) -> None:
         """Fits once the other entries' victims are gone: wait for them, holding the quota."""
         e.reason, e.message, e.requeue_now = (
-            WAITING_FOR_PREEMPTED,
+            Reason.WAITING_FOR_PREEMPTED,
             "Workload has overlapping preemption targets with another workload, "
             "but will fit after these preemptions complete",
             True,

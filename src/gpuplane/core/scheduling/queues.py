@@ -8,6 +8,7 @@ from gpuplane.core.flavors import (
     flavor_matches_affinity,
     untolerated_taint,
 )
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import (
     PendingDecision,
 )
@@ -16,10 +17,6 @@ from gpuplane.core.quota import (
     FlavorResource,
 )
 from gpuplane.core.scheduling.state import (
-    DEACTIVATED,
-    MISCONFIGURED,
-    QUEUED,
-    SUSPENDED,
     CycleResult,
     SchedulerState,
     Status,
@@ -81,7 +78,7 @@ class Queues(SchedulerState):
         if wl is not None and wl.queue_name:
             self._sequence += 1
             self._enqueue(wl, self.now, keep_sorted=True)
-            self.status[key] = Status(QUEUED, f"evicted: {why}; requeued")
+            self.status[key] = Status(Reason.QUEUED, f"evicted: {why}; requeued")
         return True
 
     def withdraw(self, key: str) -> bool:
@@ -107,25 +104,25 @@ class Queues(SchedulerState):
     def _enqueue(self, wl: Workload, timestamp: float, keep_sorted: bool = False) -> None:
         lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
         if not wl.active:
-            self.unqueued[wl.key] = (None, lq_key, Status(DEACTIVATED, "The workload is deactivated"))
+            self.unqueued[wl.key] = (None, lq_key, Status(Reason.DEACTIVATED, "The workload is deactivated"))
             return
         # Kueue's getQueueBlocker: each broken reference is the workload's own problem only.
         if lq_key is None:
-            status = Status(MISCONFIGURED, "The workload names no LocalQueue")
+            status = Status(Reason.MISCONFIGURED, "The workload names no LocalQueue")
             self.unqueued[wl.key] = (None, None, status)
             return
         lq = self.state.local_queues.get(lq_key)
         if lq is None:
             msg = f"LocalQueue {wl.queue_name} doesn't exist"
-            self.unqueued[wl.key] = (None, lq_key, Status(MISCONFIGURED, msg))
+            self.unqueued[wl.key] = (None, lq_key, Status(Reason.MISCONFIGURED, msg))
             return
         if lq.stop_policy != "None":
             msg = f"LocalQueue {wl.queue_name} is inactive (stopPolicy {lq.stop_policy})"
-            self.unqueued[wl.key] = (lq.cluster_queue, lq_key, Status(SUSPENDED, msg))
+            self.unqueued[wl.key] = (lq.cluster_queue, lq_key, Status(Reason.SUSPENDED, msg))
             return
         if lq.cluster_queue not in self.queues:
             msg = f"ClusterQueue {lq.cluster_queue} doesn't exist"
-            self.unqueued[wl.key] = (lq.cluster_queue, lq_key, Status(MISCONFIGURED, msg))
+            self.unqueued[wl.key] = (lq.cluster_queue, lq_key, Status(Reason.MISCONFIGURED, msg))
             return
         self._sequence += 1
         pending = PendingWorkload(wl, lq.cluster_queue, lq_key, wl.priority, timestamp, self._sequence)
@@ -133,7 +130,7 @@ class Queues(SchedulerState):
             self._insert(pending)
         else:
             self.queues[lq.cluster_queue].append(pending)
-        self.status[wl.key] = Status(QUEUED, "")
+        self.status[wl.key] = Status(Reason.QUEUED, "")
 
     def _insert(self, pending: PendingWorkload) -> None:
         name = pending.cluster_queue
@@ -250,9 +247,9 @@ class Queues(SchedulerState):
             for position, pending in enumerate(queue, start=1):
                 lq_name = pending.local_queue
                 lq_positions[lq_name] = lq_positions.get(lq_name, 0) + 1
-                status = self.status.get(pending.key) or Status(QUEUED, "")
+                status = self.status.get(pending.key) or Status(Reason.QUEUED, "")
                 message = status.message
-                if status.reason == QUEUED and not message:
+                if status.reason == Reason.QUEUED and not message:
                     message = f"queued at position {position} in ClusterQueue {cq_name}; not attempted yet"
                 out.append(
                     PendingDecision(

@@ -24,7 +24,6 @@ from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import Assignment
 from gpuplane.core.gang import Cluster, GangPlacement
 from gpuplane.core.inventory import NeedsMemo
-from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
 from gpuplane.core.preemption import Preemptor, Target
 from gpuplane.core.quota import ClusterQueueNode, QuotaTree
@@ -34,16 +33,9 @@ from gpuplane.model.admission_checks import CheckStatus
 from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
-QUEUED = Reason.QUEUED
-WAITING_FOR_PREEMPTED = Reason.WAITING_FOR_PREEMPTED
 # A reference that does not resolve: no LocalQueue, no ClusterQueue (getQueueBlocker).
-MISCONFIGURED = Reason.MISCONFIGURED
 # A queue that exists but is inactive: stopped, or naming a missing flavor.
-SUSPENDED = Reason.SUSPENDED
-NAMESPACE_MISMATCH = Reason.NAMESPACE_MISMATCH
 WORKLOAD_LABEL = keys.KUEUE_WORKLOAD_LABEL  # alias; the key lives in model.labels
-DEACTIVATED = Reason.DEACTIVATED
-WAITING_FOR_QUOTA = Reason.WAITING_FOR_QUOTA
 
 
 @dataclass(slots=True)
