@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpuplane.core import admission_checks, flavors, gang, preemption, scheduler, spot
+from gpuplane.core import admission_checks, flavors, preemption, spot
 from gpuplane.core.lifecycle import (
     CONDITIONS,
     TERMINAL,
@@ -137,26 +137,12 @@ def test_time_never_runs_backwards() -> None:
 @pytest.mark.parametrize(
     ("module", "name", "want"),
     [
-        (gang, "NO_NODE_ADVERTISES", "NoNodeAdvertisesResource"),
-        (gang, "NO_NODE_MATCHES_SELECTOR", "NoNodeMatchesSelector"),
-        (gang, "UNTOLERATED_TAINT", "UntoleratedTaint"),
-        (gang, "EXCEEDS_CLUSTER", "ExceedsClusterCapacity"),
-        (gang, "FRAGMENTED", "Fragmented"),
-        (gang, "WAITING_FOR_GANG_CAPACITY", "WaitingForGangCapacity"),
-        (flavors, "WAITING_FOR_QUOTA", "WaitingForQuota"),
         (flavors, "EXCEEDS_MAX_QUOTA", "ExceedsMaxQuota"),
         (flavors, "NO_MATCHING_FLAVOR", "NoMatchingFlavor"),
         (preemption, "IN_CLUSTER_QUEUE", "InClusterQueue"),
         (preemption, "IN_COHORT_RECLAMATION", "InCohortReclamation"),
         (preemption, "IN_COHORT_FAIR_SHARING", "InCohortFairSharing"),
         (preemption, "IN_COHORT_RECLAIM_WHILE_BORROWING", "InCohortReclaimWhileBorrowing"),
-        (scheduler, "QUEUED", "Queued"),
-        (scheduler, "WAITING_FOR_PREEMPTED", "WaitingForPreemptedWorkloads"),
-        (scheduler, "WAITING_FOR_QUOTA", "WaitingForQuota"),
-        (scheduler, "MISCONFIGURED", "Misconfigured"),
-        (scheduler, "SUSPENDED", "Suspended"),
-        (scheduler, "NAMESPACE_MISMATCH", "NamespaceMismatch"),
-        (scheduler, "DEACTIVATED", "Deactivated"),
         (spot, "SPOT_WITHOUT_FALLBACK", "SpotWithoutOnDemandFallback"),
         (spot, "NODE_INTERRUPTED", "NodeInterrupted"),
         (admission_checks, "EVICTED_BY_CHECK", "AdmissionCheck"),
