@@ -83,6 +83,15 @@ def test_a_two_node_gang_waits_for_both_running_jobs_to_end() -> None:
     assert "with 0 other pending whole-node gangs" in eta.basis
 
 
+def test_the_basis_says_declared_runtimes_are_used_when_none_finished() -> None:
+    declared = explained(*base(2), running("r1", 1200), gang("g", 2, 600, created=60))
+    assert "no finished workloads: runtimes as declared" in declared["default/g"].eta.basis
+    assumed = explained(
+        *base(2), running("r1", 1200), gang("g", 2, 600, created=60).annotate(EXPECTED, "soon")
+    )
+    assert "runtimes declared where given, else about 3600s" in assumed["default/g"].eta.basis
+
+
 def test_a_one_node_gang_takes_the_first_node_to_free() -> None:
     found = explained(
         *base(2), running("r1", 1200, ran=200), running("r2", 3000), gang("g", 1, 600, created=60)

@@ -189,6 +189,18 @@ class RuntimeModel:
             return every, f"{self.counts.get('', 0)} finished cluster-wide"
         return (), "no finished workloads"
 
+    def basis(self, queue: str, workloads: Iterable[Workload | None]) -> str:
+        """Where an estimate's runtimes come from, in words: the finished workloads sampled, or,
+        with none finished, the runtimes the ``workloads`` involved declare (any that declares
+        none is assumed to run about :data:`DEFAULT_RUNTIME_SECONDS`)."""
+        samples, sample_basis = self.sample_for(queue)
+        if samples:
+            return f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)"
+        if all(wl is not None and declared_runtime(wl) is not None for wl in workloads):
+            return "no finished workloads: runtimes as declared"
+        assumed = f"{DEFAULT_RUNTIME_SECONDS:.0f}s"
+        return f"no finished workloads: runtimes declared where given, else about {assumed}"
+
     def total_at(self, wl: Workload | None, queue: str, u: float) -> float:
         """Runtime at quantile ``u`` of the distribution (declared runtimes are exact)."""
         declared = declared_runtime(wl) if wl is not None else None
@@ -329,7 +341,7 @@ def estimate_queue(
     return out
 
 
-def _estimate_pool(  # noqa: PLR0912, PLR0913 - one pool's estimate, the quota walk step by step
+def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step by step
     world: Scheduler,
     cq: ClusterQueueNode,
     resource: str,
@@ -378,12 +390,8 @@ def _estimate_pool(  # noqa: PLR0912, PLR0913 - one pool's estimate, the quota w
         ]
         for key, start in play(now, capacity, free, releases, queue_items, strict=strict).items():
             scenario_starts[key].append(start)
-    samples, sample_basis = runtimes.sample_for(cq.name)
-    basis_tail = [f"{capacity - free:g}/{capacity:g} {resource} in use"]
-    if samples:
-        basis_tail.append(f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)")
-    else:
-        basis_tail.append(f"no finished workloads: runtimes assumed around {DEFAULT_RUNTIME_SECONDS:.0f}s")
+    involved = [i.workload for i in played] + [world.workloads.get(aw.key) for aw, _, _, _ in holders]
+    basis_tail = [f"{capacity - free:g}/{capacity:g} {resource} in use", runtimes.basis(cq.name, involved)]
     if reclaim:
         basis_tail.append("borrowed quota reclaimed now")
     basis_tail.append(f"{SCENARIOS} scenarios")
@@ -659,12 +667,7 @@ def estimate_gangs(
                 seen[g.workload.key].append(start)
     out: dict[str, Estimate] = {}
     for g in gangs:
-        samples, sample_basis = runtimes.sample_for(g.queue)
-        runtimes_basis = (
-            f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)"
-            if samples
-            else f"no finished workloads: runtimes assumed around {DEFAULT_RUNTIME_SECONDS:.0f}s"
-        )
+        runtimes_basis = runtimes.basis(g.queue, [g.workload])
         quota = quotas[g.workload.key]
         basis = (
             f"whole-node gang: replayed on the nodes of {', '.join(g.pools)}"
