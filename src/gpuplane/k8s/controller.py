@@ -18,6 +18,10 @@ One reconcile pass (only on the leader, once every informer has synced)::
          nodes through the Binding API, with their devices recorded on the pod
       7. pending workloads get a QuotaReserved=False condition with the core's reason
 
+What each step writes (all but the stopping of evicted jobs) is decided by pure functions that
+return the writes as data (:mod:`gpuplane.k8s.plan_writes`, :mod:`gpuplane.k8s.bind_writes`); this
+class gathers their inputs from the cache and the worklist and applies them.
+
 Writes that do not depend on each other (admissions of different workloads, bindings of
 different pods, statuses) go out at once from a pool of threads; the client's QPS and
 burst bound them. Every step is idempotent, and the API server's resourceVersion checks
