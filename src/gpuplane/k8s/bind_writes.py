@@ -211,7 +211,8 @@ class GangPlan:
     ``waits``: pods told (an Event each) that they wait for the rest of their gang;
     ``pods``: the waiting pods in binding order, each with the slot it takes, and ``rest``
     (parallel) the devices of the gang's slots left on that node after it (they hold their devices
-    against its fit); ``nodes``: every node of the plan (placeholders there make room)."""
+    against its fit); ``nodes``: the nodes of the planned slots that no bound pod fills, set once the gang is
+    complete and a pod of it waits (the warm-buffer placeholders there make room)."""
 
     workload: str
     gang: bool = False

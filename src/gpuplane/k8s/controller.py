@@ -608,7 +608,7 @@ class Controller:
                 self.work.to_bind.discard(key)  # a change of the Workload makes it a candidate again
                 continue
             admitted.append((wl, wl["status"]["admission"]))
-        flavors = {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")}
+        flavors = {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")} if admitted else {}
         releases: list[Write] = []
         for wl, admission in admitted:
             pods = self._pods_of(wl)
@@ -646,9 +646,10 @@ class Controller:
         plan = gang_plan(wl, admission, self._pods_of(wl), self._gang_noted_already)
         if plan.waits:
             return [partial(self._note_gang_wait, pod, message) for pod, message in plan.waits]
+        if plan.nodes:  # the gang is complete: placeholders on its nodes make room
+            self.warm.clear(plan.nodes)
         if not plan.pods:
             return []
-        self.warm.clear(plan.nodes)  # placeholders make room
         config = (self.config.scheduler or SchedulerConfig()).devices
         writes: list[Callable[[], None]] = []
         for bind in binding_writes(plan, self._node_view, config):
