@@ -161,13 +161,18 @@ def test_devices_already_recorded_are_never_given_again(scene: Scene) -> None:
     scene.submit(scene.job("second", gpus=4))
     wait_until(lambda: scene.bound("second", 1), 20, "second bound")
     assert devices_overlap(scene.pods()) == [], "second was given devices that first holds"
-    assert job_devices(scene.pods()) == {"first": "0,1,2,3", "second": "4,5,6,7"}
+    held = job_devices(scene.pods())
+    # Which half of the node the first job gets is not what this test is about (on a real control
+    # plane it has been either); what matters is that the two halves are disjoint and that the
+    # third job gets exactly what the first gave back.
+    assert sorted(held) == ["first", "second"]
+    assert sorted(held["first"].split(",") + held["second"].split(","), key=int) == [str(d) for d in range(8)]
     scene.delete_job("first")
     scene.submit(scene.job("third", gpus=4))
     wait_until(lambda: scene.bound("third", 1), 20, "third bound in first's place")
     pods = scene.pods()
     assert devices_overlap(pods) == []
-    assert job_devices(pods) == {"second": "4,5,6,7", "third": "0,1,2,3"}
+    assert job_devices(pods) == {"second": held["second"], "third": held["first"]}
 
 
 def job_devices(pods: list[dict[str, Any]]) -> dict[str, str]:

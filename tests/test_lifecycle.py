@@ -215,3 +215,13 @@ def test_condition_and_with_conditions() -> None:
     assert old == snapshot  # the input is not modified
     pending = condition(ConditionType.QUOTA_RESERVED, Reason.WAITING_FOR_QUOTA, "t2", status=False)
     assert pending["status"] == "False"
+
+
+def test_a_condition_set_again_with_the_same_status_keeps_its_transition_time() -> None:
+    quota = ConditionType.QUOTA_RESERVED
+    pending = condition(quota, Reason.WAITING_FOR_QUOTA, "t1", "no quota", status=False)
+    other = condition(ConditionType.QUOTA_RESERVED, Reason.PENDING, "t2", "no node", status=False)
+    again = with_conditions([pending], other)
+    assert again == [{**other, "lastTransitionTime": "t1"}]  # reason and message new, time kept
+    admitted = condition(ConditionType.QUOTA_RESERVED, Reason.QUOTA_RESERVED, "t3", "admitted")
+    assert with_conditions(again, admitted) == [admitted]  # a change of status is a transition

@@ -926,6 +926,57 @@ def test_a_gang_is_placed_whole_or_not_at_all(
     assert snapshot(cluster) == before
 
 
+whole_gpu_gangs = st.builds(
+    lambda gpus, count: [
+        GangPodSet(
+            name="main",
+            count=count,
+            needs=pod_needs(PodTemplate(requests={"cpu": 500, "nvidia.com/gpu": gpus}), CONFIG),
+            template=PodTemplate(requests={"cpu": 500, "nvidia.com/gpu": gpus}),
+        )
+    ],
+    st.integers(1, 8),
+    st.integers(1, 6),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(nodes=mixed_nodes(), earlier=st.lists(gangs(), max_size=4), gang=whole_gpu_gangs)
+def test_a_gang_too_big_for_the_free_whole_gpus_fails_as_the_search_would(
+    nodes: list[Node], earlier: list[list[GangPodSet]], gang: list[GangPodSet]
+) -> None:
+    """A gang of whole-GPU pods that the free whole GPUs cannot hold is refused without the search:
+    the same outcome as the search, the same failure, and the cluster as it was."""
+    outcomes = []
+    for skip in (True, False):
+        cluster = Cluster(nodes, CONFIG)
+        if not skip:
+            cluster._too_few_free = lambda _pod_sets: False  # type: ignore[method-assign]
+        for i, pod_sets in enumerate(earlier):
+            cluster.place(f"earlier-{i}", pod_sets)
+        result = cluster.place("gang", gang)
+        placed = None if isinstance(result, PlacementFailure) else pods_per_node(result)
+        outcomes.append((result if placed is None else placed, snapshot(cluster)))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_free_whole_gpu_count_refuses_a_gang_without_searching() -> None:
+    nodes = [Node(f"n{i}", {"cpu": 64_000, "nvidia.com/gpu": 8}, {RACK: "r0"}) for i in range(3)]
+    cluster = Cluster(nodes, CONFIG)
+    template = PodTemplate(requests={"cpu": 500, "nvidia.com/gpu": 8})
+    needs = pod_needs(template, CONFIG)
+    assert not isinstance(cluster.place("first", [GangPodSet("main", 1, needs, template)]), PlacementFailure)
+    gang = [GangPodSet("main", 3, needs, template)]
+    assert cluster._too_few_free(gang)  # two whole nodes free, three pods of eight GPUs
+    result = cluster.place("gang", gang)
+    assert isinstance(result, PlacementFailure)
+    assert (result.reason, result.message) == (
+        WAITING_FOR_GANG_CAPACITY,
+        "waiting for capacity for all 3 pods: 24 GPUs needed, 16 free",
+    )
+    assert not cluster._too_few_free([GangPodSet("main", 2, needs, template)])
+
+
 # --- end to end: gpuplane schedule ------------------------------------------------------------------------
 
 

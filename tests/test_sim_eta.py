@@ -11,14 +11,20 @@ import pytest
 from gpuplane.insight.eta import (
     Ahead,
     Capacity,
-    Holder,
+    Gang,
+    NodeFree,
     Queued,
     Running,
+    gang_start,
     predict_start,
     replay_start,
     runtime_curve,
-    whole_nodes_start,
+    van_der_corput,
 )
+from gpuplane.sim import engine
+from gpuplane.sim.engine import JobRun
+from gpuplane.sim.metrics import GroupStats
+from gpuplane.sim.workloads import Job, Request
 
 
 @dataclass
@@ -255,36 +261,219 @@ def test_runtime_curve_remaining_grows_with_age_for_a_long_tail() -> None:
     assert curve.remaining(2000.0) == 0.0
 
 
-def fixed(end: float) -> Holder:
-    return Holder(None, 0.0, end)
+def gang(queue: str, nodes: int = 1, order: float = 0.0, duration: float = 100.0, priority: int = 0) -> Gang:
+    return Gang(queue, ("p",), nodes, priority, order, duration)
+
+
+@dataclass
+class GangCase:
+    name: str
+    asked: Gang
+    free: int = 0
+    ends: list[float] = field(default_factory=list)
+    queued: list[Gang] = field(default_factory=list)
+    usage: dict[tuple[str, str], float] = field(default_factory=dict)
+    nominal: dict[tuple[str, str], float] = field(default_factory=dict)
+    want: float | None = 0.0
+
+
+ASKED = gang("a", order=99.0)
+GANG_CASES = [
+    GangCase("a-free-node", ASKED, free=1, ends=[50.0], want=0.0),
+    GangCase("waits-for-a-node", ASKED, ends=[50.0, 80.0], want=50.0),
+    GangCase("two-nodes-at-once", gang("a", nodes=2, order=99.0), ends=[50.0, 80.0, 90.0], want=80.0),
+    GangCase("a-free-node-and-a-release", gang("a", nodes=2, order=99.0), free=1, ends=[50.0], want=50.0),
+    # The gang queued first takes the node freed at 50; the asked one the next, at 80.
+    GangCase("queued-first-goes-first", ASKED, ends=[50.0, 80.0], queued=[gang("b", order=1.0)], want=80.0),
+    # b's head asks two nodes: it keeps b out of the cycle at 50, and the asked head takes the node.
+    GangCase(
+        "a-head-that-does-not-fit-holds-its-queue",
+        ASKED,
+        ends=[50.0, 80.0],
+        queued=[gang("b", nodes=2, order=1.0), gang("b", order=2.0)],
+        want=50.0,
+    ),
+    # In its own queue, the two-node head lets the asked gang behind it start (in the next cycle).
+    GangCase(
+        "best-effort-in-its-own-queue",
+        ASKED,
+        ends=[50.0, 80.0],
+        queued=[gang("a", nodes=2, order=1.0)],
+        want=50.0,
+    ),
+    # a is within its nominal, b borrows: a goes first though b queued earlier.
+    GangCase(
+        "within-nominal-first",
+        ASKED,
+        ends=[50.0, 80.0],
+        queued=[gang("b", order=1.0)],
+        usage={("b", "p"): 8.0},
+        nominal={("a", "p"): 8.0, ("b", "p"): 8.0},
+        want=50.0,
+    ),
+    # Higher priority first, whatever the order.
+    GangCase(
+        "priority-first",
+        gang("a", order=1.0),
+        ends=[50.0, 80.0],
+        queued=[gang("b", order=99.0, priority=10)],
+        want=80.0,
+    ),
+    # The gang ahead starts at 50 on the only node and runs 30: the asked one starts at 80.
+    GangCase(
+        "a-started-gang-frees-its-nodes",
+        ASKED,
+        ends=[50.0],
+        queued=[gang("b", order=1.0, duration=30.0)],
+        want=80.0,
+    ),
+    GangCase("no-node-ever", ASKED, want=None),
+]
+
+
+@pytest.mark.parametrize("case", GANG_CASES, ids=lambda c: c.name)
+def test_gang_start(case: GangCase) -> None:
+    got = gang_start(
+        0.0,
+        case.asked,
+        free={"p": case.free} if case.free else {},
+        releases=[NodeFree(end, "p") for end in case.ends],
+        queued=case.queued,
+        usage=case.usage,
+        nominal=case.nominal,
+        node_size=8.0,
+    )
+    assert got == case.want
 
 
 @pytest.mark.parametrize(
-    ("need", "ahead", "want"),
+    ("capacity", "usage", "want"),
     [
-        (1, 0, 0.0),  # the third node is empty
-        (2, 0, 50.0),  # and the second frees at 50
-        (2, 1, 100.0),  # a gang ahead takes the empty one: the second and first free at 50 and 100
-        (3, 5, 100.0),  # more ahead than nodes: all of them
-        (4, 0, None),  # three nodes only
+        # The pool's quota (16) is all used; a within its nominal (8) of it takes b's node, b
+        # borrowing (16 of nominal 8): at once.
+        ({"p": 16.0}, {("b", "p"): 16.0}, 0.0),
+        # Room in quota (32): no preemption; a waits for a node (b's first, at 500).
+        ({"p": 32.0}, {("b", "p"): 16.0}, 500.0),
+        # b within its nominal: nothing to reclaim.
+        ({"p": 16.0}, {("b", "p"): 8.0, ("c", "p"): 8.0}, 500.0),
+        # No capacity given: no reclaim.
+        (None, {("b", "p"): 16.0}, 500.0),
     ],
 )
-def test_whole_nodes_start_with_known_ends(need: int, ahead: int, want: float | None) -> None:
-    nodes = [[fixed(100.0), fixed(20.0)], [fixed(50.0)], []]
-    got = whole_nodes_start(0.0, need, nodes, ahead=ahead)
-    assert got == (None if want is None else pytest.approx(want, abs=1.0))  # bisection: to the second
+def test_gang_start_reclaims_nodes_of_borrowing_queues(
+    capacity: dict[str, float] | None, usage: dict[tuple[str, str], float], want: float
+) -> None:
+    releases = [
+        NodeFree(500.0, "p", "b", 8.0),
+        NodeFree(900.0, "p", "b" if ("c", "p") not in usage else "c", 8.0),
+    ]
+    got = gang_start(
+        0.0,
+        ASKED,
+        free={},
+        releases=releases,
+        queued=[],
+        usage=usage,
+        nominal={("a", "p"): 8.0, ("b", "p"): 8.0, ("c", "p"): 8.0},
+        node_size=8.0,
+        capacity=capacity,
+    )
+    assert got == want
 
 
-def test_whole_nodes_start_is_the_median_of_the_first_node_to_free() -> None:
-    """Each of three nodes runs one job whose class ran 1,000 s once and 3,000 s three times: a
-    node alone is free by 1,000 with probability 1/4 (its median is 3,000), but one of the three
-    is free by then with probability 1 - (3/4)^3 = 0.58 >= 1/2."""
-    curve = runtime_curve([1000.0, 3000.0, 3000.0, 3000.0], [])
+def test_gang_start_draws_runs_from_the_curve() -> None:
+    """A class that ran 10 s or 30 s, half each: the first gang started in a replay runs the
+    curve's median (10 s), the second its first quartile (10 s), the third its third (30 s). Three
+    gangs ahead on one node freed at 0: they end at 10, 20 and 50; the asked one starts at 50."""
+    curve = runtime_curve([10.0, 30.0], [])
     assert curve is not None
-    one = [[Holder(curve, 0.0, 0.0)]]
-    alone = whole_nodes_start(0.0, 1, one)
-    assert alone is not None
-    assert alone == pytest.approx(3000.0, abs=1.0)
-    first = whole_nodes_start(0.0, 1, one * 3)
-    assert first is not None
-    assert first == pytest.approx(1000.0, abs=1.0)
+    assert [curve.quantile(van_der_corput(k)) for k in (1, 2, 3)] == [10.0, 10.0, 30.0]
+    ahead = [Gang("b", ("p",), 1, 0, float(k), 1000.0, curve) for k in range(3)]
+    got = gang_start(
+        0.0, ASKED, free={"p": 1}, releases=[], queued=ahead, usage={}, nominal={}, node_size=8.0
+    )
+    assert got == 50.0
+
+
+def test_gang_start_extrapolates_after_its_step_limit() -> None:
+    """Two free nodes, four gangs ahead in the asked one's queue, running 100, 300, 300 and 300 s.
+    Played to the end: the
+    first two start at 0, the third at 100, the fourth at 300, and at 400 the asked one. With one
+    release played (at 100, the third starts) and the next at 300, the fourth's 300 node-seconds
+    are spread over the two nodes: 300 + 150 = 450."""
+    ahead = [gang("b", order=float(k), duration=d) for k, d in enumerate((100.0, 300.0, 300.0, 300.0))]
+
+    def start(max_steps: int) -> float | None:
+        return gang_start(
+            0.0,
+            gang("b", order=99.0),
+            free={"p": 2},
+            releases=[],
+            queued=ahead,
+            usage={},
+            nominal={},
+            node_size=8.0,
+            max_steps=max_steps,
+        )
+
+    assert start(256) == 400.0
+    assert start(1) == 450.0
+
+
+def test_van_der_corput_spreads_evenly() -> None:
+    assert [van_der_corput(k) for k in range(1, 8)] == [0.5, 0.25, 0.75, 0.125, 0.625, 0.375, 0.875]
+
+
+def _run(job_id: int, pods: int, gpus: int, duration: float) -> JobRun:
+    job = Job(
+        job_id,
+        f"j{job_id}",
+        "a",
+        "c",
+        "normal",
+        0.0,
+        pods,
+        Request(gpus=gpus),
+        ("p",),
+        duration,
+        0.0,
+        1.0,
+        duration,
+    )
+    return JobRun(
+        job, GroupStats(), float(gpus), 1.0, 0, pools=frozenset({"p"}), pool="p", expected_end=duration
+    )
+
+
+@pytest.mark.parametrize(
+    ("asked_gpus", "want"),
+    [
+        # A one-GPU job: the backlog is the one-GPU job ahead (100 GPU-s; the eight-GPU one waits
+        # for eight to free at once and lets it pass), drained at the 4 GPUs team a runs now.
+        (1, 25.0),
+        # An eight-GPU job: both ahead (8,100 GPU-s) at 4 GPUs, once a's 4 GPUs end at 100.
+        (8, 100.0 + 8100.0 / 4),
+    ],
+)
+def test_backlog_counts_work_no_larger_per_pod_at_the_rate_the_queue_runs(
+    monkeypatch: pytest.MonkeyPatch, asked_gpus: int, want: float
+) -> None:
+    monkeypatch.setattr(engine, "LISTED_PER_QUEUE", 0)  # every queued job is backlog
+    book = engine._Book()
+    book.add_running(_run(1, 4, 1, 100.0))  # a runs 4 GPUs, expected to end at 100
+    book.add_pending(_run(2, 1, 8, 1000.0), 1000.0)
+    book.add_pending(_run(3, 1, 1, 100.0), 100.0)
+    capacity = Capacity({"p": 8.0}, queue_limit={"a": 8.0}, preemption=False)
+    got = book.estimate(_run(4, 1, asked_gpus, 50.0), 50.0, capacity, 0.0)
+    assert got == pytest.approx(want)
+
+
+def test_remaining_at_a_level_given_the_age() -> None:
+    """Runs of 10, 20, 30 and 40 s, and one still running at 50 s (censored): of the runs that
+    reached 15 s, half have ended by 30 s (15 s more); the one that outlives every finished run
+    is past what the curve can tell."""
+    curve = runtime_curve([10.0, 20.0, 30.0, 40.0], [50.0])
+    assert curve is not None
+    assert curve.remaining_at(15.0, 0.5) == 15.0
+    assert curve.remaining_at(0.0, 0.2) == 10.0
+    assert curve.remaining_at(15.0, 0.9) is None  # one in four that reached 15 s lasts past 50 s

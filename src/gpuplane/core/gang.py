@@ -597,6 +597,8 @@ class Cluster:
         placement = GangPlacement()
         level = next((ps.required_level for ps in pod_sets if ps.required_level), None)
         preferred = next((ps.preferred_level for ps in pod_sets if ps.preferred_level), None)
+        if level is None and preferred is None and self._too_few_free(pod_sets):
+            return self._failure(pod_sets, "")
         for topo, required in ((level, True), (preferred, False)):
             if topo is None:
                 continue
@@ -608,6 +610,39 @@ class Cluster:
         if self._place_pods(owner, pod_sets, None, placement):
             return placement
         return self._failure(pod_sets, "")
+
+    def _too_few_free(self, pod_sets: Sequence[GangPodSet]) -> bool:
+        """Whether a gang of one pod set of whole GPUs surely has no place: its eligible nodes
+        hold fewer such pods, counting free whole GPUs alone, than it has (a pod takes whole GPUs
+        of one node only where all of them are free, see :meth:`NodeState.fit`). Then the search
+        is not run, and its outcome (a failure, and nothing taken) is the same; the one thing it
+        reads that it may change, the profile learned so far, is read as it would have been."""
+        if len(pod_sets) != 1:
+            return False
+        ps = pod_sets[0]
+        needs = ps.needs
+        whole = needs.whole
+        if (
+            not whole
+            or ps.count <= 0
+            or needs.fraction_milli
+            or needs.fraction_memory_mib
+            or needs.mig
+            or needs.shared
+        ):
+            return False
+        allowed = self.eligible_names(ps)
+        if self._sliced and not self._sliced.isdisjoint(allowed):
+            return False  # a time-sliced node gives whole GPUs as slots
+        free = self._free_whole
+        room, wanted = 0, ps.count
+        for name in allowed:
+            room += free[name] // whole
+            if room >= wanted:
+                return False
+        if self._gpu_request(needs) is not None:
+            self.profile()  # the search reads it before its first node
+        return True
 
     def _domains(self, level: str, pod_sets: Sequence[GangPodSet]) -> list[set[str]]:
         """Domains of ``level`` that could hold the gang, smallest first."""

@@ -257,7 +257,19 @@ def with_conditions(
 ) -> list[dict[str, Any]]:
     """``conditions`` without those of the types in ``new`` or ``drop``, then ``new`` appended.
 
-    The order of the kept conditions is unchanged; the input is not modified.
+    The order of the kept conditions is unchanged; the input is not modified. As Kubernetes does
+    when it sets a condition, a new condition whose status equals the one it replaces keeps that
+    one's ``lastTransitionTime``: only a change of status is a transition (a new reason or message
+    is not).
     """
+    old = {c.get("type"): c for c in conditions}
     replaced = {c["type"] for c in new} | set(drop)
-    return [dict(c) for c in conditions if c.get("type") not in replaced] + [dict(c) for c in new]
+    kept = [dict(c) for c in conditions if c.get("type") not in replaced]
+    return kept + [_keep_transition_time(dict(c), old.get(c["type"])) for c in new]
+
+
+def _keep_transition_time(condition: dict[str, Any], before: Mapping[str, Any] | None) -> dict[str, Any]:
+    same_status = before is not None and before.get("status") == condition.get("status")
+    if same_status and before is not None and before.get("lastTransitionTime"):
+        condition["lastTransitionTime"] = before["lastTransitionTime"]
+    return condition

@@ -30,12 +30,15 @@ Usage = Mapping[FlavorResource, int]
 class QuotaNode:
     """Shared behaviour of ClusterQueues and Cohorts in the tree."""
 
-    __slots__ = ("fair_weight", "name", "parent", "quotas", "subtree_quota", "usage")
+    __slots__ = ("fair_weight", "lends_partly", "name", "parent", "quotas", "subtree_quota", "usage")
 
     def __init__(self, name: str, quotas: dict[FlavorResource, ResourceQuota], fair_weight: float) -> None:
         self.name = name
         self.parent: CohortNode | None = None
         self.quotas = quotas
+        # Whether any quota has a lending limit: without one, nothing is kept local (the quotas
+        # never change after the tree is built).
+        self.lends_partly = any(q.lending_limit is not None for q in quotas.values())
         self.subtree_quota: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
         self.fair_weight = fair_weight
@@ -44,12 +47,16 @@ class QuotaNode:
 
     def local_quota(self, fr: FlavorResource) -> int:
         """Capacity only this subtree sees: what the lending limit keeps back."""
+        if not self.lends_partly:
+            return 0
         quota = self.quotas.get(fr)
         if quota is None or quota.lending_limit is None:
             return 0
         return max(0, self.subtree_quota.get(fr, 0) - quota.lending_limit)
 
     def local_available(self, fr: FlavorResource) -> int:
+        if not self.lends_partly:
+            return max(0, -self.usage.get(fr, 0))
         return max(0, self.local_quota(fr) - self.usage.get(fr, 0))
 
     def raw_available(self, fr: FlavorResource) -> int:
@@ -83,7 +90,8 @@ class QuotaNode:
         return self.subtree_quota.get(fr, 0) < self.usage.get(fr, 0) + extra
 
     def within_nominal(self, frs: frozenset[FlavorResource] | set[FlavorResource]) -> bool:
-        return all(self.subtree_quota.get(fr, 0) >= self.usage.get(fr, 0) for fr in frs)
+        quota, usage = self.subtree_quota, self.usage
+        return all(quota.get(fr, 0) >= usage.get(fr, 0) for fr in frs)
 
     # --- usage ------------------------------------------------------------
 

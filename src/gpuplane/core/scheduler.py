@@ -105,7 +105,8 @@ class Scheduler(Admission, Ordering):
         generations: dict[str, int] = {}
         self.preemptor.clear_cache()
         entries, shapes = self._nominate_heads(result, generations)
-        self._decide(entries, result)
+        if entries:  # nothing to decide otherwise (and nothing searched the preemptor's cache)
+            self._decide(entries, result)
         self._record_outcomes(entries, shapes, generations, result)
         if self.cycle_number == 1:
             self._release_leaving(result)
@@ -113,7 +114,7 @@ class Scheduler(Admission, Ordering):
 
     def _nominate_heads(
         self, result: CycleResult, generations: dict[str, int]
-    ) -> tuple[list[Entry], dict[str, tuple[object, ...]]]:
+    ) -> tuple[list[Entry], dict[str, int]]:
         """Nominate each queue's head; those that cannot be nominated are parked. Returns the
         entries and, for the heads nominated afresh, their shapes; ``generations`` gets each
         visited head's cohort generation."""
@@ -121,7 +122,7 @@ class Scheduler(Admission, Ordering):
         if self._failed_version != self.state_version:
             self._failed.clear()
             self._failed_version = self.state_version
-        shapes: dict[str, tuple[object, ...]] = {}
+        shapes: dict[str, int] = {}
         for pending in self.heads():
             if pending.cluster_queue not in generations:
                 generations[pending.cluster_queue] = self._generation(pending.cluster_queue)
@@ -166,7 +167,7 @@ class Scheduler(Admission, Ordering):
     def _record_outcomes(
         self,
         entries: list[Entry],
-        shapes: dict[str, tuple[object, ...]],
+        shapes: dict[str, int],
         generations: dict[str, int],
         result: CycleResult,
     ) -> None:

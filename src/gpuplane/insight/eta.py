@@ -1,6 +1,6 @@
 """When will a pending workload start? Pure estimates from what a scheduler can know.
 
-Two estimates, both playing the queue forward from expected ends:
+Three estimates, each playing the queue forward from expected ends:
 
 * :func:`replay_start`, the simulator's ETA at submission: pools (flavors) with their
   capacity, queues with their quotas (a namespace quota over every pool, a ClusterQueue's
@@ -11,13 +11,20 @@ Two estimates, both playing the queue forward from expected ends:
       at now, and after each expected end (of running work, or of work started in the replay):
           start every queued item that fits, in order; then the asked one, if it fits
 
+* :func:`gang_start`, the ETA of a gang whose every pod takes a whole node, in the simulator at
+  submission and in the live ETA (:mod:`gpuplane.insight.queue_eta`): the nodes (free, or
+  freeing at an expected end) and the queued gangs of every queue, taken as the scheduler's
+  BestEffortFIFO cycles take them (one head per queue per cycle; within nominal, then priority,
+  then queue time), with reclaim of nodes that borrowing queues hold.
+
 * :func:`predict_start`, one pool as one bucket (a node's GPUs, for the live ETA of a pod
   that needs one node).
 
 Inputs are only what the control plane knows: the queue order, each workload's request, and
-*expected* durations (a declared runtime, or what the caller learned per class); never the true
-run times. Running work past its expected end is taken to end now. Placement (fragmentation,
-topology) is ignored, so an estimate is a lower bound when a pool is fragmented.
+*expected* durations (a declared runtime, or what the caller learned per class, as a mean or as
+a curve); never the true run times. Running work past its expected end is taken to end now.
+Placement (fragmentation, topology) is ignored except by :func:`gang_start`, so the others are a
+lower bound when a pool is fragmented.
 """
 
 from __future__ import annotations
@@ -216,6 +223,7 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     releases: Iterable[Running],
     ahead: Sequence[Queued] = (),
     backlog: float = 0.0,
+    rate: float | None = None,
     max_steps: int = MAX_STEPS,
 ) -> float | None:
     """Expected start of ``asked``, queued behind ``ahead``, by playing the queues forward.
@@ -233,7 +241,9 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
         ``asked`` alone may reclaim what other queues borrow, while it stays within its nominal
 
     ``backlog`` is further queued work ahead (GPU-equivalent seconds) not worth playing one by
-    one: it delays the start by ``backlog`` over :func:`drain_rate`. After
+    one: it delays the start by ``backlog`` over :func:`drain_rate`, or over ``rate`` when that is
+    lower (what the queue is seen to run at once: under load, what holds its quota without
+    running lowers it). After
     ``max_steps`` expected ends the rest of the queue ahead is counted the same way. Returns
     ``None`` when ``asked`` can never fit, or nothing left running would make room for it.
     """
@@ -242,15 +252,20 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     usage = _Usage(capacity, {}, {}, {})
     for pool, queue, amount in used:
         usage.add(pool, queue, amount)
-    rate = drain_rate(asked, capacity)
+    most = drain_rate(asked, capacity)
+    rate = most if rate is None else max(EPSILON, min(rate, most))
     waiting = [item for item in ahead if ever_fits(item, capacity)]
     started: list[tuple[float, int, str, str, float]] = []  # heap: (end, sequence, pool, queue, amount)
     pending = iter(releases)
     upcoming = next(pending, None)
     t = now
+    freed: tuple[str, str] | None = None  # (pool, queue) of the last release: all else only filled up
     for _ in range(max_steps + 1):
         still: list[Queued] = []
         for item in waiting:
+            if freed is not None and freed[1] != item.queue and freed[0] not in item.pools:
+                still.append(item)  # nothing that bounds it got room back since it last did not fit
+                continue
             room = usage.room(item, reclaim=False)
             if room is None:
                 still.append(item)
@@ -270,6 +285,7 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
             return None
         t = max(t, end)
         usage.add(pool, queue, -amount)
+        freed = (pool, queue)
     left = sum(item.amount * item.duration for item in waiting)
     return t + (backlog + left) / rate
 
@@ -299,6 +315,22 @@ class RuntimeCurve:
         if i < 0:
             return 1.0
         return self.survival[i] if i < len(self.survival) else 0.0
+
+    def quantile(self, level: float) -> float:
+        """The runtime by which a share ``level`` of runs has ended (the longest seen, past the
+        curve's last drop)."""
+        # survival never rises: the first level at or below 1 - level, by bisection.
+        i = bisect.bisect_left(self.survival, level - 1.0 - EPSILON, key=lambda alive: -alive)
+        return self.times[i] if i < len(self.survival) else self.times[-1]
+
+    def remaining_at(self, age: float, level: float) -> float | None:
+        """The further runtime by which a share ``level`` of the runs that reached ``age`` have
+        ended; ``None`` when that lies past the longest run seen (the curve cannot tell)."""
+        target = self.survival_at(age) * (1.0 - level)
+        i = bisect.bisect_left(self.survival, -target - EPSILON, key=lambda alive: -alive)
+        if i >= len(self.survival) or target <= 0.0:
+            return None
+        return max(0.0, self.times[i] - age)
 
     @property
     def mean(self) -> float:
@@ -340,67 +372,308 @@ def runtime_curve(finished: Sequence[float], running: Iterable[float]) -> Runtim
     return RuntimeCurve(tuple(times), tuple(levels), tuple(areas))
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Work on a node that must end before a whole-node pod fits there: its runtime curve and
-    age, or (``curve`` ``None``) an expected end taken as certain."""
+def van_der_corput(k: int) -> float:
+    """The ``k``-th point (from 1) of the base-2 van der Corput sequence: 1/2, 1/4, 3/4, 1/8, ...
 
-    curve: RuntimeCurve | None
-    age: float
-    end: float
-
-    def done_by(self, t: float) -> float:
-        """Probability that it has ended by time ``t``."""
-        if self.curve is None:
-            return 1.0 if self.end <= t else 0.0
-        alive = self.curve.survival_at(self.age)
-        if alive <= 0.0:
-            return 1.0
-        return 1.0 - self.curve.survival_at(self.age + (t - self.end)) / alive
-
-
-HORIZON = 90 * 86400.0  # the longest an ETA looks ahead for free nodes
-
-
-def whole_nodes_start(
-    now: float, need: int, nodes: Sequence[Sequence[Holder]], *, ahead: int = 0
-) -> float | None:
-    """When ``need`` whole nodes are expected to be free, ``ahead`` more being taken before by
-    gangs queued first: the median of that time, over the holders' runtime distributions.
-
-    A node is free when all its holders (``Holder.end`` is ``now`` for one with a curve) have
-    ended; nodes are independent, so the count of free nodes by ``t`` is a sum of independent
-    draws, and the answer is the first ``t`` at which at least ``need + ahead`` are free with
-    probability one half (found by bisection, to the second). The median of the *first* node to free is much
-    earlier than the first of the nodes' medians when many nodes could free. ``need + ahead`` is
-    capped at the number of nodes. ``None`` when there are fewer than ``need`` nodes, or they do
-    not free within :data:`HORIZON`.
+    Any prefix of it spreads over (0, 1) about evenly, so drawing the ``k``-th runtime at this
+    level of a runtime curve gives a deterministic sample with the curve's short and long runs in
+    their proportions, whatever the number drawn.
     """
-    if need > len(nodes) or need <= 0:
-        return None
-    want = min(need + ahead, len(nodes))
+    x, f = 0.0, 0.5
+    while k:
+        x += f * (k & 1)
+        k >>= 1
+        f /= 2
+    return x
 
-    def likely(t: float) -> bool:
-        at_least = [1.0] + [0.0] * want  # at_least[j]: probability of j free (want: want or more)
-        for holders in nodes:
-            p = 1.0
-            for holder in holders:
-                p *= holder.done_by(t)
-            for j in range(want, 0, -1):
-                at_least[j] = at_least[j] * (1.0 if j == want else 1.0 - p) + at_least[j - 1] * p
-            at_least[0] *= 1.0 - p
-        return at_least[want] >= 0.5
 
-    if likely(now):
-        return now
-    high = now + HORIZON
-    if not likely(high):
+@dataclass(frozen=True, slots=True, eq=False)
+class Gang:
+    """Queued work whose every pod takes a whole node.
+
+    ``pools`` are the pools it may use, in the order the scheduler tries them; ``nodes`` how many
+    it takes at once; ``priority`` and ``order`` (its queue time, or any number that sorts the
+    same) its place in the scheduler's order; ``duration`` its expected run, or, with ``runtime``
+    (its class's learned curve), a run drawn from that curve when it starts in a replay;
+    ``reclaim``: whether its queue may reclaim nodes that borrowing queues hold.
+    """
+
+    queue: str
+    pools: tuple[str, ...]
+    nodes: int
+    priority: int
+    order: float
+    duration: float
+    runtime: RuntimeCurve | None = None
+    reclaim: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFree:
+    """A node of ``pool`` that is expected to be free (nothing of the asked priority or higher left
+    on it) at ``end``; ``amount`` of ``queue``'s quota there is given back then."""
+
+    end: float
+    pool: str
+    queue: str = ""
+    amount: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """Nodes held in a replay until ``end``: how many, in which pool, and the quota they take."""
+
+    end: float
+    pool: str
+    queue: str
+    nodes: int
+    amount: float
+
+
+@dataclass(slots=True)
+class _GangReplay:
+    """The state of a :func:`gang_start` replay: free nodes, quota used, queued gangs, held nodes."""
+
+    free: dict[str, int]
+    usage: dict[tuple[str, str], float]
+    nominal: Mapping[tuple[str, str], float]
+    capacity: Mapping[str, float]
+    node_size: float
+    queues: dict[str, list[Gang]] = field(default_factory=dict)
+    held: dict[int, _Held] = field(default_factory=dict)
+    ends: list[tuple[float, int]] = field(default_factory=list)  # heap: (end, key in held)
+    started: int = 0
+    holds: int = 0
+    last_order: float = 0.0
+    starts: dict[int, float] = field(default_factory=dict)  # by id of the gang: when it started
+
+    def hold(self, held: _Held) -> None:
+        self.holds += 1
+        self.held[self.holds] = held
+        heapq.heappush(self.ends, (held.end, self.holds))
+
+    def next_end(self) -> _Held | None:
+        """The next nodes to free (those of evicted gangs are gone already)."""
+        while self.ends:
+            _, key = heapq.heappop(self.ends)
+            held = self.held.pop(key, None)
+            if held is not None:
+                return held
         return None
-    low = now
-    while high - low > 1.0:
-        mid = (low + high) / 2
-        if likely(mid):
-            high = mid
-        else:
-            low = mid
-    return high
+
+    def borrows(self, queue: str, pool: str, more: float = 0.0) -> bool:
+        used = self.usage.get((queue, pool), 0.0) + more
+        return used > self.nominal.get((queue, pool), 0.0) + EPSILON
+
+    def borrowing(self, gang: Gang) -> bool:
+        """Whether ``gang`` would take its queue above its nominal quota in its first pool."""
+        return self.borrows(gang.queue, gang.pools[0], gang.nodes * self.node_size)
+
+    def release(self, held: _Held) -> None:
+        self.free[held.pool] = self.free.get(held.pool, 0) + held.nodes
+        if held.queue:
+            key = (held.queue, held.pool)
+            self.usage[key] = self.usage.get(key, 0.0) - held.amount
+
+    def start(self, gang: Gang, pool: str, t: float) -> None:
+        self.queues[gang.queue].remove(gang)
+        self.free[pool] -= gang.nodes
+        amount = gang.nodes * self.node_size
+        self.usage[(gang.queue, pool)] = self.usage.get((gang.queue, pool), 0.0) + amount
+        self.started += 1
+        self.starts.setdefault(id(gang), t)
+        duration = gang.duration
+        if gang.runtime is not None:
+            duration = gang.runtime.quantile(van_der_corput(self.started))
+        self.hold(_Held(t + duration, pool, gang.queue, gang.nodes, amount))
+
+    def reclaim(self, gang: Gang, t: float) -> str | None:
+        """The pool where ``gang`` reclaims nodes, or ``None``. As the scheduler does: only when
+        the pool's quota is short (with room in quota, a gang that finds no node waits), only while
+        its queue stays within its nominal quota there, and only nodes of gangs of queues that
+        borrow there, the latest to end first; they go back to the end of their queues with what
+        was left of their run."""
+        amount = gang.nodes * self.node_size
+        for pool in gang.pools if gang.reclaim else ():
+            if pool not in self.capacity or self.borrows(gang.queue, pool, amount):
+                continue
+            in_use = sum(used for (_, p), used in self.usage.items() if p == pool)
+            if self.capacity[pool] - in_use + EPSILON >= amount:
+                continue
+            candidates = sorted(
+                (
+                    (held.end, key)
+                    for key, held in self.held.items()
+                    if held.pool == pool and held.queue and held.queue != gang.queue
+                ),
+                reverse=True,
+            )
+            chosen: list[int] = []
+            taken: dict[str, float] = {}
+            found = self.free.get(pool, 0)
+            for _, key in candidates:
+                if found >= gang.nodes:
+                    break
+                held = self.held[key]
+                given = taken.get(held.queue, 0.0)
+                if self.borrows(held.queue, pool, -given):  # still borrows without what is taken
+                    chosen.append(key)
+                    taken[held.queue] = given + held.amount
+                    found += held.nodes
+            if found < gang.nodes:
+                continue
+            for key in chosen:
+                held = self.held.pop(key)
+                self.release(held)
+                self.last_order += 1.0
+                victim = Gang(
+                    held.queue, gang.pools, held.nodes, gang.priority, self.last_order, held.end - t
+                )
+                self.queues.setdefault(held.queue, []).append(victim)
+            return pool
+        return None
+
+    def cycles(self, asked: Gang, t: float) -> bool:
+        """The scheduler's cycles at ``t``: each queue's first gang not tried yet is its head;
+        heads go in the scheduler's order (within nominal first, then priority, then queue time);
+        a head that fits the free nodes of one of its pools, or reclaims nodes (:meth:`reclaim`),
+        starts there; one that does not waits for the next release. After the first cycle, cycles
+        go on while nodes are free and heads are left. True when ``asked`` started."""
+        tried: dict[str, int] = {}  # per queue, how many of its first gangs were tried (none started)
+        first = True
+        while first or any(n > 0 for n in self.free.values()):
+            first = False
+            heads = [
+                queue[tried.get(name, 0)]
+                for name, queue in self.queues.items()
+                if tried.get(name, 0) < len(queue)
+            ]
+            if not heads:
+                return False
+            heads.sort(key=lambda g: (self.borrowing(g), -g.priority, g.order))
+            for gang in heads:
+                pool = next((p for p in gang.pools if self.free.get(p, 0) >= gang.nodes), None)
+                if pool is None:
+                    pool = self.reclaim(gang, t)
+                if pool is None:
+                    tried[gang.queue] = tried.get(gang.queue, 0) + 1
+                    continue
+                if gang is asked:
+                    return True
+                self.start(gang, pool, t)  # out of its queue: the next one is that queue's head
+        return False
+
+
+def gang_start(  # noqa: PLR0913 - keyword-only: the nodes, the queues, the quotas, the bound
+    now: float,
+    asked: Gang,
+    *,
+    free: Mapping[str, int],
+    releases: Iterable[NodeFree],
+    queued: Iterable[Gang],
+    usage: Mapping[tuple[str, str], float],
+    nominal: Mapping[tuple[str, str], float],
+    node_size: float,
+    capacity: Mapping[str, float] | None = None,
+    max_steps: int = MAX_STEPS,
+    starts: dict[int, float] | None = None,
+) -> float | None:
+    """Expected start of a whole-node gang, by playing the nodes and the gangs' queues forward.
+
+    ``free`` is how many nodes of each pool are free now; ``releases`` the others, each at its
+    expected end (an end in the past is taken as ``now``). ``queued`` are the gangs queued before
+    ``asked`` (of at least its priority), any queue, any order, with ``order`` below ``asked``'s;
+    ``asked`` goes last in its own queue. ``usage`` and ``nominal`` are each queue's quota used
+    and nominal quota per pool (for the scheduler's order, and reclaim); ``node_size`` what one
+    node counts for in them; ``capacity`` each pool's quota in all (without it, nothing is
+    reclaimed). It mirrors the scheduler's BestEffortFIFO cycles, which take one head per queue
+    per cycle::
+
+        at now, and after each release (of a node of the input, or of a gang started here):
+            cycle: each queue's head = its first gang not tried since the last release
+                   heads in order: within nominal first, then priority, then queue time
+                   a head that fits the free nodes of one of its pools starts there,
+                   or one that reclaims nodes of borrowing queues (see _GangReplay.reclaim)
+                   -- one that does not is tried again after the next release --
+            cycle again while nodes are free and heads are left
+
+    So a gang at the head of its queue that asks more nodes than are free keeps its queue out of
+    a cycle, and a gang behind it starts only in a later cycle, when what freed may be taken. A
+    gang started here runs its ``duration``, or with a ``runtime`` curve the curve's quantile at
+    the next point of :func:`van_der_corput`: gangs that end early free nodes for the ones after
+    them, which a single mean would hide. After ``max_steps`` releases, the gangs left ahead of
+    ``asked`` (queued earlier, or ahead in its queue) count as node-seconds over the nodes seen.
+    Returns ``None`` when no release would make room for ``asked``. With ``starts``, the start of
+    every gang of ``queued`` the replay reached is put there, by ``id`` (see :func:`gang_starts`).
+    """
+    state = _GangReplay(dict(free), dict(usage), nominal, capacity or {}, node_size)
+    for gang in sorted(queued, key=lambda g: (-g.priority, g.order)):
+        state.queues.setdefault(gang.queue, []).append(gang)
+        state.last_order = max(state.last_order, gang.order)
+    state.queues.setdefault(asked.queue, []).append(asked)
+    state.last_order = max(state.last_order, asked.order)
+    nodes = sum(free.values())
+    for node in releases:
+        state.hold(_Held(max(now, node.end), node.pool, node.queue, 1, node.amount))
+        nodes += 1
+    t = now
+    if starts is not None:
+        state.starts = starts
+    for _ in range(max_steps + 1):
+        if state.cycles(asked, t):
+            return t
+        held = state.next_end()  # of a node of the input, or the nodes of a gang started here
+        if held is None:
+            return None
+        t = max(t, held.end)
+        state.release(held)
+    if starts is not None:  # the gangs left start as their node-seconds ahead allow, in order
+        left = sorted(
+            (g for q in state.queues.values() for g in q if g is not asked),
+            key=lambda g: (-g.priority, g.order),
+        )
+        work = 0.0
+        for g in left:
+            starts.setdefault(id(g), t + work / max(1, nodes))
+            work += g.nodes * g.duration
+    ahead = [
+        g
+        for queue in state.queues.values()
+        for g in queue
+        if g is not asked and (g.order < asked.order or g.queue == asked.queue)
+    ]
+    return t + sum(g.nodes * g.duration for g in ahead) / max(1, nodes)
+
+
+def gang_starts(  # noqa: PLR0913 - keyword-only, as gang_start
+    now: float,
+    *,
+    free: Mapping[str, int],
+    releases: Iterable[NodeFree],
+    queued: Sequence[Gang],
+    usage: Mapping[tuple[str, str], float],
+    nominal: Mapping[tuple[str, str], float],
+    node_size: float,
+    capacity: Mapping[str, float] | None = None,
+    max_steps: int = MAX_STEPS,
+) -> dict[int, float]:
+    """Expected starts of all of ``queued`` (by ``id``) in one replay of :func:`gang_start`: the
+    asked gang is one that never fits, so the replay plays until the releases run out (a gang
+    missing never starts) or for ``max_steps`` releases (the gangs left then start as their
+    node-seconds over the nodes allow, in the scheduler's order)."""
+    never = Gang("", ("",), 1, -(2**63), math.inf, 0.0, reclaim=False)
+    out: dict[int, float] = {}
+    gang_start(
+        now,
+        never,
+        free=free,
+        releases=releases,
+        queued=queued,
+        usage=usage,
+        nominal=nominal,
+        node_size=node_size,
+        capacity=capacity,
+        max_steps=max_steps,
+        starts=out,
+    )
+    return out

@@ -17,11 +17,15 @@ ClusterQueues of a cluster state, from what the control plane knows at a moment 
 * **reclaim**: a queue below its nominal quota whose ClusterQueue may reclaim within the cohort
   gets the borrowed part back now, not when the borrowers end;
 * **queue order**: BestEffortFIFO lets a workload that fits start past one that does not;
-  StrictFIFO does not.
+  StrictFIFO does not;
+* **whole-node gangs**: a workload whose every pod takes a whole node (:func:`node_gang`) is also
+  replayed on the nodes, with the pending whole-node gangs of every ClusterQueue that share them,
+  by :func:`gpuplane.insight.eta.gang_start`, the simulator's method (:func:`estimate_gangs`).
 
 The queue is played in :data:`SCENARIOS` scenarios of the runtimes (:func:`estimate_queue`); the
 range is the 25th/50th/75th percentile of the starts. The estimate ignores arrivals of
-higher-priority work and is a lower bound when placement is fragmented beyond one node.
+higher-priority work, and is a lower bound for a gang of pods that each take part of a node when
+placement is fragmented beyond one node.
 ``bench/eta_accuracy.py`` measures it against the core's real starts.
 """
 
@@ -35,10 +39,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from gpuplane.core.gang import GangPodSet
+from gpuplane.core.inventory import pod_needs
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import ConditionType, PendingDecision, SchedulerConfig
-from gpuplane.insight.eta import EPSILON, predict_start
+from gpuplane.insight.eta import EPSILON, Gang, NodeFree, gang_starts, predict_start
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Workload
 
@@ -469,3 +475,211 @@ def _one_node(world: Scheduler, need: float, runtimes: RuntimeModel, now: float,
         if start is not None and (best is None or start < best):
             best = start
     return best
+
+
+# --- whole-node gangs: the node replay of :func:`gpuplane.insight.eta.gang_start` ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGang:
+    """A pending workload whose every pod takes a whole node: ``nodes`` pods of ``size`` GPUs of
+    ``resource``, and per pool (flavor of its ClusterQueue, in the order it tries them) the names
+    of the nodes it may use, each with exactly ``size`` exclusive GPUs."""
+
+    workload: Workload
+    queue: str
+    resource: str
+    size: int
+    nodes: int
+    pools: Mapping[str, tuple[str, ...]]
+
+
+def node_gang(world: Scheduler, wl: Workload, queue: str, config: SchedulerConfig) -> NodeGang | None:
+    """``wl`` as a whole-node gang of ClusterQueue ``queue``, or ``None`` when some pod of it could
+    share a node (or land on a node with more GPUs than it asks), or nothing says where it runs."""
+    cluster = world.cluster
+    cq = world.tree.queues.get(queue)
+    resource = main_resource(wl, config)
+    sets = [ps for ps in wl.pod_sets if ps.count]
+    if cluster is None or cq is None or not sets or resource not in config.devices.whole_resources:
+        return None
+    sizes = {ps.template.requests.get(resource, 0) for ps in sets}
+    group = cq.group_for(resource)
+    if len(sizes) != 1 or group is None:
+        return None
+    size = sizes.pop()
+    pools: dict[str, tuple[str, ...]] = {}
+    for flavor in group.flavors:
+        rf = world.flavors.get(flavor.name)
+        if rf is None:
+            continue
+        names: set[str] = set()
+        for ps in sets:
+            gps = GangPodSet(ps.name, ps.count, pod_needs(ps.template, config.devices), ps.template, rf)
+            for state in cluster.eligible(gps):
+                if sum(1 for d in state.devices if d.sharing == "exclusive") != size:
+                    return None  # a pod there would leave GPUs of its node to others
+                names.add(state.name)
+        if names:
+            pools[flavor.name] = tuple(sorted(names))
+    if size <= 0 or not pools:
+        return None
+    return NodeGang(wl, queue, resource, size, sum(ps.count for ps in sets), pools)
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeHolder:
+    """What holds a node: its owners, the queue whose quota it gives back, and how much."""
+
+    owners: tuple[str, ...]
+    queue: str
+    amount: float
+
+
+def _gang_nodes(
+    world: Scheduler, pools: Mapping[str, tuple[str, ...]], size: int
+) -> tuple[dict[str, int], list[tuple[str, _NodeHolder]], int]:
+    """The free nodes of ``pools``, the held ones (pool and holder) and how many in all; a node of
+    two pools counts for the first."""
+    cluster = world.cluster
+    assert cluster is not None
+    owned: dict[str, list[tuple[str, int]]] = {}
+    for owner, items in cluster.owners.items():
+        for name, needs, _ in items:
+            owned.setdefault(name, []).append((owner, needs.whole))
+    free: dict[str, int] = {}
+    held: list[tuple[str, _NodeHolder]] = []
+    seen: set[str] = set()
+    for pool, names in pools.items():
+        for name in names:
+            if name in seen:
+                continue
+            seen.add(name)
+            on = owned.get(name, [])
+            if not on:
+                free[pool] = free.get(pool, 0) + 1
+                continue
+            admitted = world.tree.admitted.get(on[0][0])
+            whole = len(on) == 1 and on[0][1] >= size and admitted is not None
+            queue = admitted.cluster_queue if whole and admitted is not None else ""
+            amount = float(size) if queue else 0.0
+            held.append((pool, _NodeHolder(tuple(o for o, _ in on), queue, amount)))
+    return free, held, len(seen)
+
+
+def _gang_quotas(
+    world: Scheduler, pools: Iterable[str], resource: str
+) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float], dict[str, float]]:
+    """Quota used and nominal quota per (ClusterQueue, pool) of every ClusterQueue in ``pools``,
+    and each pool's nominal quota in all."""
+    usage: dict[tuple[str, str], float] = {}
+    nominal: dict[tuple[str, str], float] = {}
+    total: dict[str, float] = {}
+    for name, cq in world.tree.queues.items():
+        for pool in pools:
+            fr = (pool, resource)
+            usage[(name, pool)] = float(cq.usage.get(fr, 0))
+            nominal[(name, pool)] = float(cq.quota_for(fr).nominal)
+            total[pool] = total.get(pool, 0.0) + nominal[(name, pool)]
+    return usage, nominal, total
+
+
+def estimate_gangs(
+    world: Scheduler,
+    gangs: Sequence[NodeGang],
+    quotas: Mapping[str, Estimate],
+    *,
+    runtimes: RuntimeModel,
+    now: float,
+) -> dict[str, Estimate]:
+    """The starts of pending whole-node gangs of one node size (of every ClusterQueue) by the
+    node replay (:func:`gpuplane.insight.eta.gang_start`), the method the simulator's ETA uses,
+    run in the same :data:`SCENARIOS` as the queue estimate, one replay per scenario for them all.
+
+    The nodes of the gangs' pools are free, or free when the last workload on them ends (at the
+    scenario's quantile of its runtime given what it has run; a node held whole by one workload
+    gives its ClusterQueue's quota back then). The replay takes the gangs as the scheduler's cycles
+    do, one head per queue per cycle, within nominal first, then priority, then creation; each runs
+    for the scenario's quantile of its queue's runtimes. A gang of a ClusterQueue that may reclaim
+    within its cohort, within its nominal quota, takes nodes of borrowing queues. ``quotas`` (each
+    gang's queue estimate, :func:`estimate_queue`) still bounds each: each of low, median and high
+    is the later of the two.
+    """
+    if not gangs:
+        return {}
+    resource, size = gangs[0].resource, gangs[0].size
+    pools: dict[str, tuple[str, ...]] = {}
+    for g in gangs:
+        for pool, names in g.pools.items():
+            pools[pool] = tuple(sorted({*pools.get(pool, ()), *names}))
+    free, held, count = _gang_nodes(world, pools, size)
+    usage, nominal, total = _gang_quotas(world, pools, resource)
+    reclaim = {
+        g.queue: world.tree.queues[g.queue].spec.preemption.reclaim_within_cohort != "Never" for g in gangs
+    }
+    holders = [o for _, h in held for o in h.owners]
+    salts = {key: _salt(key) for key in [*(g.workload.key for g in gangs), *holders]}
+    seen: dict[str, list[float]] = {g.workload.key: [] for g in gangs}
+    for k in range(SCENARIOS):
+
+        def end_of(owner: str, k: int = k) -> float:
+            aw = world.tree.admitted.get(owner)
+            wl = world.workloads.get(owner)
+            if aw is None:  # a pod outside any queue: no history of its own
+                return now + runtimes.total_at(None, "", _u(k, salts[owner]))
+            elapsed = max(0.0, now - aw.reserved_at)
+            return now + runtimes.remaining_at(wl, aw.cluster_queue, elapsed, _u(k, salts[owner]))
+
+        releases = [NodeFree(max(end_of(o) for o in h.owners), pool, h.queue, h.amount) for pool, h in held]
+        played = [
+            Gang(
+                g.queue,
+                tuple(p for p in pools if p in g.pools),
+                g.nodes,
+                g.workload.priority,
+                g.workload.creation,
+                runtimes.total_at(g.workload, g.queue, _u(k, salts[g.workload.key])),
+                reclaim=reclaim[g.queue],
+            )
+            for g in gangs
+        ]
+        starts = gang_starts(
+            now,
+            free=free,
+            releases=sorted(releases, key=lambda r: r.end),
+            queued=played,
+            usage=usage,
+            nominal=nominal,
+            node_size=float(size),
+            capacity=total,
+        )
+        for g, gang in zip(gangs, played, strict=True):
+            start = starts.get(id(gang))
+            if start is not None:
+                seen[g.workload.key].append(start)
+    out: dict[str, Estimate] = {}
+    for g in gangs:
+        samples, sample_basis = runtimes.sample_for(g.queue)
+        runtimes_basis = (
+            f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)"
+            if samples
+            else f"no finished workloads: runtimes assumed around {DEFAULT_RUNTIME_SECONDS:.0f}s"
+        )
+        quota = quotas[g.workload.key]
+        basis = (
+            f"whole-node gang: replayed on the nodes of {', '.join(g.pools)}"
+            f" ({sum(free.values())} of {count} free, {size} {resource} each) with {len(gangs) - 1} other"
+            f" pending whole-node gangs, as the scheduler's cycles take them; {runtimes_basis}"
+            + ("; borrowed nodes reclaimed" if reclaim[g.queue] else "")
+            + f"; {SCENARIOS} scenarios; not before its quota allows ({quota.basis})"
+        )
+        starts_of = sorted(seen[g.workload.key])
+        if len(starts_of) * 2 < SCENARIOS or quota.seconds is None:
+            out[g.workload.key] = Estimate(None, None, None, "never: " + basis)
+            continue
+        values = [
+            round(max(mine or 0.0, quantile(starts_of, q) - now), 1)
+            for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
+        ]
+        out[g.workload.key] = Estimate(values[1], values[0], values[2], basis)
+    return out

@@ -37,9 +37,12 @@ from gpuplane.insight.aftermath import world_after
 from gpuplane.insight.idle import DATA_STALL_CONDITION
 from gpuplane.insight.queue_eta import (
     Estimate,
+    NodeGang,
     RuntimeModel,
+    estimate_gangs,
     estimate_queue,
     main_resource,
+    node_gang,
     runtime_model,
     with_one_node,
 )
@@ -234,6 +237,9 @@ class _Context:
     runtimes: RuntimeModel
     pending_by_queue: dict[str, list[PendingDecision]] = field(default_factory=dict)
     etas: dict[str, dict[str, Estimate]] = field(default_factory=dict)  # per ClusterQueue, computed once
+    gangs: dict[str, NodeGang | None] = field(default_factory=dict)  # whole-node gangs, by workload
+    gang_etas: dict[str, Estimate] = field(default_factory=dict)  # their node replay, made once
+    gangs_replayed: bool = False
 
     def eta(self, p: PendingDecision) -> Estimate:
         name = p.cluster_queue or ""
@@ -245,6 +251,35 @@ class _Context:
             )
             self.etas[name] = table
         return table.get(p.workload) or Estimate(None, None, None, "not queued in a ClusterQueue")
+
+    def gang(self, p: PendingDecision) -> NodeGang | None:
+        """``p``'s workload as a whole-node gang (computed once per workload)."""
+        if p.workload not in self.gangs:
+            wl = self.world.workloads.get(p.workload)
+            found = None
+            if wl is not None and p.cluster_queue is not None and p.reason not in NEVER:
+                found = node_gang(self.world, wl, p.cluster_queue, self.config)
+            self.gangs[p.workload] = found
+        return self.gangs[p.workload]
+
+    def gang_eta(self, p: PendingDecision) -> Estimate:
+        """The node replay's estimate of a whole-node gang (:func:`estimate_gangs`), made once for
+        all the pending whole-node gangs, one replay per node size."""
+        if not self.gangs_replayed:
+            self.gangs_replayed = True
+            groups: dict[tuple[str, int], list[NodeGang]] = {}
+            quotas: dict[str, Estimate] = {}
+            for waiting in self.pending_by_queue.values():
+                for other in waiting:
+                    g = self.gang(other)
+                    if g is not None:
+                        groups.setdefault((g.resource, g.size), []).append(g)
+                        quotas[other.workload] = self.eta(other)
+            for gangs in groups.values():
+                self.gang_etas.update(
+                    estimate_gangs(self.world, gangs, quotas, runtimes=self.runtimes, now=self.now)
+                )
+        return self.gang_etas[p.workload]
 
 
 def _context(state: ClusterState, plan: Plan, now: float, config: SchedulerConfig | None) -> _Context:
@@ -366,7 +401,9 @@ def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -
         )
     else:
         eta = ctx.eta(p)
-        if p.reason in _PLACEMENT_CAPACITY:
+        if ctx.gang(p) is not None:
+            eta = ctx.gang_eta(p)
+        elif p.reason in _PLACEMENT_CAPACITY:
             eta = with_one_node(ctx.world, wl, eta, runtimes=ctx.runtimes, config=ctx.config, now=ctx.now)
     return Explanation(
         workload=p.workload,

@@ -31,13 +31,15 @@ from gpuplane.core.session import Reason
 from gpuplane.insight import idle
 from gpuplane.insight.eta import (
     Capacity,
-    Holder,
+    Gang,
+    NodeFree,
     Queued,
     Running,
     RuntimeCurve,
+    gang_start,
     replay_start,
     runtime_curve,
-    whole_nodes_start,
+    van_der_corput,
 )
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT, GroupStats, Ledger
 from gpuplane.sim.workloads import Job, Workloads
@@ -146,8 +148,8 @@ class RuntimeHistory:
     completion, in one run) and how long the running ones have run. Their Kaplan-Meier curve
     (:func:`gpuplane.insight.eta.runtime_curve`) is recomputed when a class's finished runs grew
     by :data:`RELEARN` since the last time; it gives the expected runtime (its mean up to the
-    longest seen) and, for the holders of a node, the chance that a run of a given age has ended
-    by a given time. Until
+    longest seen) and, for the node replay of whole-node gangs, runtimes at chosen levels of the
+    curve (of a run not started yet, or of one of a given age). Until
     :data:`LEARN_AFTER` of a class have finished, a job's own ``expected`` (the class mean the
     scenario declares) stands in.
     """
@@ -176,7 +178,7 @@ class RuntimeHistory:
 
 LEARN_AFTER = 20  # finished runs of a class before its curve replaces the declared class mean
 RELEARN = 1.05  # relearn a class's curve when its finished runs grew by 5 %
-GroupKey = tuple[frozenset[str], str, int]  # (pools, team, priority)
+GroupKey = tuple[frozenset[str], str, int, float]  # (pools, team, priority, what one pod asks)
 LISTED_PER_QUEUE = 16  # queued work per team the ETA plays one by one; the rest counts as a backlog
 
 
@@ -204,6 +206,7 @@ class _Book:
         self.groups: dict[GroupKey, dict[int, tuple[int, float, float]]] = {}
         self.group_work: dict[GroupKey, float] = {}
         self.where: dict[int, GroupKey] = {}
+        self.queued: dict[int, JobRun] = {}
         self.sequence = 0
         self.pool_order: dict[frozenset[str], tuple[str, ...]] = {}
 
@@ -226,37 +229,32 @@ class _Book:
         """Queue ``run``, expected to run ``expected`` seconds in all (startup included)."""
         if run.job.id in self.where:
             return
-        key = (run.pools, run.job.team, run.priority)
+        key = (run.pools, run.job.team, run.priority, run.per_pod)
         self.sequence += 1
         duration = max(run.job.startup, expected - run.progress)
         self.groups.setdefault(key, {})[run.job.id] = (self.sequence, run.alloc, duration)
         self.group_work[key] = self.group_work.get(key, 0.0) + run.alloc * duration
         self.where[run.job.id] = key
+        self.queued[run.job.id] = run
 
     def remove_pending(self, run: JobRun) -> None:
         key = self.where.pop(run.job.id, None)
         if key is None:
             return
+        del self.queued[run.job.id]
         _, amount, duration = self.groups[key].pop(run.job.id)
         self.group_work[key] -= amount * duration
 
-    def gangs_ahead(self, run: JobRun, node_size: float, floor: int) -> list[int]:
-        """Nodes each queued workload of at least priority ``floor`` that shares a pool with ``run``
-        and asks whole nodes' worth (a multiple of ``node_size``) will take, in queue order; the
-        first :data:`LISTED_PER_QUEUE`."""
-        keys = [
-            k
-            for k, members in self.groups.items()
-            if members and k[2] >= floor and not run.pools.isdisjoint(k[0])
-        ]
-        out = []
-        for _, _, _, amount, _ in heapq.merge(*(self._in_order(k) for k in keys)):
-            nodes = amount / node_size
-            if nodes >= 1 and nodes == int(nodes):
-                out.append(int(nodes))
-                if len(out) == LISTED_PER_QUEUE:
-                    break
-        return out
+    def gangs(
+        self, pools: frozenset[str], per_pod: float, floor: int
+    ) -> Iterator[tuple[JobRun, GroupKey, int]]:
+        """Queued work of at least priority ``floor`` that may use one of ``pools`` and asks
+        ``per_pod`` for each pod (whole nodes, for the caller): each run, its group, its sequence."""
+        for key, members in self.groups.items():
+            if key[3] != per_pod or key[2] < floor or pools.isdisjoint(key[0]):
+                continue
+            for job_id, (seq, _, _) in members.items():
+                yield self.queued[job_id], key, seq
 
     def _in_order(self, key: GroupKey) -> Iterator[tuple[int, int, GroupKey, float, float]]:
         """One group's queued work in queue order: (-priority, sequence, group, amount, duration)."""
@@ -277,7 +275,10 @@ class _Book:
         priority (any priority without preemption) is replayed with the running work's expected
         ends (:func:`gpuplane.insight.eta.replay_start`): the first :data:`LISTED_PER_QUEUE` of
         each team one by one, the rest of its own team (of every team when its team has no quota
-        of its own) as a backlog.
+        of its own) as a backlog. The backlog counts only work whose pods ask no more than
+        ``run``'s: capacity frees a little at a time under load, and work that asks more per pod
+        waits for more to free at once while smaller work behind it takes what frees (the replay
+        itself does the same with the work it lists).
         """
         team, pools = run.job.team, run.pools
         floor = run.priority if capacity.preemption else -(2**31)
@@ -305,10 +306,11 @@ class _Book:
         own_limit = team in capacity.queue_limit or any(q == team for q, _ in capacity.flavor_limit)
         for owner, owned in by_team.items():
             ordered = heapq.merge(*(self._in_order(k) for k in owned))
-            work = sum(self.group_work[k] for k in owned)
+            work = sum(self.group_work[k] for k in owned if k[3] <= run.per_pod)
             for neg, seq, k, amount, duration in itertools.islice(ordered, LISTED_PER_QUEUE):
                 listed.append((neg, seq, Queued(owner, self._pools(k[0], capacity), amount, duration)))
-                work -= amount * duration
+                if k[3] <= run.per_pod:
+                    work -= amount * duration
             if owner == team or not own_limit:
                 unlisted += max(0.0, work)
         listed.sort(key=lambda entry: (entry[0], entry[1]))
@@ -322,6 +324,7 @@ class _Book:
             releases=releases,
             ahead=[entry[2] for entry in listed],
             backlog=unlisted,
+            rate=sum(amount for (_, owner, _), amount in self.held.items() if owner == team) or None,
         )
 
 
@@ -730,12 +733,24 @@ class Engine:
             heapq.heappush(due, (last + period, job_id, gen))
             yield job, last
 
-    def holder(self, run: JobRun, now: float) -> Holder:
-        """A running job as a node holder: its class's runtime curve and its age now."""
+    def expected_end(self, run: JobRun, now: float) -> float:
+        """When a running job is expected to end: its age on its class's runtime curve (the mean
+        of what is left), or its expected end taken at start; never before ``now``."""
         curve = self.runtimes.curve(run.job.klass)
         if curve is None or run.running_since is None:
-            return Holder(None, 0.0, max(now, run.expected_end))
-        return Holder(curve, now - run.running_since + run.progress, now)
+            return max(now, run.expected_end)
+        return now + curve.remaining(now - run.running_since + run.progress)
+
+    def likely_end(self, run: JobRun, now: float) -> float | None:
+        """A running job's end drawn from its class's curve given its age, at the job's own point
+        of a van der Corput sequence (so the running jobs' ends spread as the curve says, the
+        first ones much earlier than any mean); ``None`` past the longest run seen. Without a
+        curve, its expected end."""
+        curve = self.runtimes.curve(run.job.klass)
+        if curve is None or run.running_since is None:
+            return max(now, run.expected_end)
+        left = curve.remaining_at(now - run.running_since + run.progress, van_der_corput(run.job.id + 1))
+        return None if left is None else now + left
 
     def running_for(self, klass: str) -> Iterator[float]:
         """How long each running job of ``klass`` has run so far (in its current run)."""
@@ -745,25 +760,71 @@ class Engine:
                 yield now - run.running_since
 
     def predict(self, run: JobRun, now: float) -> float | None:
-        """The ETA the insight layer gives at submission (before this job is queued)."""
+        """The ETA the insight layer gives at submission (before this job is queued): the queue
+        replay, or for a job whose every pod takes a whole node, the node replay."""
         capacity = self.eta_capacity
         if capacity is None:
             return None
-        expected = self.runtimes.expected(run.job)
-        start = self.book.estimate(run, expected, capacity, now)
         nodes = self.model.whole_nodes(run.job)
-        if start is None or not nodes:
-            return start
+        if nodes:
+            return self.predict_gang(run, nodes, capacity, now)
+        return self.book.estimate(run, self.runtimes.expected(run.job), capacity, now)
+
+    def predict_gang(
+        self, run: JobRun, nodes: dict[str, list[tuple[str, list[int]]]], capacity: Capacity, now: float
+    ) -> float | None:
+        """The node replay (:func:`gpuplane.insight.eta.gang_start`) of a whole-node gang.
+
+        Work of a lower priority than the gang is left out where preemption is on. A node with
+        nothing else on it is free; one held by a whole-node pod frees at that job's likely end
+        (:meth:`likely_end`; never, past the longest run its class has shown); one held by smaller
+        work only, when the last of it is expected to end (the scheduler keeps placing small work
+        on partly used nodes, so these seldom free before). Queued gangs of the same node size
+        that may use these pools are replayed with their queues, each run drawn from its class's
+        runtime curve once it is learned.
+        """
         floor = run.priority if capacity.preemption else -(2**31)
-        members: list[list[Holder]] = []
-        for on_nodes in nodes.values():
+        pools = tuple(p for p in capacity.pools if p in nodes)
+        free: dict[str, int] = {}
+        releases: list[NodeFree] = []
+        for pool, on_nodes in nodes.items():
             for node, ids in on_nodes:
                 if node in self.node_down_since:
                     continue
-                holders = (self.runs[i] for i in ids if i in self.runs)
-                members.append([self.holder(h, now) for h in holders if h.priority >= floor])
-        # Gangs queued first that ask no more nodes than this one take the nodes that free first;
-        # a larger one waits for more nodes at once and lets this one pass (BestEffortFIFO).
-        ahead = sum(n for n in self.book.gangs_ahead(run, run.per_pod, floor) if n <= run.job.pods)
-        found = whole_nodes_start(now, run.job.pods, members, ahead=ahead)
-        return None if found is None else max(start, found)
+                holders = [h for i in ids if (h := self.runs.get(i)) is not None and h.priority >= floor]
+                whole = next((h for h in holders if h.per_pod >= self.model.node_gpus(node)), None)
+                if whole is not None:
+                    end = self.likely_end(whole, now)
+                    if end is not None:
+                        releases.append(NodeFree(end, pool, whole.job.team, whole.per_pod))
+                elif holders:
+                    releases.append(NodeFree(max(self.expected_end(h, now) for h in holders), pool))
+                else:
+                    free[pool] = free.get(pool, 0) + 1
+        queued = [
+            self._gang(other, key[1], tuple(p for p in pools if p in key[0]), seq)
+            for other, key, seq in self.book.gangs(run.pools, run.per_pod, floor)
+        ]
+        usage: dict[tuple[str, str], float] = {}
+        for (pool, owner, priority), amount in self.book.held.items():
+            if priority >= floor and pool in nodes:
+                usage[(owner, pool)] = usage.get((owner, pool), 0.0) + amount
+        asked = self._gang(run, run.job.team, pools, self.book.sequence + 1)
+        return gang_start(
+            now,
+            asked,
+            free=free,
+            releases=releases,
+            queued=queued,
+            usage=usage,
+            nominal=capacity.nominal or capacity.flavor_limit,
+            node_size=run.per_pod,
+            capacity={p: capacity.pools[p] for p in pools} if capacity.preemption else None,
+        )
+
+    def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float) -> Gang:
+        """A queued whole-node job as the node replay sees it."""
+        expected = self.runtimes.expected(run.job)
+        curve = self.runtimes.curve(run.job.klass) if run.progress == 0 else None
+        duration = max(run.job.startup, expected - run.progress)
+        return Gang(queue, pools, run.job.pods, run.priority, order, duration, curve)

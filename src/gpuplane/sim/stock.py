@@ -384,15 +384,7 @@ class StockModel:
                 missing = sj.job.pods - len(sj.bound)
                 if sj.uncreated * sj.gpus > quota_free[sj.job.team]:
                     continue
-                trial = free.copy()
-                placed = 0
-                for _ in range(missing):
-                    fits = np.flatnonzero(sj.mask & (trial >= sj.gpus))
-                    if len(fits) == 0:
-                        break
-                    trial[fits[0]] -= sj.gpus
-                    placed += 1
-                if placed < missing:
+                if missing > 0 and not self._room_for(free, sj, missing):
                     continue
                 for node in sj.bound:
                     free[node] += sj.gpus
@@ -400,6 +392,16 @@ class StockModel:
                 del unresolved[jid]
                 progress = True
         return set(unresolved)
+
+    @staticmethod
+    def _room_for(free: IntArray, sj: _StockJob, missing: int) -> bool:
+        """Whether ``missing`` more pods of ``sj`` fit on its nodes' ``free`` GPUs, pods packed
+        first fit: a node holds as many pods as whole multiples of a pod's GPUs it has free."""
+        gpus = sj.gpus
+        if gpus <= 0:
+            return bool(np.any(sj.mask & (free >= gpus)))
+        held = np.maximum(free[sj.mask], 0) // gpus
+        return int(held.sum()) >= missing
 
     def _restart(self, sj: _StockJob) -> None:
         """The owner deletes the stuck job and submits it again."""

@@ -33,7 +33,15 @@ class Nomination(SchedulerState):
     """Nominating one head workload."""
 
     def _inactive_reason(self, cq: ClusterQueueNode) -> str | None:
-        """Why Kueue's cache keeps the queue inactive (``Stopped``, ``FlavorNotFound``), if it does."""
+        """Why Kueue's cache keeps the queue inactive (``Stopped``, ``FlavorNotFound``), if it does
+        (read once per queue: the state and the flavors are fixed for the scheduler's life)."""
+        if cq.name in self._inactive:
+            return self._inactive[cq.name]
+        reason = self._inactive_of(cq)
+        self._inactive[cq.name] = reason
+        return reason
+
+    def _inactive_of(self, cq: ClusterQueueNode) -> str | None:
         if cq.spec.stop_policy != "None":
             return f"ClusterQueue {cq.name} is inactive: Stopped ({cq.spec.stop_policy})"
         missing = sorted({f.name for g in cq.spec.resource_groups for f in g.flavors} - set(self.flavors))
@@ -125,20 +133,22 @@ class Nomination(SchedulerState):
             return found[lo]
         return full, []
 
-    def _shape(self, pending: PendingWorkload) -> tuple[object, ...] | None:
-        """What a nomination reads of a workload, or ``None`` where the outcome may depend on
-        more (fair sharing orders by usage; ``LowerOrNewerEqualPriority`` by queue time)."""
+    def _shape(self, pending: PendingWorkload) -> int | None:
+        """What a nomination reads of a workload, as a small number (equal for equal shapes), or
+        ``None`` where the outcome may depend on more (fair sharing orders by usage;
+        ``LowerOrNewerEqualPriority`` by queue time)."""
+        wl = pending.workload
+        cached = self._shapes.get(pending.key)
+        # Read again when requeued elsewhere or at another priority.
+        if cached is not None and cached[0] is wl:
+            _, queue, priority, number = cached
+            if queue == pending.cluster_queue and priority == pending.priority:
+                return number
         if self.config.fair_sharing:
             return None
         policy = self.tree.queues[pending.cluster_queue].spec.preemption
         if "LowerOrNewerEqualPriority" in (policy.within_cluster_queue, policy.reclaim_within_cohort):
             return None
-        wl = pending.workload
-        cached = self._shapes.get(pending.key)
-        if cached is not None and cached[0] is wl:
-            shape = cached[1]
-            if shape[:2] == (pending.cluster_queue, pending.priority):  # requeued elsewhere: recompute
-                return shape
         pod_sets = tuple(
             (
                 ps.name,
@@ -157,8 +167,9 @@ class Nomination(SchedulerState):
             for ps in wl.pod_sets
         )
         shape = (pending.cluster_queue, pending.priority, wl.namespace, pod_sets)
-        self._shapes[pending.key] = (wl, shape)
-        return shape
+        number = self._shape_ids.setdefault(shape, len(self._shape_ids))
+        self._shapes[pending.key] = (wl, pending.cluster_queue, pending.priority, number)
+        return number
 
     def _scan_start(self, key: str, cq: ClusterQueueNode) -> dict[tuple[int, str], int] | None:
         """Where the flavor scan resumes, or None to start over (lastAssignmentOutdated)."""

@@ -150,10 +150,12 @@ class Queues(SchedulerState):
 
     def heads(self) -> list[PendingWorkload]:
         out = []
+        preemptor_of, parked, cursor = self.preemptor_of, self.parked, self.cursor
+        tree_queues = self.tree.queues
         for name, queue in self.queues.items():
             if not queue:
                 continue
-            waiting = self.preemptor_of.get(name)
+            waiting = preemptor_of.get(name) if preemptor_of else None
             if waiting is not None:
                 # A workload that evicted victims last cycle heads its queue now, so the
                 # capacity it freed is not taken by others first (no preemption ping-pong).
@@ -161,14 +163,15 @@ class Queues(SchedulerState):
                 if found is not None:
                     out.append(found)
                     continue
-            if self.tree.queues[name].spec.queueing_strategy == "StrictFIFO":
+            if tree_queues[name].spec.queueing_strategy == "StrictFIFO":
                 out.append(queue[0])
                 continue
-            i = self.cursor[name]
-            while i < len(queue) and queue[i].key in self.parked:
+            i = cursor[name]
+            size = len(queue)
+            while i < size and queue[i].key in parked:
                 i += 1
-            self.cursor[name] = i
-            if i < len(queue):
+            cursor[name] = i
+            if i < size:
                 out.append(queue[i])
         return out
 
@@ -195,13 +198,23 @@ class Queues(SchedulerState):
         root = node.root()
         names = {q.name for q in root.subtree_queues()} if isinstance(root, CohortNode) else {cq_name}
         names_freed = None if freed is None or self.config.fair_sharing else frozenset(f for f, _ in freed)
+        parked, eligible = self.parked, self._eligible
         for name in names:
-            queue = self.queues.get(name, [])
-            for pending in queue:
-                if pending.key not in self.parked:
-                    continue
-                if names_freed is None or not names_freed.isdisjoint(self._eligible_flavors(pending)):
-                    self.parked.discard(pending.key)
+            if parked:
+                for pending in self.queues.get(name, ()):
+                    key = pending.key
+                    if key not in parked:
+                        continue
+                    if names_freed is not None:
+                        # _eligible_flavors, its cache read inline (this loop visits the backlog).
+                        known = eligible.get(key)
+                        if known is not None and known[0] is pending.workload and known[1] == name:
+                            flavors = known[2]
+                        else:
+                            flavors = self._eligible_flavors(pending)
+                        if names_freed.isdisjoint(flavors):
+                            continue
+                    parked.discard(key)
             if name in self.cursor:
                 self.cursor[name] = 0
 

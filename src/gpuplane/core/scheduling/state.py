@@ -145,10 +145,14 @@ class SchedulerState:
         # Nomination outcomes that park a workload, by workload shape, valid while nothing
         # changes the quota tree, the nodes or the clock (see ``_remembered``).
         self.state_version = 0
-        self._failed: dict[tuple[object, ...], Status] = {}
+        self._failed: dict[int, Status] = {}
         self._failed_version = -1
-        self._shapes: dict[str, tuple[Workload, tuple[object, ...]]] = {}
+        # Each workload's shape (see ``Nomination._shape``) as the number of its shape in
+        # ``_shape_ids``, with the workload object, queue and priority it was read for.
+        self._shapes: dict[str, tuple[Workload, str, int, int]] = {}
+        self._shape_ids: dict[tuple[object, ...], int] = {}
         self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
+        self._inactive: dict[str, str | None] = {}  # by ClusterQueue, see Nomination._inactive_reason
         self._needs = NeedsMemo(config.devices)  # each pod template's needs, read once
         self._sequence = 0
         self.scan: dict[str, ScanProgress] = {}
