@@ -8,7 +8,7 @@ inputs from its cache and worklist and applies the result (assume, send, forget 
     workload_create_writes(candidates, groups, owned, priorities) -> Creations
     release_writes(wl, admission, owner, pods, flavors)           -> [Write(RELEASE, ...)]
     gang_plan(wl, admission, pods, noted)                         -> GangPlan
-    binding_writes(plan, owner, view, config)                     -> [Bind]
+    binding_writes(plan, view, config)                            -> [Bind]
 
 A gang is bound in two steps: :func:`gang_plan` says whether its pods are all there and which
 planned slot (node, devices) each waiting pod takes; the controller then deletes the warm-buffer
