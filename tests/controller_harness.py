@@ -429,7 +429,7 @@ def webhook_admit(pod: dict[str, Any]) -> dict[str, Any]:
 class JobController:
     """Creates the pods of every unsuspended Job in one namespace, and deletes them on suspension.
 
-    One pass (:meth:`sync`) lists Jobs and Pods and brings each Job's live pods to its parallelism
+    One pass (:meth:`sync`) lists Pods, then Jobs, and brings each Job's live pods to its parallelism
     (capped by :attr:`pod_limit` when a test holds a gang back; none for the jobs named in
     :attr:`held`, whose pods a test holds back until it lets them through). Pod names never repeat
     (``<job>-<n>`` with a counter per Job), so a pod name means one pod for the whole test. Errors
@@ -461,8 +461,14 @@ class JobController:
             self._stop.wait(POLL)
 
     def sync(self) -> None:
-        jobs = self.api.list(k8s.JOBS, self.namespace).get("items", [])
+        # Pods are listed before Jobs. The two lists are two moments: a Job listed first could
+        # still show as running while its pods, listed after, are already gone because the Job
+        # was suspended (or deleted) and its pods evicted in between; the pass would then start
+        # replacements for a Job that no longer runs. Listed in this order, pods that are gone
+        # were removed before the Jobs were read, so a Job suspended before its pods were evicted
+        # shows suspended.
         pods = self.api.list(k8s.PODS, self.namespace).get("items", [])
+        jobs = self.api.list(k8s.JOBS, self.namespace).get("items", [])
         owned: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in pods:
             for ref in pod["metadata"].get("ownerReferences") or []:

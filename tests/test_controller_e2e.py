@@ -27,6 +27,7 @@ from controller_harness import (
 from controller_harness import scene as make_scene
 from gpuplane.core.plan import PLACEMENT_ANNOTATION, recorded_placement
 from gpuplane.k8s import api as k8s
+from gpuplane.k8s.api import KubeApi, load_api_client
 from gpuplane.model.labels import ADMISSION_GATE as GATE
 from gpuplane.model.labels import DEVICES_ANNOTATION, PODSET_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
 from gpuplane.model.topology import assigned_domains
@@ -316,6 +317,45 @@ def test_preemption_evicts_the_victim_suspends_its_job_and_requeues_it(
         }
         assert {n for n in created if n and n.startswith("victim-")} == victim_pods, "no replacements"
         assert all(e.request.body["deleteOptions"]["gracePeriodSeconds"] == 0 for e in evictions)
+
+
+def test_the_job_controller_starts_no_pod_for_a_job_stopped_between_its_lists(
+    scene: Scene, double: ApiServerDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The double's reduced Job controller reads pods before Jobs: a Job suspended and emptied
+    between its two lists, as the controller stops a preempted job, gets no replacement pods (read
+    the other way round, the Job still looked running and its pods already gone)."""
+    scene.setup(nodes=1)
+    scene.submit(scene.job("stopped", pods=2))
+    job = scene.jobs()["stopped"]
+    scene.api.replace(k8s.JOBS, {**job, "spec": {**job["spec"], "suspend": False}})
+    api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
+    jobs = JobController(api, scene.namespace)
+    try:
+        jobs.sync()
+        started = {p["metadata"]["name"] for p in scene.pods("stopped")}
+        assert len(started) == 2
+        lists = 0
+        listed = api.list
+
+        def list_then_stop(res: k8s.Resource, namespace: str | None = None) -> dict[str, Any]:
+            nonlocal lists
+            answer = listed(res, namespace)
+            lists += 1
+            if lists == 1:  # between the pass's two lists: the job suspended, then its pods evicted
+                running = scene.jobs()["stopped"]
+                scene.api.replace(k8s.JOBS, {**running, "spec": {**running["spec"], "suspend": True}})
+                for name in started:
+                    scene.api.delete(k8s.PODS, name, scene.namespace, gracePeriodSeconds=0)
+            return answer
+
+        monkeypatch.setattr(api, "list", list_then_stop)
+        jobs.sync()
+        assert lists == 2
+        assert scene.pods("stopped") == [], "no replacement for a suspended job's evicted pods"
+        assert not double.requests.find(verb="create", resource="pods", status=201)[2:]
+    finally:
+        api.api_client.close()  # type: ignore[no-untyped-call]
 
 
 def test_preemption_waits_for_the_victims_pods_to_terminate(scene: Scene, double: ApiServerDouble) -> None:

@@ -18,6 +18,10 @@ One reconcile pass (only on the leader, once every informer has synced)::
          nodes through the Binding API, with their devices recorded on the pod
       7. pending workloads get a QuotaReserved=False condition with the core's reason
 
+What each step writes (all but the stopping of evicted jobs) is decided by pure functions that
+return the writes as data (:mod:`gpuplane.k8s.plan_writes`, :mod:`gpuplane.k8s.bind_writes`); this
+class gathers their inputs from the cache and the worklist and applies them.
+
 Writes that do not depend on each other (admissions of different workloads, bindings of
 different pods, statuses) go out at once from a pool of threads; the client's QPS and
 burst bound them. Every step is idempotent, and the API server's resourceVersion checks
@@ -29,11 +33,10 @@ state.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -44,22 +47,23 @@ from gpuplane.core.session import (
     CheckEviction,
     ConditionType,
     CycleOutcome,
-    DeviceConfig,
-    NodeState,
     Plan,
-    PodNeeds,
     Reason,
     SchedulerConfig,
     Session,
     config_from_kueue,
-    node_state,
-    pod_needs,
-    recorded_grants,
-    recorded_placement,
 )
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
+from gpuplane.k8s.bind_writes import (
+    NodeView,
+    binding_writes,
+    gang_plan,
+    release_writes,
+    waiting,
+    workload_create_writes,
+)
 from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
 from gpuplane.k8s.live_session import LiveSession
@@ -73,21 +77,16 @@ from gpuplane.k8s.plan_writes import (
 )
 from gpuplane.k8s.provisioning import (
     Provisioner,
-    annotated_templates,
     awaiting_checks,
     evicted_by_check,
-    pod_set_updates,
 )
 from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.k8s.warm import WarmBuffer
-from gpuplane.k8s.worklist import Worklist, gated, pod_group
+from gpuplane.k8s.worklist import Worklist
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
-from gpuplane.model.karpenter import DO_NOT_DISRUPT
-from gpuplane.model.kinds import parse_node, pod_template
 from gpuplane.model.objects import ClusterState
-from gpuplane.model.topology import assigned_domains
 
 log = logging.getLogger(__name__)
 
@@ -327,37 +326,20 @@ class Controller:
 
         Only the worklist's candidates are looked at (jobs and pod groups that changed, or whose
         Workload is still being created); one that needs no Workload leaves the list."""
-        priorities = self._priorities()
-        bodies: list[dict[str, Any]] = []
-        for kind, key in sorted(self.work.to_create):
-            obj = self.cache.get(kind, key)
-            body = None
-            if (
-                obj is not None
-                and (jobs.is_suspended(kind, obj) or kind == "LeaderWorkerSet")
-                and not self.work.owned(obj.get("metadata", {}).get("uid", ""))
-            ):
-                body = jobs.workload_for(kind, obj, priorities)
-            if body is None:
-                self.work.to_create.discard((kind, key))
-            else:
-                bodies.append(body)
+        candidates = [(kind, key, self.cache.get(kind, key)) for kind, key in sorted(self.work.to_create)]
+        groups = []
         for group in sorted(self.work.groups):
             ns, name = group
             members = self.work.pods_by.get((ns, "group", name), set()) | self.work.pods_by.get(
                 (ns, "name", name), set()
             )
-            pods = [
-                pod
-                for key in sorted(members)
-                if (pod := self.cache.get("Pod", key)) is not None and gated(pod) and pod_group(pod) == group
-            ]
-            body = jobs.pod_group_workload(pods, priorities) if pods else None
-            if body is None or self.work.owned(body["metadata"]["labels"][keys.JOB_UID_LABEL]):
-                self.work.groups.discard(group)
-            else:
-                bodies.append(body)
-        self._each(partial(self._create_workload, body) for body in bodies)
+            groups.append(
+                (group, [p for key in sorted(members) if (p := self.cache.get("Pod", key)) is not None])
+            )
+        creations = workload_create_writes(candidates, groups, self.work.owned, self._priorities())
+        self.work.to_create -= creations.settled_jobs
+        self.work.groups -= creations.settled_groups
+        self._each(partial(self._create_workload, w.body) for w in creations.writes)
 
     def _scheduler_config(self, state: ClusterState) -> SchedulerConfig:
         return replace(
@@ -608,8 +590,10 @@ class Controller:
     def _release_and_bind(self) -> None:
         """Release admitted jobs (all at once), then bind the pods of complete gangs (all at once).
 
-        Devices are chosen one pod after another, each beside the pods chosen before it (the
-        binding is assumed in the cache first), and only the API calls run in parallel.
+        What to write is decided by the pure functions of :mod:`gpuplane.k8s.bind_writes`; devices
+        are chosen one pod after another, each beside the pods chosen before it (each gang's
+        bindings are assumed in the cache before the next gang is fitted), and only the API calls
+        run in parallel.
         """
         self._catch_up()
         admitted = []
@@ -624,57 +608,21 @@ class Controller:
                 self.work.to_bind.discard(key)  # a change of the Workload makes it a candidate again
                 continue
             admitted.append((wl, wl["status"]["admission"]))
-        releases: list[Callable[[], None]] = []
+        flavors = {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")} if admitted else {}
+        releases: list[Write] = []
         for wl, admission in admitted:
-            release = self._release(wl, admission)
-            if not release and not self._waiting(wl):
+            pods = self._pods_of(wl)
+            release = release_writes(wl, admission, self._owner_job(wl), pods, flavors)
+            if not release and not waiting(pods):
                 # Released, and every pod of it bound: nothing to do until it, its job or a pod
                 # of it changes.
                 self.work.to_bind.discard(object_key(wl))
             releases += release
-        self._each(releases)
+        self._each(partial(self._write, w.kind, w.body) for w in releases)
         bindings: list[Callable[[], None]] = []
         for wl, admission in admitted:
             bindings += self._bind_gang(wl, admission)
         self._each(bindings)
-
-    def _release(self, wl: dict[str, Any], admission: dict[str, Any]) -> list[Callable[[], None]]:
-        """The writes that release an admitted workload's job, or lift its pods' gates."""
-        owner = self._owner_job(wl)
-        if owner is not None:
-            kind, job = owner
-            if not jobs.is_suspended(kind, job) and kind != "LeaderWorkerSet":
-                return []
-            labels: dict[str, dict[str, str]] = {}
-            flavors = {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")}
-            for psa in admission.get("podSetAssignments", []):
-                node_labels: dict[str, str] = {}
-                for flavor in set(psa.get("flavors", {}).values()):
-                    node_labels.update(flavors.get(flavor, {}).get("spec", {}).get("nodeLabels", {}) or {})
-                labels[psa["name"]] = node_labels
-            released = annotated_templates(
-                kind,
-                jobs.released_job(kind, job, wl["metadata"]["name"], labels, _queue_labels(wl, admission)),
-                wl,
-            )
-            if released == job:
-                return []
-            return [partial(self._write, kind, released)]
-        writes: list[Callable[[], None]] = []
-        for pod in self._pods_of(wl):  # plain pods and pod groups: lift the gate
-            gates = pod.get("spec", {}).get("schedulingGates") or []
-            if not any(g.get("name") == keys.ADMISSION_GATE for g in gates):
-                continue
-            updated = json.loads(json.dumps(pod))
-            updated["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != keys.ADMISSION_GATE]
-            updated["spec"]["schedulerName"] = keys.SCHEDULER_NAME
-            updated["metadata"].setdefault("labels", {})[keys.WORKLOAD_LABEL] = wl["metadata"]["name"]
-            updated["metadata"]["labels"][keys.KUEUE_WORKLOAD_LABEL] = wl["metadata"]["name"]
-            updated["metadata"]["labels"][keys.PODSET_LABEL] = "main"
-            updated["metadata"]["labels"].update(_queue_labels(wl, admission))
-            updated["metadata"].setdefault("annotations", {}).update(pod_set_updates(wl).get("main", {}))
-            writes.append(partial(self._write, "Pod", updated))
-        return writes
 
     def _write(self, kind: str, body: dict[str, Any]) -> None:
         """Replace one Pod or job object, and cache what the server answered (a failure is retried
@@ -690,111 +638,46 @@ class Controller:
         self.cache.upsert(kind, written)
 
     def _bind_gang(self, wl: dict[str, Any], admission: dict[str, Any]) -> list[Callable[[], None]]:
-        """The bindings of every pod of the workload to its planned node, once all have arrived.
+        """The bindings of every pod of the workload to its planned node, once all have arrived,
+        each assumed in the cache (and the worklist) before it is written.
 
         While pods are missing, each one that waits gets an Event (once) saying so.
         """
-        pods = self._ours(wl)
-        expected = sum(int(psa.get("count", 0)) for psa in admission.get("podSetAssignments", []))
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        waiting = [p for p in live if not p.get("spec", {}).get("nodeName")]
-        if not waiting:
+        plan = gang_plan(wl, admission, self._pods_of(wl), self._gang_noted_already)
+        if plan.waits:
+            return [partial(self._note_gang_wait, pod, message) for pod, message in plan.waits]
+        if plan.nodes:  # the gang is complete: placeholders on its nodes make room
+            self.warm.clear(plan.nodes)
+        if not plan.pods:
             return []
-        if len(live) < expected:
-            return [
-                partial(
-                    self._note_gang_wait,
-                    pod,
-                    f"Waiting for the whole gang of Workload {wl['metadata']['name']}: "
-                    f"{len(live)} of {expected} pods exist; none is bound before all are there",
-                )
-                for pod in waiting
-                if pod["metadata"].get("uid", object_key(pod)) not in self._gang_noted
-            ]
-        targets = _planned_slots(wl, admission)
-        for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
-            node = pod.get("spec", {}).get("nodeName")
-            if not node:
-                continue
-            podset = (pod["metadata"].get("labels") or {}).get(keys.PODSET_LABEL, "main")
-            slots = targets.get(podset, [])
-            devices = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION, "")
-            # A bound pod fills its own slot: the one with its devices, else one on its node.
-            same = [i for i, slot in enumerate(slots) if slot[0] == node]
-            exact = [i for i in same if slots[i][1] in (devices, None)]
-            if same:
-                del slots[(exact or same)[0]]
-        self.warm.clear({n for slots in targets.values() for n, _ in slots})  # placeholders make room
+        config = (self.config.scheduler or SchedulerConfig()).devices
         writes: list[Callable[[], None]] = []
-        for pod in sorted(waiting, key=lambda p: p["metadata"]["name"]):
-            podset = (pod["metadata"].get("labels") or {}).get(keys.PODSET_LABEL, "main")
-            slots = targets.get(podset, [])
-            if not slots:
-                continue  # quota-only admission (no nodes known) or more pods than planned
-            node, devices = slots.pop(0)
-            # The gang's slots not bound yet hold their devices against a fit of this pod.
-            rest = [d for left in targets.values() for n, d in left if n == node and d]
-            write = self._assume_binding(
-                pod, node, gang=expected > 1, planned=devices, owner=object_key(wl), reserved=rest
-            )
-            if write is not None:
-                writes.append(write)
+        for bind in binding_writes(plan, self._node_view, config):
+            if bind.replanned:
+                self.counters.add("replanned_devices")
+                log.info("planned devices %s on %s are taken: fitting the pod again", bind.planned, bind.node)
+            if bind.binding is None or bind.bound is None:
+                self.counters.add("device_waits")
+                continue
+            self.cache.assume("Pod", bind.bound)
+            self.work.note({"Pod": [bind.pod]}, self.cache.get)  # the next gang is fitted beside it
+            writes.append(partial(self._write_binding, bind.pod, bind.binding))
         return writes
 
-    def _ours(self, wl: dict[str, Any]) -> list[dict[str, Any]]:
-        """The workload's pods that gpuplane schedules."""
-        return [p for p in self._pods_of(wl) if p.get("spec", {}).get("schedulerName") == keys.SCHEDULER_NAME]
+    def _node_view(self, name: str) -> NodeView | None:
+        """The node as the cache and the worklist show it now (``None``: not known)."""
+        node = self.cache.get("Node", name)
+        if node is None:
+            return None
+        pods = tuple(p for key in self.work.pod_keys(name) if (p := self.cache.get("Pod", key)) is not None)
+        return NodeView(node, pods, self.work.plans_on(name))
 
-    def _waiting(self, wl: dict[str, Any]) -> bool:
-        """Whether a live pod of the workload that gpuplane schedules is not bound yet."""
-        return any(
-            not p["metadata"].get("deletionTimestamp") and not p.get("spec", {}).get("nodeName")
-            for p in self._ours(wl)
-        )
+    def _gang_noted_already(self, pod: dict[str, Any]) -> bool:
+        return pod["metadata"].get("uid", object_key(pod)) in self._gang_noted
 
     def _note_gang_wait(self, pod: dict[str, Any], message: str) -> None:
         self._gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
         self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
-
-    def _assume_binding(  # noqa: PLR0913 - keyword-only: what the plan says of the pod and its gang
-        self,
-        pod: dict[str, Any],
-        node: str,
-        *,
-        gang: bool = False,
-        planned: str | None = None,
-        owner: str = "",
-        reserved: Iterable[str] = (),
-    ) -> Callable[[], None] | None:
-        """Bind the pod to ``node`` with the ``planned`` devices (see :meth:`_devices_for`), assume
-        the binding in the cache, and return the write that carries it out (it forgets the
-        assumption if it fails). ``None``: the node has no room for the pod's devices now (the
-        cache has not seen a pod leave yet); a later pass tries again."""
-        meta = dict(pod["metadata"])
-        room, devices = self._devices_for(pod, node, planned, owner=owner, reserved=reserved)
-        if not room:
-            self.counters.add("device_waits")
-            return None
-        binding: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        # The API server copies a Binding's annotations onto the pod with its node: the devices
-        # (and, for a gang, Karpenter's do-not-disrupt: moving one pod stops the whole step) land
-        # together with the node, in one request.
-        annotations = {DEVICES_ANNOTATION: devices} if devices is not None else {}
-        if gang:
-            annotations[DO_NOT_DISRUPT] = "true"
-        if annotations:
-            binding["metadata"]["annotations"] = annotations
-            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
-        bound = {**pod, "metadata": meta, "spec": {**pod.get("spec", {}), "nodeName": node}}
-        key = object_key(bound)
-        self.cache.assume("Pod", bound)
-        self.work.note({"Pod": [key]}, self.cache.get)  # the next pod's devices are fitted beside it
-        return partial(self._write_binding, key, binding)
 
     def _write_binding(self, key: str, binding: dict[str, Any]) -> None:
         meta = binding["metadata"]
@@ -809,83 +692,6 @@ class Controller:
             self.cache.forget("Pod", key)
             raise
         self.counters.add("bound")
-
-    def _devices_for(
-        self,
-        pod: dict[str, Any],
-        node_name: str,
-        planned: str | None = None,
-        *,
-        owner: str = "",
-        reserved: Iterable[str] = (),
-    ) -> tuple[bool, str | None]:
-        """Whether the pod has room on ``node_name``, and its devices there (``None``: it uses none,
-        or the node is not known): the ``planned`` ones (the admission's plan) while they are still
-        free. When they are not (the world changed since the plan), or no plan was recorded (an
-        admission written before plans were), the core's device inventory fits the pod on that
-        node again; the controller never picks devices itself.
-
-        Free means held neither by a pod the cache knows on the node, nor by a plan already made
-        but not bound yet: the plans of the other admitted Workloads (``owner`` is the pod's own),
-        less what their bound pods hold, and the ``reserved`` devices (the slots of the pod's own
-        gang still to bind on this node)."""
-        node = self.cache.get("Node", node_name)
-        if node is None:
-            return True, None
-        try:
-            config = (self.config.scheduler or SchedulerConfig()).devices
-            state = self._node_in_use(node, config, owner, reserved)
-            needs = pod_needs(pod_template(pod.get("spec", {}), "spec", pod.get("metadata", {})), config)
-            if not needs.uses_devices:
-                return True, None
-            if planned and recorded_grants(state, planned) is not None and state.plain_fits(needs):
-                return True, planned
-            if planned:
-                self.counters.add("replanned_devices")
-                log.info("planned devices %s on %s are taken: fitting the pod again", planned, node_name)
-            grants = state.fit(needs)
-        except (InputError, ValueError):
-            return True, None
-        if grants is None:
-            return False, None
-        return True, ",".join(g.describe() for g in grants)
-
-    def _node_in_use(
-        self, node: dict[str, Any], config: DeviceConfig, owner: str, reserved: Iterable[str]
-    ) -> NodeState:
-        """The node's device inventory with what is in use taken: first the devices recorded on
-        the pods bound there, then the plans not bound yet (other Workloads' and ``reserved``), last
-        a best guess for the pods bound without a record (bound by someone else)."""
-        name = node["metadata"]["name"]
-        state = node_state(parse_node(node, "v1"), config)
-        unrecorded = []
-        bound: dict[tuple[str, str], list[str]] = {}  # (namespace, Workload name) -> devices of its pods
-        for key in self.work.pod_keys(name):
-            other = self.cache.get("Pod", key)
-            if other is None or other.get("spec", {}).get("nodeName") != name:
-                continue
-            meta = other.get("metadata", {})
-            recorded = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION)
-            workload = (meta.get("labels") or {}).get(keys.WORKLOAD_LABEL)
-            if workload:  # it fills its slot of its Workload's plan, running or ended
-                bound.setdefault((str(meta.get("namespace", "")), str(workload)), []).append(recorded or "")
-            if (other.get("status") or {}).get("phase") in _ENDED_PHASES:
-                continue  # a pod that ended holds no devices
-            needs = pod_needs(pod_template(other.get("spec", {}), "spec", meta), config)
-            # A pod holds the devices recorded on it, not whichever a fresh fit would pick.
-            held = recorded_grants(state, recorded) if recorded else None
-            if held is not None:
-                state.take(key, needs, held)
-            else:
-                unrecorded.append((key, needs))
-        plans = {wl: slots for wl, slots in self.work.plans_on(name).items() if wl != owner}
-        _hold_unbound_plans(state, plans, bound)
-        _hold_unbound_plans(state, {owner: list(reserved)}, {})
-        for key, needs in unrecorded:  # bound by someone else: a best guess at their devices
-            grants = state.fit(needs)
-            if grants is not None:
-                state.take(key, needs, grants)
-        return state
 
     # --- pending --------------------------------------------------------------------
 
@@ -947,15 +753,6 @@ class Controller:
             self.counters.add("event_failures")
 
 
-def _queue_labels(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, str]:
-    """Kueue's queue labels for the pods of an admitted workload, so DCGM series join to queues."""
-    out = {keys.CLUSTER_QUEUE_LABEL: str(admission.get("clusterQueue", ""))}
-    queue = wl.get("spec", {}).get("queueName")
-    if queue:
-        out[keys.LOCAL_QUEUE_LABEL] = str(queue)
-    return out
-
-
 def _drain_until_preemption(session: Session, now: float, *, with_pending: bool = True) -> tuple[Plan, bool]:
     """Scheduling cycles until one changes nothing or one preempts; and whether one preempted.
 
@@ -983,47 +780,8 @@ def _drain_until_preemption(session: Session, now: float, *, with_pending: bool 
     return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new)), stopped
 
 
-_ENDED_PHASES = ("Succeeded", "Failed")
-
-
-def _hold_unbound_plans(
-    state: NodeState, plans: Mapping[str, list[str]], bound: Mapping[tuple[str, str], list[str]]
-) -> None:
-    """Take on ``state`` the devices of the planned slots (by Workload key, the devices of each of
-    its pods planned on this node) that no pod of that Workload fills yet. ``bound``: the devices
-    recorded on the Workloads' pods bound there, by (namespace, name); each fills its own slot, or
-    else any one of its Workload's (its devices, chosen again at bind time, are taken already)."""
-    for wl, planned in plans.items():
-        slots = list(planned)
-        ns, _, name = wl.partition("/")
-        for devices in bound.get((ns, name), []):
-            if slots:
-                slots.remove(devices if devices in slots else slots[0])
-        for devices in slots:
-            grants = recorded_grants(state, devices) if devices else None
-            if grants is not None:  # None: a planned device is taken already (the world changed)
-                state.take(f"plan:{wl}", PodNeeds({}), grants)
-
-
 def _condition(obj: dict[str, Any], ctype: str) -> bool:
     return any(
         c.get("type") == ctype and c.get("status") == "True"
         for c in obj.get("status", {}).get("conditions", []) or []
     )
-
-
-def _planned_slots(wl: dict[str, Any], admission: dict[str, Any]) -> dict[str, list[tuple[str, str | None]]]:
-    """Per pod set, one ``(node, devices)`` per pod: the Workload's recorded plan when it agrees with
-    the admission's nodes, else the admission's nodes with no devices (``None``: fit on the node)."""
-    recorded = recorded_placement((wl["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION))
-    targets: dict[str, list[tuple[str, str | None]]] = {}
-    for psa in admission.get("podSetAssignments", []):
-        nodes: list[str] = []
-        for values, count in assigned_domains(psa.get("topologyAssignment") or {}):
-            nodes += [values[-1]] * count
-        planned = (recorded or {}).get(psa["name"])
-        if planned is not None and sorted(n for n, _ in planned) == sorted(nodes):
-            targets[psa["name"]] = [(n, d) for n, d in planned]
-        else:
-            targets[psa["name"]] = [(n, None) for n in nodes]
-    return targets

@@ -11,6 +11,9 @@ server::
     eviction_writes(get, evicted, active, now)             -> [Write(STOP | REQUEUE, ...)]
     pending_writes(get, plan, now, written)                -> [Write(PENDING, ...)]
 
+The steps that follow the plan (Workloads of queued jobs, releases, bindings) are in
+:mod:`gpuplane.k8s.bind_writes`.
+
 ``now`` is the time as the API writes it (a MicroTime string). Each step is idempotent: a
 Workload that already shows what the plan asks gets no write.
 """
@@ -58,6 +61,8 @@ class Verb(StrEnum):
     PENDING = "pending"  # QuotaReserved=False with the core's reason
     STOP = "stop"  # an evicted workload's job suspended and its pods evicted; the admission stays
     REQUEUE = "requeue"  # an evicted, stopped workload's admission cleared: quota back, queued again
+    CREATE = "create"  # a queued job's or gated pod group's new Workload (see k8s/bind_writes.py)
+    RELEASE = "release"  # an admitted workload's job unsuspended, or a pod's admission gate lifted
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,7 @@ class Write:
     workload: str
     body: dict[str, Any]
     message: str = ""
+    kind: str = "Workload"  # what ``body`` is: a Workload, or (RELEASE) a job's kind or "Pod"
     # ADMIT: the placement annotation the observed Workload carries (a patch goes first if it
     # differs from the body's), the decision; PENDING: the decision.
     recorded: str | None = None
