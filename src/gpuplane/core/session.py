@@ -11,6 +11,7 @@ tell it what happened and ask it to decide; they never reach into the state behi
     node_down / node_up / node_changed   (cycles until nothing changes,  has_pending(), holds(key)
     record_checkpoint                     the stop rule says so, or      waiting_for(reasons)
     reconsider                            the bound is hit)              pending_changes()
+                                                                         reasons_written()
 
 Every call that changes something takes the current time (seconds, the driver's clock); time never
 runs backwards, and nothing here reads a clock. Plans are frozen; each admission carries, per pod,
