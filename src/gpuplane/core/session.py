@@ -11,6 +11,7 @@ tell it what happened and ask it to decide; they never reach into the state behi
     node_down / node_up / node_changed   (cycles until nothing changes,  has_pending(), holds(key)
     record_checkpoint                     the stop rule says so, or      waiting_for(reasons)
     reconsider                            the bound is hit)              pending_changes()
+                                                                         reasons_written()
 
 Every call that changes something takes the current time (seconds, the driver's clock); time never
 runs backwards, and nothing here reads a clock. Plans are frozen; each admission carries, per pod,
@@ -203,37 +204,45 @@ StopRule = Callable[[CycleOutcome], bool]
 
 class _Counted(dict[str, Status]):
     """The scheduler's reasons by workload, noting which keys were written (for
-    :meth:`Session.pending_changes`); ``everything`` after a write of unknown keys."""
+    :meth:`Session.pending_changes`); ``everything`` after a write of unknown keys; ``writes``
+    counts every write (for :meth:`Session.reasons_written`)."""
 
-    __slots__ = ("everything", "written")
+    __slots__ = ("everything", "writes", "written")
 
     def __init__(self, items: Mapping[str, Status]) -> None:
         super().__init__(items)
         self.written: set[str] = set()
         self.everything = True
+        self.writes = 0
 
     def __setitem__(self, key: str, value: Status) -> None:
         self.written.add(key)
+        self.writes += 1
         super().__setitem__(key, value)
 
     def __delitem__(self, key: str) -> None:
         self.written.add(key)
+        self.writes += 1
         super().__delitem__(key)
 
     def pop(self, key: str, *default: Any) -> Any:
         self.written.add(key)
+        self.writes += 1
         return super().pop(key, *default)
 
     def clear(self) -> None:
         self.everything = True
+        self.writes += 1
         super().clear()
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         self.everything = True
+        self.writes += 1
         super().update(*args, **kwargs)
 
     def setdefault(self, key: str, default: Any = None) -> Any:
         self.written.add(key)
+        self.writes += 1
         return super().setdefault(key, default)
 
 
@@ -593,7 +602,8 @@ class Session:
 
     def waiting_for(self, reasons: Collection[str]) -> list[str]:
         """Queued workloads whose last attempt failed for one of ``reasons``, in queue order
-        (ClusterQueues by name, then position). Cheaper than :meth:`pending`: no messages."""
+        (ClusterQueues by name, then position). Cheaper than :meth:`pending`: no messages; the
+        same while :meth:`reasons_written` is."""
         status = self._scheduler.status
         out = []
         for queue in self._scheduler.queues.values():
@@ -602,6 +612,15 @@ class Session:
                 if got is not None and got.reason in reasons:
                     out.append(queued.key)
         return out
+
+    def reasons_written(self) -> int:
+        """How many times the scheduler's pending reasons were written so far. Every change to
+        the queues (a workload queued, requeued, admitted or withdrawn) writes one, so
+        :meth:`waiting_for` answers the same while this number stays the same: a driver that asks
+        it after every event (the simulator) keeps its answer until then."""
+        status = self._scheduler.status
+        assert isinstance(status, _Counted)  # set up so in __init__
+        return status.writes
 
     def holds(self, key: str) -> bool:
         """Whether the workload holds quota now: admitted or reserved in this session, or held

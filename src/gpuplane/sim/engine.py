@@ -158,19 +158,25 @@ class RuntimeHistory:
     def __init__(self, running: Callable[[str], Iterable[float]]) -> None:
         self.running = running
         self.finished: dict[str, list[float]] = {}
-        self.learned: dict[str, tuple[int, RuntimeCurve | None]] = {}  # class -> (finished then, curve)
+        self.learned: dict[str, RuntimeCurve | None] = {}
+        # Per class, how many finished runs call for the next curve: LEARN_AFTER, then RELEARN
+        # times the count it was last learned from. Asked for several times per arriving job, so
+        # a look-up and one comparison when nothing is due.
+        self.due: dict[str, float] = {}
 
     def record(self, klass: str, seconds: float) -> None:
         bisect.insort(self.finished.setdefault(klass, []), seconds)
 
     def curve(self, klass: str) -> RuntimeCurve | None:
-        finished = self.finished.get(klass, ())
-        if len(finished) < LEARN_AFTER:
+        finished = self.finished.get(klass)
+        if finished is None:
             return None
-        learned = self.learned.get(klass)
-        if learned is None or len(finished) >= learned[0] * RELEARN:
-            learned = self.learned[klass] = (len(finished), runtime_curve(finished, self.running(klass)))
-        return learned[1]
+        count = len(finished)
+        if count < self.due.get(klass, LEARN_AFTER):
+            return self.learned.get(klass)
+        self.due[klass] = count * RELEARN
+        curve = self.learned[klass] = runtime_curve(finished, self.running(klass))
+        return curve
 
     def expected(self, job: Job) -> float:
         curve = self.curve(job.klass)
@@ -281,13 +287,8 @@ class _Book:
         waits for more to free at once while smaller work behind it takes what frees (the replay
         itself does the same with the work it lists).
         """
-        team, pools = run.job.team, run.pools
+        team = run.job.team
         floor = run.priority if capacity.preemption else -(2**31)
-        keys = [
-            k
-            for k, members in self.groups.items()
-            if members and k[2] >= floor and (k[1] == team or not pools.isdisjoint(k[0]))
-        ]
         used = [
             (pool, owner, amount)
             for (pool, owner, priority), amount in self.held.items()
@@ -295,13 +296,33 @@ class _Book:
         ]
         asked = Queued(
             team,
-            self._pools(pools, capacity),
+            self._pools(run.pools, capacity),
             run.alloc,
             max(run.job.startup, expected - run.progress),
         )
+        # With nothing queued (most arrivals, below saturation) nothing is ahead: skip the groups.
+        ahead, backlog = self._ahead(run, floor, capacity) if self.queued else ([], 0.0)
+        streams = [_ends(p, entries, floor) for p in capacity.pools if (entries := self.running.get(p))]
+        releases = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_by_end)
+        return replay_start(
+            now,
+            asked,
+            capacity=capacity,
+            used=used,
+            releases=releases,
+            ahead=ahead,
+            backlog=backlog,
+            rate=sum(amount for (_, owner, _), amount in self.held.items() if owner == team) or None,
+        )
+
+    def _ahead(self, run: JobRun, floor: int, capacity: Capacity) -> tuple[list[Queued], float]:
+        """The queued work :meth:`estimate` replays ahead of ``run``, in queue order, and the
+        backlog (GPU-equivalent seconds) it counts behind that."""
+        team, pools = run.job.team, run.pools
         by_team: dict[str, list[GroupKey]] = {}
-        for k in keys:
-            by_team.setdefault(k[1], []).append(k)
+        for k, members in self.groups.items():
+            if members and k[2] >= floor and (k[1] == team or not pools.isdisjoint(k[0])):
+                by_team.setdefault(k[1], []).append(k)
         listed: list[tuple[int, int, Queued]] = []
         unlisted = 0.0
         own_limit = team in capacity.queue_limit or any(q == team for q, _ in capacity.flavor_limit)
@@ -315,18 +336,7 @@ class _Book:
             if owner == team or not own_limit:
                 unlisted += max(0.0, work)
         listed.sort(key=lambda entry: (entry[0], entry[1]))
-        streams = [_ends(p, entries, floor) for p in capacity.pools if (entries := self.running.get(p))]
-        releases = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_by_end)
-        return replay_start(
-            now,
-            asked,
-            capacity=capacity,
-            used=used,
-            releases=releases,
-            ahead=[entry[2] for entry in listed],
-            backlog=unlisted,
-            rate=sum(amount for (_, owner, _), amount in self.held.items() if owner == team) or None,
-        )
+        return [entry[2] for entry in listed], unlisted
 
 
 class Engine:

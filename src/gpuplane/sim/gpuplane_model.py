@@ -117,6 +117,8 @@ class GpuplaneModel:
         self.grace = grace
         self.livelocks = 0
         self._wakes: list[float] = []
+        self._blocked = (-1, 0.0)  # (the session's reasons_written() then, quota_blocked())
+        self._pool_nodes: dict[tuple[str, ...], tuple[list[NodeSpec], frozenset[int]]] = {}
 
     # --- the Kueue objects ------------------------------------------------------------
 
@@ -392,21 +394,40 @@ class GpuplaneModel:
     def whole_nodes(self, job: Job) -> dict[str, list[tuple[str, list[int]]]] | None:
         """The nodes of a job whose pods each take a whole node, with the jobs running on each."""
         gpus = job.request.gpus
-        pools = self.pools_of(job)
-        nodes = [n for n in self.cluster.nodes if n.pool in pools]
-        if not gpus or not nodes or any(n.gpus != gpus for n in nodes):
+        if not gpus:
+            return None
+        nodes, sizes = self._nodes_in(self.pools_of(job))
+        if not nodes or sizes != {gpus}:
             return None
         out: dict[str, list[tuple[str, list[int]]]] = {}
         for n in nodes:
             out.setdefault(n.pool, []).append((n.name, [self.jobs[k].id for k in self.node_jobs[n.name]]))
         return out
 
+    def _nodes_in(self, pools: tuple[str, ...]) -> tuple[list[NodeSpec], frozenset[int]]:
+        """The nodes of ``pools`` and their GPU counts, worked out once per set of pools (asked at
+        every arrival; the cluster's nodes never change in a run)."""
+        known = self._pool_nodes.get(pools)
+        if known is None:
+            nodes = [n for n in self.cluster.nodes if n.pool in pools]
+            known = self._pool_nodes[pools] = (nodes, frozenset(n.gpus for n in nodes))
+        return known
+
     def quota_blocked(self) -> float:
-        """GPU-equivalents of queued workloads whose last attempt found no quota."""
+        """GPU-equivalents of queued workloads whose last attempt found no quota.
+
+        Asked after every event; summed again (a pass over the backlog, in queue order) only when
+        the session wrote a pending reason since the last sum, which every change to the queues
+        does (:meth:`Session.reasons_written`).
+        """
+        written = self.session.reasons_written()
+        if written == self._blocked[0]:
+            return self._blocked[1]
         total = 0.0
         for key in self.session.waiting_for(QUOTA_REASONS):
             job = self.jobs[key]
             total += self.allocation(job)[0] * job.pods
+        self._blocked = (written, total)
         return total
 
     def node_gpus(self, node: str) -> int:
