@@ -18,7 +18,6 @@ controller then observes it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,8 @@ from gpuplane.core.session import (
     recorded_placement,
 )
 from gpuplane.k8s import integrations as jobs
-from gpuplane.k8s.plan_writes import Verb, Write
+from gpuplane.k8s.informer import object_key
+from gpuplane.k8s.plan_writes import Verb, Write, copy_object
 from gpuplane.k8s.provisioning import annotated_templates, pod_set_updates
 from gpuplane.k8s.worklist import gated, pod_group
 from gpuplane.model import labels as keys
@@ -46,17 +46,6 @@ from gpuplane.model.topology import assigned_domains
 ENDED_PHASES = ("Succeeded", "Failed")
 
 Slot = tuple[str, str | None]  # (node, devices as the plan recorded them; None: fit on the node)
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
-
-
-def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
-    copied: dict[str, Any] = json.loads(json.dumps(obj))
-    return copied
 
 
 # --- Workloads of queued jobs and gated pod groups -------------------------------------------------
@@ -97,14 +86,14 @@ def workload_create_writes(
         if body is None:
             settled_jobs.add((kind, key))
         else:
-            writes.append(Write(Verb.CREATE, _key(body), body))
+            writes.append(Write(Verb.CREATE, object_key(body), body))
     for group, members in groups:
         pods = [pod for pod in members if gated(pod) and pod_group(pod) == group]
         body = jobs.pod_group_workload(pods, priorities) if pods else None
         if body is None or owned(body["metadata"]["labels"][keys.JOB_UID_LABEL]):
             settled_groups.add(group)
         else:
-            writes.append(Write(Verb.CREATE, _key(body), body))
+            writes.append(Write(Verb.CREATE, object_key(body), body))
     return Creations(tuple(writes), frozenset(settled_jobs), frozenset(settled_groups))
 
 
@@ -132,7 +121,7 @@ def release_writes(
     (no owner), each of its ``pods`` still behind the admission gate with the gate lifted.
     ``Write(RELEASE)``: ``kind`` is the job's kind or "Pod", ``body`` the object to replace.
     Nothing when the job is released already (or no pod is gated)."""
-    workload = _key(wl)
+    workload = object_key(wl)
     if owner is not None:
         kind, job = owner
         if not jobs.is_suspended(kind, job) and kind != "LeaderWorkerSet":
@@ -154,7 +143,7 @@ def release_writes(
         gates = pod.get("spec", {}).get("schedulingGates") or []
         if not any(g.get("name") == keys.ADMISSION_GATE for g in gates):
             continue
-        updated = _copy(pod)
+        updated = copy_object(pod)
         updated["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != keys.ADMISSION_GATE]
         updated["spec"]["schedulerName"] = keys.SCHEDULER_NAME
         labels_ = updated["metadata"].setdefault("labels", {})
@@ -232,7 +221,7 @@ def gang_plan(
     for each waiting pod not ``noted`` yet; once all are there, each waiting pod (by name) takes the
     next planned slot of its pod set that no bound pod fills. A bound pod fills its own slot: the
     one with its devices, else one on its node."""
-    workload = _key(wl)
+    workload = object_key(wl)
     expected = sum(int(psa.get("count", 0)) for psa in admission.get("podSetAssignments", []))
     live = [p for p in ours(pods) if not p["metadata"].get("deletionTimestamp")]
     unbound = [p for p in live if not p.get("spec", {}).get("nodeName")]
@@ -312,18 +301,18 @@ def binding_writes(
         devices: str | None = None
         room = True
         if observed is not None:
-            here = {_key(p): p for p in observed.pods}
+            here = {object_key(p): p for p in observed.pods}
             here.update(chosen.get(node, {}))
             observed = NodeView(observed.node, tuple(here[k] for k in sorted(here)), observed.plans)
             room, devices, replanned = fit_devices(
                 pod, observed, planned, config, owner=plan.workload, reserved=rest
             )
         if not room:
-            out.append(Bind(_key(pod), node, None, None, planned, replanned))
+            out.append(Bind(object_key(pod), node, None, None, planned, replanned))
             continue
         binding, bound = _binding(pod, node, devices, gang=plan.gang)
-        chosen.setdefault(node, {})[_key(bound)] = bound
-        out.append(Bind(_key(pod), node, binding, bound, planned, replanned))
+        chosen.setdefault(node, {})[object_key(bound)] = bound
+        out.append(Bind(object_key(pod), node, binding, bound, planned, replanned))
     return out
 
 
@@ -410,9 +399,9 @@ def node_in_use(
         # A pod holds the devices recorded on it, not whichever a fresh fit would pick.
         held = recorded_grants(state, recorded) if recorded else None
         if held is not None:
-            state.take(_key(other), needs, held)
+            state.take(object_key(other), needs, held)
         else:
-            unrecorded.append((_key(other), needs))
+            unrecorded.append((object_key(other), needs))
     plans = {wl: list(slots) for wl, slots in view.plans.items() if wl != owner}
     _hold_unbound_plans(state, plans, bound)
     _hold_unbound_plans(state, {owner: list(reserved)}, {})

@@ -26,7 +26,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +37,8 @@ from gpuplane.k8s.api import ApiError, KubeApi, Resource
 log = logging.getLogger(__name__)
 
 
-def object_key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata", {})
+def object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
     return f"{ns}/{meta['name']}" if ns else str(meta["name"])
 

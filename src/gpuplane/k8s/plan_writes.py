@@ -88,7 +88,8 @@ def _true(obj: Mapping[str, Any], ctype: str) -> bool:
     )
 
 
-def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
+def copy_object(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of an API object (plain JSON data), to change and write back."""
     copied: dict[str, Any] = json.loads(json.dumps(obj))
     return copied
 
@@ -148,7 +149,7 @@ def admitted_workload(wl: Mapping[str, Any], decision: AdmissionDecision, now: s
                 wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2",
             )
         assignments.append(assignment)
-    updated = _copy(wl)
+    updated = copy_object(wl)
     # The plan's devices, recorded on the Workload: the binding step binds exactly these.
     annotations = updated["metadata"].setdefault("annotations", {})
     planned = placement_annotation(decision)
@@ -208,7 +209,7 @@ def preemption_message(victim: PreemptionDecision) -> str:
 def evicted_workload(wl: Mapping[str, Any], message: str, reason: str, now: str) -> dict[str, Any]:
     """``wl`` marked Evicted (reason Preempted) and Preempted (``reason``), as Kueue marks a victim;
     its admission and QuotaReserved condition stay until its job is no longer active."""
-    updated = _copy(wl)
+    updated = copy_object(wl)
     status = updated.setdefault("status", {})
     status["conditions"] = with_conditions(
         status.get("conditions", []),
@@ -253,7 +254,7 @@ def eviction_writes(
 def requeued_workload(wl: Mapping[str, Any], now: str) -> dict[str, Any]:
     """An evicted ``wl`` with its admission cleared and QuotaReserved and Admitted False, with the
     eviction's reason and message: queued again, as Kueue requeues a stopped victim."""
-    updated = _copy(wl)
+    updated = copy_object(wl)
     status = updated.setdefault("status", {})
     status.pop("admission", None)
     evicted = next(c for c in status.get("conditions", []) if c.get("type") == ConditionType.EVICTED)
@@ -294,7 +295,7 @@ def pending_writes(get: Get, plan: Plan, now: str, written: Mapping[str, tuple[s
         message = pending.message or pending.reason
         if current and current.get("reason") == pending.reason and current.get("message") == message:
             continue
-        updated = _copy(wl)
+        updated = copy_object(wl)
         status = updated.setdefault("status", {})
         status["conditions"] = with_conditions(
             status.get("conditions", []),
