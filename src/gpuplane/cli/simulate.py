@@ -169,6 +169,10 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="p95 wait that capacity is measured at (--sweep): 1h (default), 30min, 7200."),
         ] = None,
+        jobs: Annotated[
+            int | None,
+            typer.Option(help="Runs at once, one process each (configurations, sweep loads); default: CPUs."),
+        ] = None,
     ) -> None:
         """Replay a placement benchmark (--protocol fgd) and print allocation and fragmentation."""
         try:
@@ -191,6 +195,7 @@ def register(app: typer.Typer) -> None:
                     load,
                     sweep,
                     wait_target,
+                    jobs,
                 ),
             )
         except Exception as bug:  # the one place a bug becomes a single line, never a traceback

@@ -31,6 +31,7 @@ from gpuplane.sim.experiment import (
     scenario_input,
 )
 from gpuplane.sim.headline import duration, headline, sweep_headline
+from gpuplane.sim.parallel import default_jobs
 from gpuplane.sim.replay import replay_input
 from gpuplane.sim.scenario import Scenario, ScenarioError, builtin_scenario, load_scenario
 from gpuplane.sim.sweep import DEFAULT_WAIT_TARGET, SweepResult, run_sweep
@@ -50,6 +51,7 @@ class ScenarioOptions:
     load: float | None = None
     sweep: str | None = None
     wait_target: str | None = None
+    jobs: int | None = None  # processes at once; default: one per CPU
 
 
 class _BadInputError(Exception):
@@ -227,9 +229,19 @@ def _progress(err: Console, show: bool) -> Progress:
     )
 
 
-def _run(sim: SimInput, names: tuple[str, ...], show_progress: bool, err: Console) -> ExperimentResult:
+def jobs_of(options: ScenarioOptions) -> int:
+    if options.jobs is None:
+        return default_jobs()
+    if options.jobs < 1:
+        raise _BadInputError(f"--jobs must be at least 1, got {options.jobs}")
+    return options.jobs
+
+
+def _run(
+    sim: SimInput, names: tuple[str, ...], jobs: int, show_progress: bool, err: Console
+) -> ExperimentResult:
     with _progress(err, show_progress) as bar:
-        return run_experiment(sim, names, progress=_Bars(bar) if show_progress else None)
+        return run_experiment(sim, names, progress=_Bars(bar) if show_progress else None, jobs=jobs)
 
 
 def _run_sweep(
@@ -248,7 +260,8 @@ def _run_sweep(
         return build_input(replace(options, load=load), seed)
 
     with _progress(err, show_progress) as bar:
-        return run_sweep(sim_at, loads, names, target, progress=_Bars(bar) if show_progress else None)
+        callback = _Bars(bar) if show_progress else None
+        return run_sweep(sim_at, loads, names, wait_target=target, progress=callback, jobs=jobs_of(options))
 
 
 def sweep_table(document: dict[str, Any]) -> Table:
@@ -290,6 +303,7 @@ def run_scenario(options: ScenarioOptions, *, seed: int | None, output: str) -> 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         names = configurations(options.compare)
+        jobs = jobs_of(options)
         show_progress = output != "json" and sys.stderr.isatty()
         if options.sweep is not None:
             swept = _run_sweep(options, seed, names, show_progress, err)
@@ -306,7 +320,7 @@ def run_scenario(options: ScenarioOptions, *, seed: int | None, output: str) -> 
         if options.load is not None and options.trace is not None:
             raise _BadInputError("--load needs a scenario: a trace replays its own arrival times")
         sim = build_input(options, seed)
-        result = _run(sim, names, show_progress, err)
+        result = _run(sim, names, jobs, show_progress, err)
         result.document["headline"] = headline(result.document)
         if options.report is not None:
             from gpuplane.sim.report import write_report  # noqa: PLC0415 - matplotlib loads only for --report

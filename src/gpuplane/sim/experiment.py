@@ -26,6 +26,7 @@ from gpuplane.sim.cluster import ClusterSpec, cluster_from_scenario
 from gpuplane.sim.engine import Engine, Model
 from gpuplane.sim.gpuplane_model import GpuplaneModel, GpuplaneOptions
 from gpuplane.sim.metrics import Ledger, configuration_document
+from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, run_tasks
 from gpuplane.sim.scenario import Scenario
 from gpuplane.sim.stock import StockModel
 from gpuplane.sim.workloads import Workloads, generate, offered_gpus
@@ -41,8 +42,6 @@ GPUPLANE_VARIANTS: dict[str, GpuplaneOptions] = {
 }
 STOCK_VARIANTS = {"stock": False, "stock-packed": True}
 CONFIGURATIONS = (*STOCK_VARIANTS, *GPUPLANE_VARIANTS)
-
-ProgressCallback = Callable[[str, float], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,35 +95,61 @@ class ExperimentResult:
 def run_configuration(
     name: str, sim: SimInput, progress: ProgressCallback | None = None
 ) -> tuple[Ledger, dict[str, Any]]:
-    model = build_model(name, sim)
     callback = None if progress is None else (lambda f: progress(name, f))
+    return run_named(name, sim, callback)
+
+
+def run_named(name: str, sim: SimInput, progress: Callable[[float], None] | None = None) -> RunResult:
+    """One configuration on ``sim``: its ledger and its summary (a worker process runs this too)."""
+    model = build_model(name, sim)
     started = time.perf_counter()
-    ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle, progress=callback).run()
+    ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle, progress=progress).run()
     doc = configuration_document(ledger)
     doc["schedulerLivelocks"] = getattr(model, "livelocks", 0)
     doc["wallSeconds"] = round(time.perf_counter() - started, 3)
     return ledger, doc
 
 
-def run_experiment(
-    sim: SimInput, names: tuple[str, ...] = DEFAULT_CONFIGURATIONS, progress: ProgressCallback | None = None
-) -> ExperimentResult:
-    """Run every named configuration on ``sim`` (names are checked before anything runs)."""
+def check_names(names: tuple[str, ...]) -> None:
     unknown = [n for n in names if n not in CONFIGURATIONS]
     if unknown:
         raise KeyError(f"unknown configuration {unknown[0]!r} (known: {', '.join(CONFIGURATIONS)})")
+
+
+def expected_cost(name: str) -> float:
+    """A rough relative cost, only to start the longest runs first: the core costs more than stock."""
+    return 2.0 if name in GPUPLANE_VARIANTS else 1.0
+
+
+def run_experiment(
+    sim: SimInput,
+    names: tuple[str, ...] = DEFAULT_CONFIGURATIONS,
+    progress: ProgressCallback | None = None,
+    jobs: int = 1,
+) -> ExperimentResult:
+    """Run every named configuration on ``sim`` (names are checked before anything runs), in up to
+    ``jobs`` processes at once (:mod:`gpuplane.sim.parallel`; the results do not depend on it)."""
+    check_names(names)
     started = time.perf_counter()
-    ledgers: dict[str, Ledger] = {}
-    configurations: dict[str, Any] = {}
-    for name in dict.fromkeys(names):
-        ledgers[name], configurations[name] = run_configuration(name, sim, progress)
+    unique = tuple(dict.fromkeys(names))
+    tasks = [Task(name, name, 0, expected_cost(name)) for name in unique]
+    results = run_tasks(run_named, [sim], tasks, jobs, progress)
+    return experiment_result(sim, unique, results, time.perf_counter() - started)
+
+
+def experiment_result(
+    sim: SimInput, names: tuple[str, ...], results: list[RunResult], wall: float
+) -> ExperimentResult:
+    """The experiment's document from its runs (``results`` in the order of ``names``)."""
+    ledgers = {name: ledger for name, (ledger, _) in zip(names, results, strict=True)}
+    configurations = {name: doc for name, (_, doc) in zip(names, results, strict=True)}
     document: dict[str, Any] = {
         "scenario": sim.name,
         "seed": sim.seed,
         "days": sim.days,
         "gpus": sim.cluster.gpus,
         "workloads": len(sim.workloads.jobs),
-        "wallSeconds": round(time.perf_counter() - started, 3),
+        "wallSeconds": round(wall, 3),
         "configurations": configurations,
     }
     document.update(sim.notes)

@@ -28,7 +28,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplane.sim.experiment import ExperimentResult, ProgressCallback, SimInput, run_experiment
+from gpuplane.sim.experiment import (
+    ExperimentResult,
+    SimInput,
+    check_names,
+    expected_cost,
+    experiment_result,
+    run_named,
+)
+from gpuplane.sim.parallel import ProgressCallback, Task, run_tasks
 
 DEFAULT_WAIT_TARGET = 3600.0  # seconds: one hour, the issue's default
 
@@ -83,20 +91,36 @@ class SweepResult:
     document: dict[str, Any]
 
 
-def run_sweep(
+def run_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
     sim_at: Callable[[float], SimInput],
     loads: Sequence[float],
     names: tuple[str, ...],
+    *,
     wait_target: float = DEFAULT_WAIT_TARGET,
     progress: ProgressCallback | None = None,
+    jobs: int = 1,
 ) -> SweepResult:
-    """Run ``names`` at every load; ``sim_at(load)`` draws that load's workloads (same seed)."""
+    """Run ``names`` at every load; ``sim_at(load)`` draws that load's workloads (same seed).
+
+    Every (load, configuration) run is one task for up to ``jobs`` processes at once (the heaviest
+    first: the core's runs at the highest loads); the results do not depend on ``jobs``.
+    """
+    check_names(names)
     started = time.perf_counter()
     ordered = sorted(dict.fromkeys(loads))
-    runs: list[ExperimentResult] = []
-    for load in ordered:
-        callback = None if progress is None else _labelled(progress, load)
-        runs.append(run_experiment(sim_at(load), names, progress=callback))
+    unique = tuple(dict.fromkeys(names))
+    inputs = [sim_at(load) for load in ordered]
+    tasks = [
+        Task(f"{name} @ {load:g}", name, i, load * expected_cost(name))
+        for i, load in enumerate(ordered)
+        for name in unique
+    ]
+    results = run_tasks(run_named, inputs, tasks, jobs, progress)
+    per_load = len(unique)
+    runs = []
+    for i, sim in enumerate(inputs):
+        mine = results[i * per_load : (i + 1) * per_load]
+        runs.append(experiment_result(sim, unique, mine, sum(doc["wallSeconds"] for _, doc in mine)))
     first = runs[0].document
     points: dict[str, list[tuple[float, float | None]]] = {name: [] for name in names}
     for load, run in zip(ordered, runs, strict=True):
@@ -132,10 +156,6 @@ def run_sweep(
         }
     document["wallSeconds"] = round(time.perf_counter() - started, 3)
     return SweepResult(ordered, runs, document)
-
-
-def _labelled(progress: ProgressCallback, load: float) -> ProgressCallback:
-    return lambda name, fraction: progress(f"{name} @ {load:g}", fraction)
 
 
 def _round(value: float | None) -> float | None:

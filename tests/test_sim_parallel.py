@@ -1,0 +1,105 @@
+"""Configurations and sweep points in worker processes: the same documents as from one process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuplane.sim.experiment import SimInput, run_experiment, run_named, scenario_input
+from gpuplane.sim.metrics import Ledger
+from gpuplane.sim.parallel import Task, run_tasks
+from gpuplane.sim.scenario import load_scenario
+from gpuplane.sim.sweep import run_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "golden" / "tiny-mixed.yaml"
+
+
+def _without_wall(value: Any) -> Any:
+    """A document with every wall time taken out (the only thing that may differ)."""
+    if isinstance(value, dict):
+        return {k: _without_wall(v) for k, v in value.items() if k != "wallSeconds"}
+    if isinstance(value, list):
+        return [_without_wall(v) for v in value]
+    return value
+
+
+def _tiny(load: float = 1.4) -> SimInput:
+    return scenario_input(load_scenario(TINY).with_days(0.25).with_load(load))
+
+
+def test_an_experiment_in_two_processes_gives_the_one_process_document() -> None:
+    sim = _tiny()
+    names = ("stock", "gpuplane", "gpuplane-no-preemption")
+    alone = run_experiment(sim, names, jobs=1)
+    seen: dict[str, float] = {}
+    side_by_side = run_experiment(sim, names, jobs=2, progress=seen.__setitem__)
+    assert _without_wall(side_by_side.document) == _without_wall(alone.document)
+    assert list(side_by_side.document["configurations"]) == list(names)
+    for name in names:
+        assert side_by_side.ledgers[name].events == alone.ledgers[name].events > 0
+    # Every worker's progress reached the parent, each run to its end.
+    assert seen == dict.fromkeys(names, 1.0)
+
+
+def test_a_sweep_in_two_processes_gives_the_one_process_document() -> None:
+    loads = [1.6, 0.4]  # out of order on purpose: the document orders by load
+    names = ("stock", "gpuplane")
+    alone = run_sweep(_tiny, loads, names, wait_target=1800.0, jobs=1)
+    labels: set[str] = set()
+    side_by_side = run_sweep(
+        _tiny, loads, names, wait_target=1800.0, jobs=2, progress=lambda label, _: labels.add(label)
+    )
+    assert _without_wall(side_by_side.document) == _without_wall(alone.document)
+    assert [p["load"] for p in side_by_side.document["sweep"]] == [0.4, 1.6]
+    assert labels == {"stock @ 0.4", "gpuplane @ 0.4", "stock @ 1.6", "gpuplane @ 1.6"}
+
+
+def _broken(name: str, sim: SimInput, progress: Any) -> tuple[Ledger, dict[str, Any]]:
+    if name == "boom":
+        raise RuntimeError("the run failed in its worker")
+    return run_named(name, sim, progress)
+
+
+def test_a_failure_in_a_worker_reaches_the_caller() -> None:
+    tasks = [Task("stock", "stock", 0), Task("boom", "boom", 0)]
+    with pytest.raises(RuntimeError, match="the run failed in its worker"):
+        run_tasks(_broken, [_tiny()], tasks, jobs=2)
+
+
+def test_jobs_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="jobs must be at least 1"):
+        run_tasks(run_named, [], [], jobs=0)
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuplane.cli.app", "simulate", "--jobs", "0", "--days", "0.1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+    )
+    assert run.returncode == 2
+    assert run.stderr.strip() == "error: --jobs must be at least 1, got 0"
+
+
+def test_the_cli_gives_the_same_json_with_one_job_or_two() -> None:
+    def simulate(jobs: str) -> dict[str, Any]:
+        args = ["--scenario", str(TINY), "--days", "0.25", "--load", "1.4", "--jobs", jobs, "-o", "json"]
+        run = subprocess.run(
+            [sys.executable, "-m", "gpuplane.cli.app", "simulate", *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+            cwd=REPO,
+        )
+        assert run.returncode == 0, run.stderr
+        document: dict[str, Any] = json.loads(run.stdout)
+        return document
+
+    assert _without_wall(simulate("2")) == _without_wall(simulate("1"))
