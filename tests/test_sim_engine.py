@@ -356,14 +356,16 @@ def test_invariants_hold_on_random_scenarios(scenario: Scenario, name: str) -> N
 
 
 def test_stock_eta_replays_each_team_within_its_quota() -> None:
-    """Two teams with a quota of 2 GPUs each on one 4-GPU node. a's second job waits for a's first
-    (expected end 1,000 s): its team's quota binds, not the node. b's job, queued after it, starts
-    at once on the node's other 2 GPUs: a's queued job does not compete for b's quota. (A pool
-    taken as one bucket put b behind a's queued job, at 1,000 s too.)"""
+    """Two teams with a quota of 2 GPUs each on one 4-GPU node, both running. a's second job waits
+    for a's first (expected end 1,000 s): its team's quota binds, not the node. b's second job,
+    queued after it, waits only for b's first (ends at 305 s): a's queued job does not compete for
+    b's quota. (A pool taken as one bucket put b behind a's queued job, at 1,000 s too.) Jobs the
+    pass at their arrival started get no ETA: they never waited for one."""
     spec = cluster(1, 4, {"a": 2, "b": 2})
     workloads = (
         Jobs()
         .add("a", at=0, gpus=2, work=1000)
+        .add("b", at=5, gpus=2, work=300)
         .add("a", at=10, gpus=2, work=1000)
         .add("b", at=20, gpus=2, work=500)
     )
@@ -372,5 +374,26 @@ def test_stock_eta_replays_each_team_within_its_quota() -> None:
     engine.run()
     predicted = {run.job.id: run.predicted for run in engine.runs.values()}
     started = {run.job.id: run.first_start for run in engine.runs.values()}
-    assert predicted == {0: 0.0, 1: 1000.0, 2: 20.0}
-    assert started == predicted
+    assert started == {0: 0.0, 1: 5.0, 2: 1000.0, 3: 305.0}
+    assert predicted == {0: None, 1: None, 2: 1000.0, 3: 305.0}
+
+
+def test_eta_counts_only_work_queued_before_the_job() -> None:
+    """Two jobs of one team arrive at the same instant behind a running one, on a 2-GPU node. The
+    first's ETA is the running job's end; the second's is after the first. Each is predicted after
+    the pass at that instant, when both are queued: the one queued after it is not ahead of the
+    first."""
+    spec = cluster(1, 2, {"a": 2})
+    workloads = (
+        Jobs()
+        .add("a", at=0, gpus=2, work=1000)
+        .add("a", at=10, gpus=2, work=500)
+        .add("a", at=10, gpus=2, work=500)
+    )
+    sim = SimInput("test", spec, workloads.workloads(5000.0), 3600.0, 3600.0, 30.0)
+    engine = Engine(build_model("stock", sim), sim.workloads, spec.gpus, 3600.0)
+    engine.run()
+    predicted = {run.job.id: run.predicted for run in engine.runs.values()}
+    started = {run.job.id: run.first_start for run in engine.runs.values()}
+    assert started == {0: 0.0, 1: 1000.0, 2: 1500.0}
+    assert predicted == started | {0: None}

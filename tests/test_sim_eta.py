@@ -208,6 +208,29 @@ def test_replay_start(case: Replay) -> None:
     assert got == case.want
 
 
+def test_a_job_the_scheduler_just_tried_starts_no_earlier_than_the_next_end() -> None:
+    """A pool of 8 with 4 in use (ends at 100 and 300): a bucket shows room for 2 at once, but
+    the scheduler just tried the job and it did not start (the nodes had no room in one piece).
+    Tried, nothing starts before the first end: the item ahead (2 GPUs) and the job both start
+    at 100. With nothing running, a job tried at ``now`` that did not start has no ETA."""
+    running = [Running(100, "p", "b", 2), Running(300, "p", "b", 2)]
+
+    def start(tried: bool, runs: list[Running]) -> float | None:
+        return replay_start(
+            0.0,
+            Queued("a", ("p",), 2, 50),
+            capacity=Capacity({"p": 8.0}),
+            used=[(r.pool, r.queue, r.amount) for r in runs],
+            releases=iter(runs),
+            ahead=[Queued("b", ("p",), 2, 500)],
+            tried=tried,
+        )
+
+    assert start(False, running) == 0
+    assert start(True, running) == 100
+    assert start(True, []) is None
+
+
 def test_replay_extrapolates_after_its_step_limit() -> None:
     """Three items of 4 x 100 s ahead on a pool of 4, one step past the limit: the first starts at 0,
     the second at its end (100); at the second's end (200) the replay stops and counts the third's

@@ -241,6 +241,7 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     backlog: float = 0.0,
     rate: float | None = None,
     max_steps: int = MAX_STEPS,
+    tried: bool = False,
 ) -> float | None:
     """Expected start of ``asked``, queued behind ``ahead``, by playing the queues forward.
 
@@ -262,6 +263,10 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     running lowers it). After
     ``max_steps`` expected ends the rest of the queue ahead is counted the same way. Returns
     ``None`` when ``asked`` can never fit, or nothing left running would make room for it.
+
+    ``tried``: the scheduler has just tried ``asked`` and everything ``ahead`` at ``now``, and
+    none started (where a pool as a bucket may show room, nodes or gang shapes had none). Then
+    nothing starts before the first expected end: the replay's first round is after it.
     """
     if not ever_fits(asked, capacity):
         return None
@@ -277,7 +282,16 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     unread = True
     t = now
     freed: tuple[str, str] | None = None  # (pool, queue) of the last release: all else only filled up
-    for _ in range(max_steps + 1):
+    for step in range(max_steps + 1):
+        if tried and step == 0:
+            unread = False
+            upcoming = next(pending, None)
+            if upcoming is None:
+                return None
+            t = max(t, upcoming.end)
+            usage.add(upcoming.pool, upcoming.queue, -upcoming.amount)
+            freed = (upcoming.pool, upcoming.queue)
+            upcoming = next(pending, None)
         still: list[Queued] = []
         for item in waiting:
             if freed is not None and freed[1] != item.queue and freed[0] not in item.pools:

@@ -252,21 +252,41 @@ class _Book:
         _, amount, duration = self.groups[key].pop(run.job.id)
         self.group_work[key] -= amount * duration
 
+    def sequence_of(self, run: JobRun) -> int:
+        """Where ``run`` was queued (one past the last queued when it is not queued)."""
+        key = self.where.get(run.job.id)
+        return self.sequence + 1 if key is None else self.groups[key][run.job.id][0]
+
     def gangs(
-        self, pools: frozenset[str], per_pod: float, floor: int
+        self, pools: frozenset[str], per_pod: float, floor: int, before: int
     ) -> Iterator[tuple[JobRun, GroupKey, int]]:
-        """Queued work of at least priority ``floor`` that may use one of ``pools`` and asks
-        ``per_pod`` for each pod (whole nodes, for the caller): each run, its group, its sequence."""
+        """Queued work of at least priority ``floor``, queued before sequence ``before``, that may
+        use one of ``pools`` and asks ``per_pod`` for each pod (whole nodes, for the caller): each
+        run, its group, its sequence."""
         for key, members in self.groups.items():
             if key[3] != per_pod or key[2] < floor or pools.isdisjoint(key[0]):
                 continue
             for job_id, (seq, _, _) in members.items():
+                if seq >= before:
+                    break  # a group's members are in the order they were queued
                 yield self.queued[job_id], key, seq
 
-    def _in_order(self, key: GroupKey) -> Iterator[tuple[int, int, GroupKey, float, float]]:
-        """One group's queued work in queue order: (-priority, sequence, group, amount, duration)."""
+    def _in_order(self, key: GroupKey, before: int) -> Iterator[tuple[int, int, GroupKey, float, float]]:
+        """One group's work queued before sequence ``before``, in queue order: (-priority,
+        sequence, group, amount, duration)."""
         for seq, amount, duration in self.groups[key].values():
+            if seq >= before:
+                return
             yield -key[2], seq, key, amount, duration
+
+    def _work_from(self, key: GroupKey, before: int) -> float:
+        """The work (GPU-equivalent seconds) of a group queued at or after sequence ``before``."""
+        total = 0.0
+        for seq, amount, duration in reversed(self.groups[key].values()):
+            if seq < before:
+                break
+            total += amount * duration
+        return total
 
     def _pools(self, pools: frozenset[str], capacity: Capacity) -> tuple[str, ...]:
         """``pools`` in the order of the capacity's pools (the order flavors are tried in)."""
@@ -275,8 +295,11 @@ class _Book:
             order = self.pool_order[pools] = tuple(p for p in capacity.pools if p in pools)
         return order
 
-    def estimate(self, run: JobRun, expected: float, capacity: Capacity, now: float) -> float | None:
-        """The ETA of ``run``, about to be queued behind everything queued now.
+    def estimate(
+        self, run: JobRun, expected: float, capacity: Capacity, now: float, *, tried: bool = False
+    ) -> float | None:
+        """The ETA of ``run``, queued behind everything queued before it (``tried``: the scheduler
+        tried it at ``now`` and it did not start, see :func:`gpuplane.insight.eta.replay_start`).
 
         The queued work it competes with (same team, or a pool in common) of at least its
         priority (any priority without preemption) is replayed with the running work's expected
@@ -300,8 +323,8 @@ class _Book:
             run.alloc,
             max(run.job.startup, expected - run.progress),
         )
-        # With nothing queued (most arrivals, below saturation) nothing is ahead: skip the groups.
-        ahead, backlog = self._ahead(run, floor, capacity) if self.queued else ([], 0.0)
+        # With nothing else queued (most pending arrivals, below saturation) nothing is ahead.
+        ahead, backlog = self._ahead(run, floor, capacity) if len(self.queued) > 1 else ([], 0.0)
         streams = [_ends(p, entries, floor) for p in capacity.pools if (entries := self.running.get(p))]
         releases = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_by_end)
         return replay_start(
@@ -313,12 +336,14 @@ class _Book:
             ahead=ahead,
             backlog=backlog,
             rate=sum(amount for (_, owner, _), amount in self.held.items() if owner == team) or None,
+            tried=tried,
         )
 
     def _ahead(self, run: JobRun, floor: int, capacity: Capacity) -> tuple[list[Queued], float]:
         """The queued work :meth:`estimate` replays ahead of ``run``, in queue order, and the
         backlog (GPU-equivalent seconds) it counts behind that."""
         team, pools = run.job.team, run.pools
+        before = self.sequence_of(run)
         by_team: dict[str, list[GroupKey]] = {}
         for k, members in self.groups.items():
             if members and k[2] >= floor and (k[1] == team or not pools.isdisjoint(k[0])):
@@ -327,8 +352,8 @@ class _Book:
         unlisted = 0.0
         own_limit = team in capacity.queue_limit or any(q == team for q, _ in capacity.flavor_limit)
         for owner, owned in by_team.items():
-            ordered = heapq.merge(*(self._in_order(k) for k in owned))
-            work = sum(self.group_work[k] for k in owned if k[3] <= run.per_pod)
+            ordered = heapq.merge(*(self._in_order(k, before) for k in owned))
+            work = sum(self.group_work[k] - self._work_from(k, before) for k in owned if k[3] <= run.per_pod)
             for neg, seq, k, amount, duration in itertools.islice(ordered, LISTED_PER_QUEUE):
                 listed.append((neg, seq, Queued(owner, self._pools(k[0], capacity), amount, duration)))
                 if k[3] <= run.per_pod:
@@ -379,6 +404,7 @@ class Engine:
         self.now = workloads.start
         self.tick = tick
         self.checkpoint_due: list[tuple[float, int, int]] = []  # (next checkpoint, job, run gen)
+        self.arrived: list[JobRun] = []  # arrived at this instant, their ETA not asked yet
 
     # --- events ---------------------------------------------------------------
 
@@ -414,6 +440,8 @@ class Engine:
             else:
                 self.ledger.cycles += self.model.schedule(now, self.checkpoints)
                 self.apply(now)
+            if self.arrived:
+                self.predict_pending(now)
             for wake in self.model.wake_ups():
                 if wake not in self.wakes and wake > now:
                     self.wakes.add(wake)
@@ -481,11 +509,9 @@ class Engine:
                 stats.submitted += 1
             else:
                 stats.resumed += 1
-        if measured and job.continuation_of is None:
-            run.predicted = self.predict(run, now)
-            if run.predicted is None:
-                stats.never_predicted += 1
         self.book.add_pending(run, self.runtimes.expected(run.job))
+        if measured and job.continuation_of is None:
+            self.arrived.append(run)
         if job.deadline is not None:
             self.push(job.deadline, END, job.id)
         self.model.submit(job, now)
@@ -770,16 +796,31 @@ class Engine:
             if run.job.klass == klass and run.running_since is not None and run.progress == 0:
                 yield now - run.running_since
 
-    def predict(self, run: JobRun, now: float) -> float | None:
-        """The ETA the insight layer gives at submission (before this job is queued): the queue
-        replay, or for a job whose every pod takes a whole node, the node replay."""
+    def predict_pending(self, now: float) -> None:
+        """The ETA of each job that arrived at ``now`` and is still pending after the scheduling
+        pass: what ``gpuplane why`` shows, which only a pending workload has. A job the pass
+        started is not predicted (it never waited for an ETA) and counts in no ETA error."""
+        arrived, self.arrived = self.arrived, []
+        tried = self.tick <= 0 or now % self.tick == 0  # a pass ran at this instant
+        for run in arrived:
+            if run.first_start is not None or run.done:
+                continue
+            run.predicted = self.predict(run, now, tried=tried)
+            if run.predicted is None:
+                run.stats.never_predicted += 1
+
+    def predict(self, run: JobRun, now: float, *, tried: bool = False) -> float | None:
+        """The ETA the insight layer gives a queued job: the queue replay, or for a job whose every
+        pod takes a whole node, the node replay. Only work queued before ``run`` counts as ahead
+        of it (what arrived at the same instant after it queues behind it). ``tried``: the pass at
+        ``now`` tried it and it did not start, so it cannot start before something ends."""
         capacity = self.eta_capacity
         if capacity is None:
             return None
         nodes = self.model.whole_nodes(run.job)
         if nodes:
             return self.predict_gang(run, nodes, capacity, now)
-        return self.book.estimate(run, self.runtimes.expected(run.job), capacity, now)
+        return self.book.estimate(run, self.runtimes.expected(run.job), capacity, now, tried=tried)
 
     def predict_gang(
         self, run: JobRun, nodes: dict[str, list[tuple[str, list[int]]]], capacity: Capacity, now: float
@@ -812,15 +853,16 @@ class Engine:
                     releases.append(NodeFree(max(self.expected_end(h, now) for h in holders), pool))
                 else:
                     free[pool] = free.get(pool, 0) + 1
+        mine = self.book.sequence_of(run)
         queued = [
             self._gang(other, key[1], tuple(p for p in pools if p in key[0]), seq)
-            for other, key, seq in self.book.gangs(run.pools, run.per_pod, floor)
+            for other, key, seq in self.book.gangs(run.pools, run.per_pod, floor, mine)
         ]
         usage: dict[tuple[str, str], float] = {}
         for (pool, owner, priority), amount in self.book.held.items():
             if priority >= floor and pool in nodes:
                 usage[(owner, pool)] = usage.get((owner, pool), 0.0) + amount
-        asked = self._gang(run, run.job.team, pools, self.book.sequence + 1)
+        asked = self._gang(run, run.job.team, pools, mine)
         world = NodeReplay(
             free=free,
             releases=releases,
