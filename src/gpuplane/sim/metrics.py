@@ -20,10 +20,10 @@ Definitions (every GPU-hour is counted inside the measured window ``[0, horizon]
   teams have queued work: min(unused quota of idle teams, queued demand of the others).
 * **lost GPU-hours**: allocated GPU-hours of work thrown away by preemption or node failure
   (compute since the last checkpoint; everything for work that never checkpoints).
-* **ETA error**: |predicted start at submission - real start|, for work submitted in the window
-  that started. The *relative* ETA error divides it by the real wait, over work that waited more
-  than five minutes (:data:`ETA_RELATIVE_MIN_WAIT`): a prediction for work that starts at once is
-  trivially right and says nothing about a queue.
+* **ETA error**: |predicted start - real start|, for work submitted in the window that was still
+  pending after the scheduling pass at its arrival (the ETA ``gpuplane why`` shows then) and
+  started. The *relative* ETA error divides it by the real wait, over work that waited more than
+  five minutes (:data:`ETA_RELATIVE_MIN_WAIT`).
 """
 
 from __future__ import annotations
