@@ -355,6 +355,19 @@ def test_invariants_hold_on_random_scenarios(scenario: Scenario, name: str) -> N
     _conservation(ledger)
 
 
+Starts = dict[int, float | None]
+
+
+def _stock_etas(spec: ClusterSpec, workloads: Jobs) -> tuple[Starts, Starts]:
+    """Each job's predicted and real start under the stock model, over 5,000 s."""
+    sim = SimInput("test", spec, workloads.workloads(5000.0), 3600.0, 3600.0, 30.0)
+    engine = Engine(build_model("stock", sim), sim.workloads, spec.gpus, 3600.0)
+    engine.run()
+    predicted = {run.job.id: run.predicted for run in engine.runs.values()}
+    started = {run.job.id: run.first_start for run in engine.runs.values()}
+    return predicted, started
+
+
 def test_stock_eta_replays_each_team_within_its_quota() -> None:
     """Two teams with a quota of 2 GPUs each on one 4-GPU node, both running. a's second job waits
     for a's first (expected end 1,000 s): its team's quota binds, not the node. b's second job,
@@ -369,11 +382,7 @@ def test_stock_eta_replays_each_team_within_its_quota() -> None:
         .add("a", at=10, gpus=2, work=1000)
         .add("b", at=20, gpus=2, work=500)
     )
-    sim = SimInput("test", spec, workloads.workloads(5000.0), 3600.0, 3600.0, 30.0)
-    engine = Engine(build_model("stock", sim), sim.workloads, spec.gpus, 3600.0)
-    engine.run()
-    predicted = {run.job.id: run.predicted for run in engine.runs.values()}
-    started = {run.job.id: run.first_start for run in engine.runs.values()}
+    predicted, started = _stock_etas(spec, workloads)
     assert started == {0: 0.0, 1: 5.0, 2: 1000.0, 3: 305.0}
     assert predicted == {0: None, 1: None, 2: 1000.0, 3: 305.0}
 
@@ -390,10 +399,6 @@ def test_eta_counts_only_work_queued_before_the_job() -> None:
         .add("a", at=10, gpus=2, work=500)
         .add("a", at=10, gpus=2, work=500)
     )
-    sim = SimInput("test", spec, workloads.workloads(5000.0), 3600.0, 3600.0, 30.0)
-    engine = Engine(build_model("stock", sim), sim.workloads, spec.gpus, 3600.0)
-    engine.run()
-    predicted = {run.job.id: run.predicted for run in engine.runs.values()}
-    started = {run.job.id: run.first_start for run in engine.runs.values()}
+    predicted, started = _stock_etas(spec, workloads)
     assert started == {0: 0.0, 1: 1000.0, 2: 1500.0}
     assert predicted == started | {0: None}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +13,11 @@ from gpuplane.sim.metrics import Ledger
 from gpuplane.sim.parallel import Task, run_tasks
 from gpuplane.sim.scenario import load_scenario
 from gpuplane.sim.sweep import run_sweep
+from test_sim_golden import without_timings
+from test_sim_sweep import gpuplane_cli
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "golden" / "tiny-mixed.yaml"
-
-
-def _without_wall(value: Any) -> Any:
-    """A document with every wall time taken out (the only thing that may differ)."""
-    if isinstance(value, dict):
-        return {k: _without_wall(v) for k, v in value.items() if k != "wallSeconds"}
-    if isinstance(value, list):
-        return [_without_wall(v) for v in value]
-    return value
 
 
 def _tiny(load: float = 1.4) -> SimInput:
@@ -39,7 +30,7 @@ def test_an_experiment_in_two_processes_gives_the_one_process_document() -> None
     alone = run_experiment(sim, names, jobs=1)
     seen: dict[str, float] = {}
     side_by_side = run_experiment(sim, names, jobs=2, progress=seen.__setitem__)
-    assert _without_wall(side_by_side.document) == _without_wall(alone.document)
+    assert without_timings(side_by_side.document) == without_timings(alone.document)
     assert list(side_by_side.document["configurations"]) == list(names)
     for name in names:
         assert side_by_side.ledgers[name].events == alone.ledgers[name].events > 0
@@ -55,7 +46,7 @@ def test_a_sweep_in_two_processes_gives_the_one_process_document() -> None:
     side_by_side = run_sweep(
         _tiny, loads, names, wait_target=1800.0, jobs=2, progress=lambda label, _: labels.add(label)
     )
-    assert _without_wall(side_by_side.document) == _without_wall(alone.document)
+    assert without_timings(side_by_side.document) == without_timings(alone.document)
     assert [p["load"] for p in side_by_side.document["sweep"]] == [0.4, 1.6]
     assert labels == {"stock @ 0.4", "gpuplane @ 0.4", "stock @ 1.6", "gpuplane @ 1.6"}
 
@@ -75,31 +66,17 @@ def test_a_failure_in_a_worker_reaches_the_caller() -> None:
 def test_jobs_must_be_positive() -> None:
     with pytest.raises(ValueError, match="jobs must be at least 1"):
         run_tasks(run_named, [], [], jobs=0)
-    run = subprocess.run(
-        [sys.executable, "-m", "gpuplane.cli.app", "simulate", "--jobs", "0", "--days", "0.1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=REPO,
-    )
+    run = gpuplane_cli("--jobs", "0", "--days", "0.1")
     assert run.returncode == 2
     assert run.stderr.strip() == "error: --jobs must be at least 1, got 0"
 
 
 def test_the_cli_gives_the_same_json_with_one_job_or_two() -> None:
     def simulate(jobs: str) -> dict[str, Any]:
-        args = ["--scenario", str(TINY), "--days", "0.25", "--load", "1.4", "--jobs", jobs, "-o", "json"]
-        run = subprocess.run(
-            [sys.executable, "-m", "gpuplane.cli.app", "simulate", *args],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-            cwd=REPO,
-        )
+        args = ("--scenario", str(TINY), "--days", "0.25", "--load", "1.4", "--jobs", jobs, "-o", "json")
+        run = gpuplane_cli(*args)
         assert run.returncode == 0, run.stderr
         document: dict[str, Any] = json.loads(run.stdout)
         return document
 
-    assert _without_wall(simulate("2")) == _without_wall(simulate("1"))
+    assert without_timings(simulate("2")) == without_timings(simulate("1"))
