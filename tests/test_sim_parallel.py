@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,18 @@ def test_a_failure_in_a_worker_reaches_the_caller() -> None:
     tasks = [Task("stock", "stock", 0), Task("boom", "boom", 0)]
     with pytest.raises(RuntimeError, match="the run failed in its worker"):
         run_tasks(_broken, [_tiny()], tasks, jobs=2)
+
+
+def _dies(name: str, sim: SimInput, progress: Any) -> tuple[Ledger, dict[str, Any]]:
+    if name == "boom":
+        os._exit(9)  # as a worker killed by the kernel would
+    return run_named(name, sim, progress)
+
+
+def test_a_worker_that_dies_is_one_clear_error() -> None:
+    tasks = [Task("boom", "boom", 0), Task("stock", "stock", 0)]
+    with pytest.raises(RuntimeError, match=r"worker process stopped unexpectedly .* --jobs 1"):
+        run_tasks(_dies, [_tiny()], tasks, jobs=2)
 
 
 def test_jobs_must_be_positive() -> None:

@@ -24,6 +24,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,13 @@ def run_tasks(
             futures[i] = pool.submit(_work, runner, tasks[i], blobs[tasks[i].source], progress is not None)
         for i in order:
             results[i] = futures[i].result()
+    except BrokenProcessPool as broken:
+        pool.shutdown(wait=False, cancel_futures=True)
+        message = (
+            "a simulation worker process stopped unexpectedly (killed, or out of memory?); "
+            "--jobs 1 runs everything in one process"
+        )
+        raise RuntimeError(message) from broken
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
