@@ -283,29 +283,22 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     t = now
     freed: tuple[str, str] | None = None  # (pool, queue) of the last release: all else only filled up
     for step in range(max_steps + 1):
-        if tried and step == 0:
-            unread = False
-            upcoming = next(pending, None)
-            if upcoming is None:
-                return None
-            t = max(t, upcoming.end)
-            usage.add(upcoming.pool, upcoming.queue, -upcoming.amount)
-            freed = (upcoming.pool, upcoming.queue)
-            upcoming = next(pending, None)
-        still: list[Queued] = []
-        for item in waiting:
-            if freed is not None and freed[1] != item.queue and freed[0] not in item.pools:
-                still.append(item)  # nothing that bounds it got room back since it last did not fit
-                continue
-            room = usage.room(item, reclaim=False)
-            if room is None:
-                still.append(item)
-                continue
-            usage.add(room, item.queue, item.amount)
-            heapq.heappush(started, (t + item.duration, len(started), room, item.queue, item.amount))
-        waiting = still
-        if usage.room(asked, reclaim=True) is not None:
-            return t + backlog / rate
+        # Tried at ``now`` and not started: the first round is after the first expected end.
+        if not (tried and step == 0):
+            still: list[Queued] = []
+            for item in waiting:
+                if freed is not None and freed[1] != item.queue and freed[0] not in item.pools:
+                    still.append(item)  # nothing that bounds it got room back since it last did not fit
+                    continue
+                room = usage.room(item, reclaim=False)
+                if room is None:
+                    still.append(item)
+                    continue
+                usage.add(room, item.queue, item.amount)
+                heapq.heappush(started, (t + item.duration, len(started), room, item.queue, item.amount))
+            waiting = still
+            if usage.room(asked, reclaim=True) is not None:
+                return t + backlog / rate
         # The next expected end: of running work or of work started in the replay.
         if unread:
             upcoming, unread = next(pending, None), False
