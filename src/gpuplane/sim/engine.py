@@ -432,7 +432,8 @@ class Engine:
                 self.handle(kind, ref, gen, now)
             self.now = now
             tick = self.tick
-            if tick > 0 and now % tick != 0:
+            passed = not (tick > 0 and now % tick != 0)  # a scheduling pass runs at this instant
+            if not passed:
                 at = math.ceil(now / tick) * tick
                 if at not in self.wakes:
                     self.wakes.add(at)
@@ -441,7 +442,7 @@ class Engine:
                 self.ledger.cycles += self.model.schedule(now, self.checkpoints)
                 self.apply(now)
             if self.arrived:
-                self.predict_pending(now)
+                self.predict_pending(now, tried=passed)
             for wake in self.model.wake_ups():
                 if wake not in self.wakes and wake > now:
                     self.wakes.add(wake)
@@ -796,12 +797,11 @@ class Engine:
             if run.job.klass == klass and run.running_since is not None and run.progress == 0:
                 yield now - run.running_since
 
-    def predict_pending(self, now: float) -> None:
+    def predict_pending(self, now: float, *, tried: bool) -> None:
         """The ETA of each job that arrived at ``now`` and is still pending after the scheduling
         pass: what ``gpuplane why`` shows, which only a pending workload has. A job the pass
         started is not predicted (it never waited for an ETA) and counts in no ETA error."""
         arrived, self.arrived = self.arrived, []
-        tried = self.tick <= 0 or now % self.tick == 0  # a pass ran at this instant
         for run in arrived:
             if run.first_start is not None or run.done:
                 continue

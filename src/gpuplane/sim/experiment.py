@@ -26,7 +26,7 @@ from gpuplane.sim.cluster import ClusterSpec, cluster_from_scenario
 from gpuplane.sim.engine import Engine, Model
 from gpuplane.sim.gpuplane_model import GpuplaneModel, GpuplaneOptions
 from gpuplane.sim.metrics import Ledger, configuration_document
-from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, run_tasks
+from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, labelled, run_tasks
 from gpuplane.sim.scenario import Scenario
 from gpuplane.sim.stock import StockModel
 from gpuplane.sim.workloads import Workloads, generate, offered_gpus
@@ -95,8 +95,7 @@ class ExperimentResult:
 def run_configuration(
     name: str, sim: SimInput, progress: ProgressCallback | None = None
 ) -> tuple[Ledger, dict[str, Any]]:
-    callback = None if progress is None else (lambda f: progress(name, f))
-    return run_named(name, sim, callback)
+    return run_named(name, sim, labelled(progress, name))
 
 
 def run_named(name: str, sim: SimInput, progress: Callable[[float], None] | None = None) -> RunResult:

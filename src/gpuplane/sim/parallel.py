@@ -67,8 +67,8 @@ def run_tasks(
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     if jobs == 1 or len(tasks) == 1:
-        return [runner(t.name, inputs[t.source], _label(progress, t.label)) for t in tasks]
-    blobs = [pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL) for item in inputs]
+        return [runner(t.name, inputs[t.source], labelled(progress, t.label)) for t in tasks]
+    blobs: dict[int, bytes] = {}  # each input pickled once, when its first task is handed out
     context = multiprocessing.get_context("spawn")  # no fork under the parent's threads
     reports: Any = context.Queue()
     listener = _Listener(reports, progress)
@@ -80,7 +80,10 @@ def run_tasks(
     try:
         futures: dict[int, Future[RunResult]] = {}
         for i in order:
-            futures[i] = pool.submit(_work, runner, tasks[i], blobs[tasks[i].source], progress is not None)
+            source = tasks[i].source
+            if source not in blobs:
+                blobs[source] = pickle.dumps(inputs[source], protocol=pickle.HIGHEST_PROTOCOL)
+            futures[i] = pool.submit(_work, runner, tasks[i], blobs[source], progress is not None)
         for i in order:
             results[i] = futures[i].result()
     except BrokenProcessPool as broken:
@@ -99,7 +102,8 @@ def run_tasks(
     return [r for r in results if r is not None]
 
 
-def _label(progress: ProgressCallback | None, label: str) -> Callable[[float], None] | None:
+def labelled(progress: ProgressCallback | None, label: str) -> Callable[[float], None] | None:
+    """One run's progress callback: ``progress`` with the run's label."""
     if progress is None:
         return None
     return lambda fraction: progress(label, fraction)
