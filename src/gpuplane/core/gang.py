@@ -163,6 +163,11 @@ class Cluster:
         # The engine's request of each needs object seen lately (see _gpu_request).
         self._requests: dict[int, tuple[PodNeeds, GpuRequest | None]] = {}
         self._capacity: dict[str, int] = {}  # see _capacity_milli
+        # The eligibility key of each pod template seen lately, with the objects it was read from
+        # (kept, so that an id is not reused while remembered); see _eligibility_key.
+        self._keys: dict[int, tuple[PodTemplate, PodNeeds, ResourceFlavor | None, tuple[object, ...]]] = {}
+        # The GPUs (milli) of the eligible nodes of a gang's pod sets, by their eligibility keys.
+        self._eligible_capacity: dict[tuple[tuple[object, ...], ...], int] = {}
 
     # --- the engine's view: exclusive GPUs as a vectorised mirror ---------------
 
@@ -324,9 +329,20 @@ class Cluster:
 
     # --- eligibility ----------------------------------------------------------
 
+    def _eligibility_key(self, ps: GangPodSet) -> tuple[object, ...]:
+        """Pod sets with the same constraints share one eligible-node list. Remembered per
+        template, needs and flavor object (immutable; a placement asks it several times)."""
+        known = self._keys.get(id(ps.template))
+        if known is not None and known[0] is ps.template and known[1] is ps.needs and known[2] is ps.flavor:
+            return known[3]
+        key = self._eligibility_key_of(ps)
+        if len(self._keys) >= _MAX_REMEMBERED:
+            self._keys.clear()
+        self._keys[id(ps.template)] = (ps.template, ps.needs, ps.flavor, key)
+        return key
+
     @staticmethod
-    def _eligibility_key(ps: GangPodSet) -> tuple[object, ...]:
-        """Pod sets with the same constraints share one eligible-node list."""
+    def _eligibility_key_of(ps: GangPodSet) -> tuple[object, ...]:
         needs = ps.needs
         return (
             ps.flavor.name if ps.flavor else "",
@@ -373,6 +389,7 @@ class Cluster:
         self.nodes[node.name].node = node
         self._eligible.clear()
         self._eligible_names.clear()
+        self._eligible_capacity.clear()
         self._by_name.clear()
         self._members.clear()
         levels, self._levels = self._levels, set()
@@ -676,13 +693,29 @@ class Cluster:
             self._capacity[state.name] = value
         return value
 
+    def _eligible_capacity_milli(self, pod_sets: Sequence[GangPodSet], names: set[str]) -> int:
+        """The GPUs (milli) of ``names``, the eligible nodes of ``pod_sets``: remembered by the
+        pod sets' eligibility keys while the nodes' devices are fixed (see _capacity_milli), and
+        until the eligible-node lists are rebuilt."""
+        if self.config.mig_repartition:
+            return sum(self._capacity_milli(self.nodes[n]) for n in names)
+        key = tuple(self._eligibility_key(ps) for ps in pod_sets)
+        known = self._eligible_capacity.get(key)
+        if known is None:
+            known = self._eligible_capacity[key] = sum(self._capacity_milli(self.nodes[n]) for n in names)
+        return known
+
     def _failure(self, pod_sets: Sequence[GangPodSet], detail: str) -> PlacementFailure:
         demand = sum(ps.needs.gpu_milli * ps.count for ps in pod_sets)
-        eligible: dict[str, NodeState] = {}
-        for ps in pod_sets:
-            eligible.update((s.name, s) for s in self.eligible(ps))
-        free = sum(self._free_milli[n] for n in eligible)
-        capacity = sum(self._capacity_milli(s) for s in eligible.values())
+        if len(pod_sets) == 1:
+            names = self.eligible_names(pod_sets[0])
+        else:
+            names = set()
+            for ps in pod_sets:
+                names |= self.eligible_names(ps)
+        free_milli = self._free_milli
+        free = sum([free_milli[n] for n in names])
+        capacity = self._eligible_capacity_milli(pod_sets, names)
         pods = sum(ps.count for ps in pod_sets)
         suffix = f" ({detail})" if detail else ""
         if demand > capacity:

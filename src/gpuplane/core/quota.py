@@ -30,7 +30,16 @@ Usage = Mapping[FlavorResource, int]
 class QuotaNode:
     """Shared behaviour of ClusterQueues and Cohorts in the tree."""
 
-    __slots__ = ("fair_weight", "lends_partly", "name", "parent", "quotas", "subtree_quota", "usage")
+    __slots__ = (
+        "_potential",
+        "fair_weight",
+        "lends_partly",
+        "name",
+        "parent",
+        "quotas",
+        "subtree_quota",
+        "usage",
+    )
 
     def __init__(self, name: str, quotas: dict[FlavorResource, ResourceQuota], fair_weight: float) -> None:
         self.name = name
@@ -42,6 +51,7 @@ class QuotaNode:
         self.subtree_quota: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
         self.fair_weight = fair_weight
+        self._potential: dict[FlavorResource, int] = {}  # see potential_available
 
     # --- capacity ---------------------------------------------------------
 
@@ -62,28 +72,37 @@ class QuotaNode:
     def raw_available(self, fr: FlavorResource) -> int:
         """Headroom for ``fr``; negative when the subtree is over-admitted."""
         parent = self.parent
+        used = self.usage.get(fr, 0)
         if parent is None:
-            return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
+            return self.subtree_quota.get(fr, 0) - used
         parent_available = parent.raw_available(fr)
         quota = self.quotas.get(fr)
+        # Without a lending limit nothing is kept local (local_quota is 0): the same sums, inline
+        # (asked for every flavor tried, by every nomination).
+        lq = self.local_quota(fr) if self.lends_partly else 0
         if quota is not None and quota.borrowing_limit is not None:
-            lq = self.local_quota(fr)
             stored_in_parent = self.subtree_quota.get(fr, 0) - lq
-            used_in_parent = max(0, self.usage.get(fr, 0) - lq)
+            used_in_parent = max(0, used - lq)
             parent_available = min(
                 stored_in_parent - used_in_parent + quota.borrowing_limit, parent_available
             )
-        return self.local_available(fr) + parent_available
+        return max(0, lq - used) + parent_available
 
     def potential_available(self, fr: FlavorResource) -> int:
-        """The most this node could ever use of ``fr``, ignoring current usage."""
+        """The most this node could ever use of ``fr``, ignoring current usage. It reads quotas
+        alone, fixed once the tree is built (:meth:`QuotaTree._accumulate`): remembered."""
+        known = self._potential.get(fr)
+        if known is not None:
+            return known
         parent = self.parent
         if parent is None:
-            return self.subtree_quota.get(fr, 0)
-        avail = self.local_quota(fr) + parent.potential_available(fr)
-        quota = self.quotas.get(fr)
-        if quota is not None and quota.borrowing_limit is not None:
-            avail = min(self.subtree_quota.get(fr, 0) + quota.borrowing_limit, avail)
+            avail = self.subtree_quota.get(fr, 0)
+        else:
+            avail = self.local_quota(fr) + parent.potential_available(fr)
+            quota = self.quotas.get(fr)
+            if quota is not None and quota.borrowing_limit is not None:
+                avail = min(self.subtree_quota.get(fr, 0) + quota.borrowing_limit, avail)
+        self._potential[fr] = avail
         return avail
 
     def borrowing_with(self, fr: FlavorResource, extra: int) -> bool:
@@ -96,14 +115,16 @@ class QuotaNode:
     # --- usage ------------------------------------------------------------
 
     def add_usage(self, fr: FlavorResource, value: int) -> None:
-        local_available = self.local_available(fr)
-        self.usage[fr] = self.usage.get(fr, 0) + value
+        used = self.usage.get(fr, 0)
+        local_available = max(0, (self.local_quota(fr) if self.lends_partly else 0) - used)
+        self.usage[fr] = used + value
         if self.parent is not None and value > local_available:
             self.parent.add_usage(fr, value - local_available)
 
     def remove_usage(self, fr: FlavorResource, value: int) -> None:
-        stored_in_parent = self.usage.get(fr, 0) - self.local_quota(fr)
-        self.usage[fr] = self.usage.get(fr, 0) - value
+        used = self.usage.get(fr, 0)
+        stored_in_parent = used - (self.local_quota(fr) if self.lends_partly else 0)
+        self.usage[fr] = used - value
         if stored_in_parent <= 0 or self.parent is None:
             return
         self.parent.remove_usage(fr, min(value, stored_in_parent))
@@ -382,6 +403,7 @@ class QuotaTree:
 
     def _accumulate(self, node: QuotaNode) -> None:
         node.subtree_quota = {fr: q.nominal for fr, q in node.quotas.items()}
+        node._potential.clear()
         if isinstance(node, CohortNode):
             for child in [*node.child_cohorts, *node.child_queues]:
                 self._accumulate(child)
