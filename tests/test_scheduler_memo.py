@@ -61,3 +61,28 @@ def test_remembered_outcomes_match_fresh_nominations(
         assert with_memory < nominations["count"]
     else:
         assert with_memory <= nominations["count"]
+
+
+def test_cycles_that_only_park_heads_run_in_one_call_with_the_same_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cycle that parks every head without nominating one leaves the state as it found it, so
+    ``Scheduler.cycle`` runs the next ones in the same call (``budget``). Same simulation with
+    that and without it (one call per cycle): the same document, the same number of cycles, and
+    fewer calls."""
+    sim = scenario_input(load_scenario(GOLDEN / "gang-pressure.yaml").with_days(0.5))
+    calls = {"count": 0}
+    cycle = Scheduler.cycle
+
+    def counting(self: Scheduler, budget: int = 1) -> Any:
+        calls["count"] += 1
+        return cycle(self, budget)
+
+    monkeypatch.setattr(Scheduler, "cycle", counting)
+    _, merged = run_configuration("gpuplane", sim)
+    merged_calls = calls["count"]
+    calls["count"] = 0
+    monkeypatch.setattr(Scheduler, "_best_effort_only", lambda _self: False)
+    _, one_by_one = run_configuration("gpuplane", sim)
+    assert _without_timings(merged) == _without_timings(one_by_one)
+    assert one_by_one["schedulingCycles"] == calls["count"] > merged_calls

@@ -60,6 +60,7 @@ class Scheduler(Admission, Ordering):
 
     def __init__(self, state: ClusterState, config: SchedulerConfig, now: float) -> None:
         super().__init__(state, config, now)
+        self._all_best_effort: bool | None = None  # see _best_effort_only
         for node in self.tree.queues.values():
             node.active = self._inactive_reason(node) is None
         if self.cluster is not None:
@@ -82,22 +83,56 @@ class Scheduler(Admission, Ordering):
         for queue in self.queues.values():
             queue.sort(key=PendingWorkload.sort_key)
 
-    def cycle(self) -> CycleResult:
-        """Run one scheduling cycle and apply its outcome to the working state."""
+    def cycle(self, budget: int = 1) -> CycleResult:
+        """Run one scheduling cycle and apply its outcome to the working state.
+
+        With ``budget`` > 1, the cycles that follow one in which every head was parked without
+        a nomination run in this call too, up to ``budget`` cycles (``result.cycles``). Such a
+        cycle changes nothing but which heads are parked (and their reasons), so the next one
+        starts from the same state: running it here gives what a separate call would, without
+        the call's cost (a long backlog parks one head per queue per cycle). Only where every
+        queue is BestEffortFIFO, so that each such cycle parks every head it visits, and never
+        the first cycle (which settles admission checks); a cycle that would find no head is
+        left to the next call (it is the quiet one that ends a drain).
+        """
         self.cycle_number += 1
         result = CycleResult()
         if self.cycle_number == 1:
             self._settle_checked(result)
-        # Each head's cohort generation as the cycle starts (nothing before the admissions moves it).
-        generations: dict[str, int] = {}
-        self.preemptor.clear_cache()
-        entries, shapes = self._nominate_heads(result, generations)
+        while True:
+            # Each head's cohort generation as the cycle starts (nothing before the admissions
+            # moves it).
+            generations: dict[str, int] = {}
+            self.preemptor.clear_cache()
+            parked = result.parked
+            entries, shapes = self._nominate_heads(result, generations)
+            if (
+                entries
+                or result.cycles >= budget
+                or self.cycle_number == 1
+                or result.parked == parked
+                or not self._best_effort_only()
+            ):
+                break
+            self.preemptor_of = {}  # what _record_outcomes leaves after a cycle without entries
+            if not self.heads():
+                break
+            self.cycle_number += 1
+            result.cycles += 1
         if entries:  # nothing to decide otherwise (and nothing searched the preemptor's cache)
             self._decide(entries, result)
         self._record_outcomes(entries, shapes, generations, result)
         if self.cycle_number == 1:
             self._release_leaving(result)
         return result
+
+    def _best_effort_only(self) -> bool:
+        """Whether every ClusterQueue is BestEffortFIFO (a StrictFIFO head is never parked)."""
+        if self._all_best_effort is None:
+            self._all_best_effort = all(
+                node.spec.queueing_strategy != "StrictFIFO" for node in self.tree.queues.values()
+            )
+        return self._all_best_effort
 
     def _nominate_heads(
         self, result: CycleResult, generations: dict[str, int]
@@ -190,15 +225,19 @@ def drain(
     *,
     until_quiet: bool,
     after_cycle: Callable[[CycleResult], bool] | None = None,
+    merge: bool = True,
 ) -> tuple[list[AdmissionDecision], int]:
     """The one drain loop: cycles until ``limit`` have run, a cycle changes nothing
     (``until_quiet``), or ``after_cycle(result)`` returns True. Returns every admission made and
-    the number of cycles run; :func:`plan_after` turns them into a plan."""
+    the number of cycles run; :func:`plan_after` turns them into a plan. With ``merge``, cycles
+    that only park heads run within one call (:meth:`Scheduler.cycle`): ``after_cycle`` sees
+    them as one result (nothing admitted or preempted), and the count is the same; a driver that
+    records every cycle's reasons passes False."""
     admitted: list[AdmissionDecision] = []
     ran = 0
     while ran < limit:
-        result = scheduler.cycle()
-        ran += 1
+        result = scheduler.cycle(limit - ran if merge else 1)
+        ran += result.cycles
         admitted += result.admitted
         if after_cycle is not None and after_cycle(result):
             break

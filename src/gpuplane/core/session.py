@@ -490,7 +490,11 @@ class Session:
 
         watch = self._history or stop is not None
         admitted, ran = drain(
-            scheduler, max_cycles, until_quiet=until_quiet, after_cycle=after_cycle if watch else None
+            scheduler,
+            max_cycles,
+            until_quiet=until_quiet,
+            after_cycle=after_cycle if watch else None,
+            merge=not self._history,  # lifecycles note the reasons after every cycle
         )
         return plan_after(scheduler, admitted, ran, since=since, with_pending=with_pending)
 

@@ -86,6 +86,7 @@ class CycleResult:
     parked: int = 0
     rescans: int = 0  # workloads whose next cycle resumes at a later flavor
     released: int = 0  # reservations ended by an admission check (Retry, Rejected)
+    cycles: int = 1  # Kueue cycles this result stands for (see Scheduler.cycle)
 
     @property
     def changed(self) -> bool:
