@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuplane.core.scheduler import PendingWorkload, Scheduler
+from gpuplane.core.scheduler import Scheduler
 from gpuplane.sim.experiment import run_configuration, scenario_input
 from gpuplane.sim.scenario import load_scenario
 
@@ -22,6 +22,19 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 def _without_timings(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "wallSeconds"}
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, method: str) -> dict[str, int]:
+    """Count the calls of ``Scheduler.<method>`` from now on (``["count"]``, which may be reset)."""
+    calls = {"count": 0}
+    original = getattr(Scheduler, method)
+
+    def counting(self: Scheduler, *args: Any) -> Any:
+        calls["count"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(Scheduler, method, counting)
+    return calls
 
 
 @pytest.mark.parametrize(
@@ -41,14 +54,7 @@ def test_remembered_outcomes_match_fresh_nominations(
     if load is not None:
         loaded = loaded.with_load(load)
     sim = scenario_input(loaded)
-    nominations = {"count": 0}
-    nominate = Scheduler.nominate
-
-    def counting(self: Scheduler, pending: PendingWorkload) -> Any:
-        nominations["count"] += 1
-        return nominate(self, pending)
-
-    monkeypatch.setattr(Scheduler, "nominate", counting)
+    nominations = _count_calls(monkeypatch, "nominate")
     _, remembered = run_configuration("gpuplane", sim)
     with_memory = nominations["count"]
     nominations["count"] = 0
@@ -71,14 +77,7 @@ def test_cycles_that_only_park_heads_run_in_one_call_with_the_same_outcome(
     that and without it (one call per cycle): the same document, the same number of cycles, and
     fewer calls."""
     sim = scenario_input(load_scenario(GOLDEN / "gang-pressure.yaml").with_days(0.5))
-    calls = {"count": 0}
-    cycle = Scheduler.cycle
-
-    def counting(self: Scheduler, budget: int = 1) -> Any:
-        calls["count"] += 1
-        return cycle(self, budget)
-
-    monkeypatch.setattr(Scheduler, "cycle", counting)
+    calls = _count_calls(monkeypatch, "cycle")
     _, merged = run_configuration("gpuplane", sim)
     merged_calls = calls["count"]
     calls["count"] = 0
