@@ -169,7 +169,9 @@ _S = WorkloadState
 
 @dataclass(frozen=True, slots=True)
 class CycleOutcome:
-    """What one cycle of a :meth:`Session.drain` decided, for the driver's stop rule."""
+    """What one cycle of a :meth:`Session.drain` decided, for the driver's stop rule. A run of
+    cycles that only parked heads comes as one outcome (nothing admitted or preempted; see
+    :meth:`gpuplane.core.scheduler.Scheduler.cycle`), except in a session with lifecycles."""
 
     admitted: tuple[AdmissionDecision, ...]
     preempted: tuple[PreemptionDecision, ...]
