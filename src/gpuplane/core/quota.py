@@ -72,21 +72,18 @@ class QuotaNode:
     def raw_available(self, fr: FlavorResource) -> int:
         """Headroom for ``fr``; negative when the subtree is over-admitted."""
         parent = self.parent
-        used = self.usage.get(fr, 0)
         if parent is None:
-            return self.subtree_quota.get(fr, 0) - used
+            return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
         parent_available = parent.raw_available(fr)
         quota = self.quotas.get(fr)
-        # Without a lending limit nothing is kept local (local_quota is 0): the same sums, inline
-        # (asked for every flavor tried, by every nomination).
-        lq = self.local_quota(fr) if self.lends_partly else 0
         if quota is not None and quota.borrowing_limit is not None:
+            lq = self.local_quota(fr)
             stored_in_parent = self.subtree_quota.get(fr, 0) - lq
-            used_in_parent = max(0, used - lq)
+            used_in_parent = max(0, self.usage.get(fr, 0) - lq)
             parent_available = min(
                 stored_in_parent - used_in_parent + quota.borrowing_limit, parent_available
             )
-        return max(0, lq - used) + parent_available
+        return self.local_available(fr) + parent_available
 
     def potential_available(self, fr: FlavorResource) -> int:
         """The most this node could ever use of ``fr``, ignoring current usage. It reads quotas
@@ -115,16 +112,14 @@ class QuotaNode:
     # --- usage ------------------------------------------------------------
 
     def add_usage(self, fr: FlavorResource, value: int) -> None:
-        used = self.usage.get(fr, 0)
-        local_available = max(0, (self.local_quota(fr) if self.lends_partly else 0) - used)
-        self.usage[fr] = used + value
+        local_available = self.local_available(fr)
+        self.usage[fr] = self.usage.get(fr, 0) + value
         if self.parent is not None and value > local_available:
             self.parent.add_usage(fr, value - local_available)
 
     def remove_usage(self, fr: FlavorResource, value: int) -> None:
-        used = self.usage.get(fr, 0)
-        stored_in_parent = used - (self.local_quota(fr) if self.lends_partly else 0)
-        self.usage[fr] = used - value
+        stored_in_parent = self.usage.get(fr, 0) - self.local_quota(fr)
+        self.usage[fr] = self.usage.get(fr, 0) - value
         if stored_in_parent <= 0 or self.parent is None:
             return
         self.parent.remove_usage(fr, min(value, stored_in_parent))

@@ -83,10 +83,7 @@ class Admission(Preemption, NodePlacement):
         if any(t.workload.key in victims for t in e.targets):
             return "Workload has overlapping preemption targets with another workload"
         removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
-        if removed:
-            with self.tree.without(removed):
-                fits = e.cq.fits(e.assignment.usage)
-        else:
+        with self.tree.without(removed):
             fits = e.cq.fits(e.assignment.usage)
         return None if fits else "Workload no longer fits after processing another workload"
 
