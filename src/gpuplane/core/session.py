@@ -207,44 +207,52 @@ StopRule = Callable[[CycleOutcome], bool]
 class _Counted(dict[str, Status]):
     """The scheduler's reasons by workload, noting which keys were written (for
     :meth:`Session.pending_changes`); ``everything`` after a write of unknown keys; ``writes``
-    counts every write (for :meth:`Session.reasons_written`)."""
+    counts every write (for :meth:`Session.reasons_written`); each of ``watchers`` gets every
+    key written (for :meth:`Session.watch_reasons`)."""
 
-    __slots__ = ("everything", "writes", "written")
+    __slots__ = ("everything", "watchers", "writes", "written")
 
     def __init__(self, items: Mapping[str, Status]) -> None:
         super().__init__(items)
         self.written: set[str] = set()
         self.everything = True
         self.writes = 0
+        self.watchers: list[set[str]] = []
 
-    def __setitem__(self, key: str, value: Status) -> None:
+    def _wrote(self, key: str) -> None:
         self.written.add(key)
         self.writes += 1
+        for watcher in self.watchers:
+            watcher.add(key)
+
+    def _wrote_all(self) -> None:
+        self.everything = True
+        self.writes += 1
+        for watcher in self.watchers:
+            watcher.update(self)
+
+    def __setitem__(self, key: str, value: Status) -> None:
+        self._wrote(key)
         super().__setitem__(key, value)
 
     def __delitem__(self, key: str) -> None:
-        self.written.add(key)
-        self.writes += 1
+        self._wrote(key)
         super().__delitem__(key)
 
     def pop(self, key: str, *default: Any) -> Any:
-        self.written.add(key)
-        self.writes += 1
+        self._wrote(key)
         return super().pop(key, *default)
 
     def clear(self) -> None:
-        self.everything = True
-        self.writes += 1
+        self._wrote_all()
         super().clear()
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        self.everything = True
-        self.writes += 1
         super().update(*args, **kwargs)
+        self._wrote_all()
 
     def setdefault(self, key: str, default: Any = None) -> Any:
-        self.written.add(key)
-        self.writes += 1
+        self._wrote(key)
         return super().setdefault(key, default)
 
 
@@ -618,6 +626,25 @@ class Session:
                 if got is not None and got.reason in reasons:
                     out.append(queued.key)
         return out
+
+    def watch_reasons(self) -> set[str]:
+        """A set that, from now on, gets the key of every workload whose pending reason is
+        written; it starts with every workload queued now. Every change to the queues writes a
+        reason (see :meth:`reasons_written`), so a driver that keeps a figure over the queued
+        workloads (the simulator's quota-blocked demand) reads :meth:`reason_of` for the keys in
+        it, clears it, and keeps the rest of its figure: work proportional to what changed, not
+        to the backlog."""
+        status = self._scheduler.status
+        assert isinstance(status, _Counted)  # set up so in __init__
+        watcher = set(status)
+        status.watchers.append(watcher)
+        return watcher
+
+    def reason_of(self, key: str) -> str | None:
+        """The pending reason of a workload queued in a ClusterQueue; ``None`` for one that is
+        not (admitted, finished, withdrawn or never queued)."""
+        got = self._scheduler.status.get(key)
+        return got.reason if got is not None else None
 
     def reasons_written(self) -> int:
         """How many times the scheduler's pending reasons were written so far. Every change to

@@ -117,7 +117,10 @@ class GpuplaneModel:
         self.grace = grace
         self.livelocks = 0
         self._wakes: list[float] = []
-        self._blocked = (-1, 0.0)  # (the session's reasons_written() then, quota_blocked())
+        # quota_blocked's running figure: each queued workload blocked on quota, with its milli-GPUs.
+        self._touched = self.session.watch_reasons()
+        self._blocked: dict[str, int] = {}
+        self._blocked_milli = 0
         self._pool_nodes: dict[tuple[str, ...], tuple[list[NodeSpec], frozenset[int]]] = {}
 
     # --- the Kueue objects ------------------------------------------------------------
@@ -416,19 +419,27 @@ class GpuplaneModel:
     def quota_blocked(self) -> float:
         """GPU-equivalents of queued workloads whose last attempt found no quota.
 
-        Asked after every event; summed again (a pass over the backlog, in queue order) only when
-        the session wrote a pending reason since the last sum, which every change to the queues
-        does (:meth:`Session.reasons_written`).
+        Asked after every event. The figure is kept per workload, in milli-GPUs, and only the
+        workloads whose pending reason the session wrote since the last call
+        (:meth:`Session.watch_reasons`: queued, requeued, admitted, withdrawn or tried again)
+        are looked at again, not the whole backlog.
         """
-        written = self.session.reasons_written()
-        if written == self._blocked[0]:
-            return self._blocked[1]
-        total = 0.0
-        for key in self.session.waiting_for(QUOTA_REASONS):
-            job = self.jobs[key]
-            total += self.allocation(job)[0] * job.pods
-        self._blocked = (written, total)
-        return total
+        touched = self._touched
+        if touched:
+            blocked = self._blocked
+            reason_of = self.session.reason_of
+            total = self._blocked_milli
+            for key in touched:
+                total -= blocked.pop(key, 0)
+                if reason_of(key) in QUOTA_REASONS:
+                    job = self.jobs[key]
+                    request = job.request
+                    per_pod = request.milli if self.options.sharing else request.whole * MILLI
+                    blocked[key] = per_pod * job.pods
+                    total += blocked[key]
+            touched.clear()
+            self._blocked_milli = total
+        return self._blocked_milli / MILLI
 
     def node_gpus(self, node: str) -> int:
         return self.gpus_of[node]
