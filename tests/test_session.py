@@ -212,6 +212,27 @@ def test_exact_cycles_and_pending_left_out() -> None:
     assert s.waiting_for({Reason.WAITING_FOR_GANG_CAPACITY}) == gang
 
 
+def test_watched_reasons_name_every_workload_whose_reason_changed() -> None:
+    state = cluster(*(queued(f"w{i}", i) for i in range(4)), nodes=1, quota_gpus=16)
+    s = session(state)
+    watched = s.watch_reasons()
+    assert watched == {f"default/w{i}" for i in range(4)}  # every workload queued at the start
+    watched.clear()
+    plan = s.drain(T)
+    admitted = {a.workload for a in plan.admitted}
+    assert len(admitted) == 1  # one node of 8 GPUs
+    waiting = {f"default/w{i}" for i in range(4)} - admitted
+    assert watched == admitted | waiting  # admitted (reason gone) and tried (reason written)
+    assert [s.reason_of(k) for k in sorted(admitted)] == [None]
+    assert {s.reason_of(k) for k in waiting} <= {Reason.WAITING_FOR_QUOTA, Reason.WAITING_FOR_GANG_CAPACITY}
+    assert sorted(waiting) == sorted(s.waiting_for({s.reason_of(k) for k in waiting}))
+    watched.clear()
+    s.withdraw("default/w3", T + 1)
+    assert watched == {"default/w3"}
+    assert s.reason_of("default/w3") is None
+    assert s.reason_of("default/nobody") is None
+
+
 def test_update_requeues_a_pending_workload_with_its_new_spec() -> None:
     s = session(cluster(queued("big", 1, count=3), nodes=2))
     assert s.drain(T).admitted == ()

@@ -384,6 +384,11 @@ class Preemptor:
                         and (threshold is None or priority <= threshold)
                     ):
                         add(while_borrowing.setdefault(other.name, {}), usage)
+        # Both attempts remove less than ``any_variant`` (per queue, a subset of its usage), and
+        # the second also forbids borrowing: when removing all of it, borrowing allowed, makes no
+        # room, neither attempt can. That one test is what most calls end with (nothing to find).
+        if not self._fits_without(ctx, any_variant, True):
+            return False
         return self._fits_without(ctx, while_borrowing, True) or self._fits_without(ctx, any_variant, False)
 
     def _fits_without(

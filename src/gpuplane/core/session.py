@@ -12,6 +12,7 @@ tell it what happened and ask it to decide; they never reach into the state behi
     record_checkpoint                     the stop rule says so, or      waiting_for(reasons)
     reconsider                            the bound is hit)              pending_changes()
                                                                          reasons_written()
+                                                                         watch_reasons(), reason_of(key)
 
 Every call that changes something takes the current time (seconds, the driver's clock); time never
 runs backwards, and nothing here reads a clock. Plans are frozen; each admission carries, per pod,
@@ -24,7 +25,8 @@ so its history (state, time, reason) is there for insight and metrics to read. W
 ``track_reasons`` the pending reasons are recorded too, after every cycle (it costs one pass over
 the queues per cycle). ``history=False`` keeps no lifecycles at all (:meth:`Session.lifecycle` is
 ``None``): the simulator, which replays a hundred thousand workloads and reads none of them, runs
-that way and asks :meth:`Session.waiting_for` instead.
+that way and reads the reasons it needs with :meth:`Session.watch_reasons` and
+:meth:`Session.reason_of` instead.
 
 Idempotency: ``finish``, ``evict``, ``withdraw``, ``node_down`` and ``node_up`` return what they
 changed, and a repeated call changes nothing.
