@@ -13,14 +13,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
+from gpuplane.core.preemption import PreemptionContext, Preemptor
+from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.loader import load_state
-from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
+from manifests import (
+    Manifest,
+    cluster_queue,
+    cohort,
+    documents,
+    local_queue,
+    namespace,
+    resource_flavor,
+    workload,
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,9 @@ queues = st.lists(
 )
 
 
-def build(qs: list[QueueSpec], ws: list[WorkloadSpec], fair: bool) -> list[Manifest]:
+def build(qs: list[QueueSpec], ws: list[WorkloadSpec], fair: bool, memory: bool = False) -> list[Manifest]:
+    """The queues in cohort ``c`` and the workloads; with ``memory``, every workload also asks
+    1Gi of memory, of which each queue has plenty (a second resource that always fits)."""
     objects: list[Manifest] = [namespace("default"), resource_flavor("default")]
     if fair:
         config = Manifest("config.kueue.x-k8s.io/v1beta2", "Configuration", None).set(
@@ -62,7 +76,8 @@ def build(qs: list[QueueSpec], ws: list[WorkloadSpec], fair: bool) -> list[Manif
         config.body.pop("metadata")
         objects.append(config)
     for i, q in enumerate(qs):
-        cq = cluster_queue(f"q{i}").cohort("c").flavor("default", cpu=str(q.nominal))
+        quotas = {"cpu": str(q.nominal)} | ({"memory": "1Ti"} if memory else {})
+        cq = cluster_queue(f"q{i}").cohort("c").flavor("default", **quotas)
         res = "spec.resourceGroups[0].flavors[0].resources[0]"
         if q.borrowing_limit is not None:
             cq.set(f"{res}.borrowingLimit", str(q.borrowing_limit))
@@ -76,7 +91,7 @@ def build(qs: list[QueueSpec], ws: list[WorkloadSpec], fair: bool) -> list[Manif
             .queue(f"q{w.queue % len(qs)}")
             .priority(w.priority)
             .created(f"2026-01-01T00:00:{j:02d}Z")
-            .podset(cpu=str(w.cpu))
+            .podset(cpu=str(w.cpu), **({"memory": "1Gi"} if memory else {}))
         )
     return objects
 
@@ -133,3 +148,127 @@ def test_quota_is_never_exceeded_after_one_cycle(
 def test_same_input_same_plan(qs: list[QueueSpec], ws: list[WorkloadSpec], fair: bool) -> None:
     objects = build(qs, ws, fair)
     assert run(objects, cycles=None) == run(objects, cycles=None)
+
+
+@dataclass(frozen=True)
+class Removal:
+    queue: int
+    amount: int
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    qs=queues,
+    nested=st.booleans(),
+    used=st.lists(st.integers(0, 12), min_size=4, max_size=4),
+    removals=st.lists(st.builds(Removal, queue=st.integers(0, 3), amount=st.integers(1, 6)), max_size=5),
+)
+def test_removing_usage_raises_headroom_by_at_most_what_is_removed(
+    qs: list[QueueSpec], nested: bool, used: list[int], removals: list[Removal]
+) -> None:
+    """The bound the preemption search's necessary condition rests on: taking x of a resource
+    away from any queues, anywhere in the cohort tree, raises every queue's headroom by x at
+    most (lending and borrowing limits only hold it back)."""
+    objects = build(qs, [], fair=False)
+    if nested:  # the last queue sits in a child cohort with a quota of its own
+        own = [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": "3"}]}]
+        sub = cohort("sub", parent="c").set(
+            "spec.resourceGroups", [{"coveredResources": ["cpu"], "flavors": own}]
+        )
+        objects += [cohort("c"), sub]
+        for m in objects:
+            if m.body["kind"] == "ClusterQueue" and m.body["metadata"]["name"] == f"q{len(qs) - 1}":
+                m.body["spec"]["cohortName"] = "sub"
+    tree = QuotaTree(load_state([("state.yaml", documents(*objects))]))
+    fr = ("default", "cpu")
+    nodes = [tree.queues[f"q{i}"] for i in range(len(qs))]
+    for node, amount in zip(nodes, used, strict=False):
+        node.add_usage(fr, amount * 1000)
+    before = [node.available(fr) for node in nodes]
+    taken = 0
+    for r in removals:
+        node = nodes[r.queue % len(nodes)]
+        amount = min(r.amount * 1000, node.usage.get(fr, 0))
+        node.remove_usage(fr, amount)
+        taken += amount
+    after = [node.available(fr) for node in nodes]
+    for b, a in zip(before, after, strict=True):
+        assert b <= a <= b + taken
+
+
+class _Forgetful(set[tuple[str, str, tuple[str, str], int]]):
+    """A preemptor's record of searches that found no room, which never recalls one."""
+
+    def __contains__(self, item: object) -> bool:
+        return False
+
+
+def searches(objects: list[Manifest], *, recall: bool) -> tuple[dict[str, Any], int]:
+    """The plan, and how many preemption searches got as far as their necessary condition;
+    without ``recall``, a search that found no room is run again when asked again."""
+    calls = 0
+    original_fit, original_clear = Preemptor._could_fit, Preemptor.clear_cache
+
+    def counted(self: Preemptor, ctx: PreemptionContext) -> bool:
+        nonlocal calls
+        calls += 1
+        return original_fit(self, ctx)
+
+    def clear(self: Preemptor) -> None:
+        original_clear(self)
+        if not recall:
+            self._no_room = _Forgetful()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Preemptor, "_could_fit", counted)
+        patch.setattr(Preemptor, "clear_cache", clear)
+        plan = run(objects, cycles=None)
+    return plan, calls
+
+
+def test_a_search_that_found_no_room_for_a_flavor_is_not_run_again_for_the_assignment() -> None:
+    # q0 (nominal 2) runs a workload of 4 CPUs at priority 5, borrowing 2 of q1's; q1 (nominal 4)
+    # may reclaim only from lower priorities, and its workload of priority 0 needs its 4 CPUs
+    # where 2 are free. The flavor assignment's search for cpu finds no room (nothing it may
+    # take), and the whole assignment's search (cpu and memory, cpu needing preemption) is
+    # answered from it.
+    qs = [
+        QueueSpec(2, None, None, "Never", "LowerPriority"),
+        QueueSpec(4, None, None, "Never", "LowerPriority"),
+    ]
+    objects = build(qs, [WorkloadSpec(1, 4, 0)], fair=False, memory=True)
+    running = workload("running").queue("q0").priority(5).created("2026-01-01T00:00:00Z")
+    running.podset(cpu="4", memory="1Gi").admitted(
+        "q0",
+        {
+            "name": "main",
+            "count": 1,
+            "flavors": {"cpu": "default", "memory": "default"},
+            "resourceUsage": {"cpu": "4", "memory": "1Gi"},
+        },
+    )
+    reserved = {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"}
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted"}
+    running.body["status"]["conditions"] = [
+        {**c, "lastTransitionTime": "2026-01-01T00:00:00Z"} for c in (reserved, admitted)
+    ]
+    objects.append(running)
+    recalled, fewer = searches(objects, recall=True)
+    again, more = searches(objects, recall=False)
+    assert recalled == again
+    assert recalled["admitted"] == []
+    assert [p["workload"] for p in recalled["pending"]] == ["default/w0"]
+    assert fewer == 1  # one nomination of w0: one search ...
+    assert more == 2  # ... where there were two
+
+
+@settings(max_examples=40, deadline=None)
+@given(qs=queues, ws=workloads)
+def test_recalling_searches_that_found_no_room_changes_no_plan(
+    qs: list[QueueSpec], ws: list[WorkloadSpec]
+) -> None:
+    objects = build(qs, ws, fair=False, memory=True)
+    recalled, fewer = searches(objects, recall=True)
+    again, more = searches(objects, recall=False)
+    assert recalled == again
+    assert fewer <= more

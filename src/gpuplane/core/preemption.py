@@ -190,10 +190,17 @@ class Preemptor:
     config: SchedulerConfig
     now: float
     _cache: dict[tuple[object, ...], list[Target]] = field(default_factory=dict)
+    # Searches for one flavor-resource that the necessary condition ended (see _classical_targets).
+    _no_room: set[tuple[str, str, FlavorResource, int]] = field(default_factory=set)
 
     def clear_cache(self) -> None:
         """Forget memoised searches; call whenever the tree changes for real."""
         self._cache.clear()
+        self._no_room.clear()
+
+    def forget_no_room(self) -> None:
+        """Forget which searches found no room; call before the tree holds a cycle's reservations."""
+        self._no_room.clear()
 
     def get_targets(self, ctx: PreemptionContext) -> list[Target]:
         key = (ctx.preemptor.key, ctx.cq.name, ctx.frs, tuple(sorted(ctx.usage.items())))
@@ -384,16 +391,19 @@ class Preemptor:
                         and (threshold is None or priority <= threshold)
                     ):
                         add(while_borrowing.setdefault(other.name, {}), usage)
-        # Both attempts remove less than ``any_variant`` (per queue, a subset of its usage), and
-        # the second also forbids borrowing: when removing all of it, borrowing allowed, makes no
-        # room, neither attempt can. That one test is what most calls end with (nothing to find).
-        if not self._fits_without(ctx, any_variant, True):
-            return False
         return self._fits_without(ctx, while_borrowing, True) or self._fits_without(ctx, any_variant, False)
 
     def _fits_without(
         self, ctx: PreemptionContext, removed: dict[str, dict[FlavorResource, int]], borrow: bool
     ) -> bool:
+        # Removing x of a flavor-resource, from any queue, raises any queue's headroom for it by x
+        # at most (each node's usage falls by x at most, and headroom follows usage one for
+        # one, or less under a lending or borrowing limit). So when the headroom now plus all
+        # that is removed is still short, the workload cannot fit: no need to change the tree.
+        cq = ctx.cq
+        for fr, value in ctx.usage.items():
+            if value > cq.available(fr) + sum(usage.get(fr, 0) for usage in removed.values()):
+                return False
         queues = [(self.tree.queues[name], usage) for name, usage in removed.items() if usage]
         for queue, usage in queues:
             queue.remove_usage_map(usage)
@@ -404,7 +414,22 @@ class Preemptor:
                 queue.add_usage_map(usage)
 
     def _classical_targets(self, ctx: PreemptionContext) -> list[Target]:
+        # The flavor assignment searches for each flavor-resource alone ({fr: v}); the search for
+        # the whole assignment then asks again, with the same flavor-resource needing preemption
+        # and the same amount of it, plus resources that fit. Its necessary condition removes the
+        # same usage of that flavor-resource or less (more resources can only take away the
+        # advantage of fitting within nominal quota) and asks more of the fit: where the first
+        # found no room, the second finds none either.
+        if len(ctx.frs) == 1:
+            (fr,) = ctx.frs
+            value = ctx.usage.get(fr)
+            if value is not None and (ctx.preemptor.key, ctx.cq.name, fr, value) in self._no_room:
+                return []
         if not self._could_fit(ctx):
+            if len(ctx.usage) == 1 and len(ctx.frs) == 1:
+                ((fr, value),) = ctx.usage.items()
+                if fr in ctx.frs:
+                    self._no_room.add((ctx.preemptor.key, ctx.cq.name, fr, value))
             return []
         policy = ctx.cq.spec.preemption
         bwc_forbidden = policy.borrow_within_cohort == "Never"

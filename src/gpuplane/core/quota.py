@@ -107,7 +107,7 @@ class QuotaNode:
 
     def within_nominal(self, frs: frozenset[FlavorResource] | set[FlavorResource]) -> bool:
         quota, usage = self.subtree_quota, self.usage
-        for fr in frs:  # a loop, not all() over a generator: asked in every preemption search
+        for fr in frs:  # noqa: SIM110 - a loop, not all() over a generator: asked in every preemption search
             if quota.get(fr, 0) < usage.get(fr, 0):
                 return False
         return True

@@ -176,6 +176,7 @@ class Scheduler(Admission, Ordering):
             self._fair_order(entries) if self.config.fair_sharing else iter(self._classical_order(entries))
         )
         work = CycleWork()
+        self.preemptor.forget_no_room()  # the entries' reservations change the tree from here
         for e in order:
             self._process(e, work)
         for cq, usage in reversed(work.reservations):
