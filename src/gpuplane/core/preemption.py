@@ -413,23 +413,34 @@ class Preemptor:
             for queue, usage in reversed(queues):
                 queue.add_usage_map(usage)
 
-    def _classical_targets(self, ctx: PreemptionContext) -> list[Target]:
-        # The flavor assignment searches for each flavor-resource alone ({fr: v}); the search for
-        # the whole assignment then asks again, with the same flavor-resource needing preemption
-        # and the same amount of it, plus resources that fit. Its necessary condition removes the
-        # same usage of that flavor-resource or less (more resources can only take away the
-        # advantage of fitting within nominal quota) and asks more of the fit: where the first
-        # found no room, the second finds none either.
+    def _found_no_room(self, ctx: PreemptionContext) -> bool | None:
+        """Whether a search for one flavor-resource alone already found no room for this one
+        (True), or this search finds none now (False: noted when it asks for that
+        flavor-resource alone), or it may find some (None).
+
+        The flavor assignment searches for each flavor-resource alone ({fr: v}); the search for
+        the whole assignment then asks again, with the same flavor-resource needing preemption
+        and the same amount of it, plus resources that fit. Its necessary condition removes the
+        same usage of that flavor-resource or less (more resources can only take away the
+        advantage of fitting within nominal quota) and asks more of the fit: where the first
+        found no room, the second finds none either.
+        """
+        key: tuple[str, str, FlavorResource, int] | None = None
         if len(ctx.frs) == 1:
             (fr,) = ctx.frs
             value = ctx.usage.get(fr)
-            if value is not None and (ctx.preemptor.key, ctx.cq.name, fr, value) in self._no_room:
-                return []
-        if not self._could_fit(ctx):
-            if len(ctx.usage) == 1 and len(ctx.frs) == 1:
-                ((fr, value),) = ctx.usage.items()
-                if fr in ctx.frs:
-                    self._no_room.add((ctx.preemptor.key, ctx.cq.name, fr, value))
+            if value is not None:
+                key = (ctx.preemptor.key, ctx.cq.name, fr, value)
+                if key in self._no_room:
+                    return True
+        if self._could_fit(ctx):
+            return None
+        if key is not None and len(ctx.usage) == 1:
+            self._no_room.add(key)
+        return False
+
+    def _classical_targets(self, ctx: PreemptionContext) -> list[Target]:
+        if self._found_no_room(ctx) is not None:
             return []
         policy = ctx.cq.spec.preemption
         bwc_forbidden = policy.borrow_within_cohort == "Never"
