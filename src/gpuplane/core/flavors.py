@@ -400,15 +400,16 @@ class FlavorAssigner:
             self.config.fair_sharing and policy.reclaim_within_cohort != "Never"
         )
         if quota.nominal >= value or may_reclaim or can_preempt_while_borrowing:
-            gmode, borrow_after = self._simulate_preemption(fr, value)
+            gmode, borrow_after = self._simulate_preemption(fr, value, borrow)
             return gmode, borrow_after, [msg], "" if gmode != G_NO_FIT else Reason.WAITING_FOR_QUOTA
         return G_NO_FIT, borrow, [msg], Reason.WAITING_FOR_QUOTA
 
-    def _simulate_preemption(self, fr: FlavorResource, value: int) -> tuple[int, int]:
+    def _simulate_preemption(self, fr: FlavorResource, value: int, borrow: int) -> tuple[int, int]:
+        """The mode and borrowing level once the preemption search for ``value`` of ``fr`` is
+        done; ``borrow``: the level now (a search that finds nothing leaves the tree as it was)."""
         ctx = PreemptionContext(self.pending, self.cq, frozenset([fr]), {fr: value})
         targets = self.preemptor.get_targets(ctx)
         if not targets:
-            borrow, _ = lowest_subtree_that_fits(self.cq, fr, value)
             return G_NO_CANDIDATES, borrow
         with self.preemptor.tree.without([t.workload for t in targets]):
             borrow_after, _ = lowest_subtree_that_fits(self.cq, fr, value)
