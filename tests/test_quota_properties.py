@@ -17,22 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import manifests
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.preemption import PreemptionContext, Preemptor
 from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.loader import load_state
-from manifests import (
-    Manifest,
-    cluster_queue,
-    cohort,
-    documents,
-    local_queue,
-    namespace,
-    resource_flavor,
-    workload,
-)
+from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
 
 
 @dataclass(frozen=True)
@@ -172,10 +164,10 @@ def test_removing_usage_raises_headroom_by_at_most_what_is_removed(
     objects = build(qs, [], fair=False)
     if nested:  # the last queue sits in a child cohort with a quota of its own
         own = [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": "3"}]}]
-        sub = cohort("sub", parent="c").set(
+        sub = manifests.cohort("sub", parent="c").set(
             "spec.resourceGroups", [{"coveredResources": ["cpu"], "flavors": own}]
         )
-        objects += [cohort("c"), sub]
+        objects += [manifests.cohort("c"), sub]
         for m in objects:
             if m.body["kind"] == "ClusterQueue" and m.body["metadata"]["name"] == f"q{len(qs) - 1}":
                 m.body["spec"]["cohortName"] = "sub"
