@@ -201,6 +201,24 @@ CASES = [
         cycles=None,
     ),
     Case(
+        # With reclaimWithinCohort Any a workload that finds no victim is parked on the cycle's
+        # state alone, and the outcome is remembered for its shape: the release must outdate it.
+        name="retry-release-outdates-what-the-cycle-remembered",
+        objects=base(
+            reserved(gang("failed", pods=4, created=T1), {"prov": "Retry"}),
+            gang("waiting", pods=4, created=T0),
+            queues=(
+                gpu_queue(checks=["prov"]).set(
+                    "spec.preemption", {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"}
+                ),
+            ),
+        ),
+        want_evicted={"default/failed": "Retry"},
+        want_reserving={"default/waiting": ["prov"]},
+        want_pending={"default/failed": "WaitingForQuota"},
+        cycles=None,
+    ),
+    Case(
         name="retry-alone-is-reserved-again-next",
         objects=base(reserved(gang("failed"), {"prov": "Retry"})),
         want_evicted={"default/failed": "Retry"},

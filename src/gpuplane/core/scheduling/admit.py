@@ -268,6 +268,9 @@ class Admission(Preemption, NodePlacement):
             held = self.tree.admitted.get(wl.key)
             if held is not None:
                 self.tree.remove_workload(held)
+                # Quota and nodes freed outside an admission or a finish: what this cycle
+                # remembered of the workloads it parked no longer holds.
+                self.state_version += 1
                 if self.cluster is not None:
                     self.cluster.release(wl.key)
                 self._unpark_cohort(held.cluster_queue, held.flavors)
