@@ -210,19 +210,22 @@ class _Counted(dict[str, Status]):
     """The scheduler's reasons by workload, noting which keys were written (for
     :meth:`Session.pending_changes`); ``everything`` after a write of unknown keys; ``writes``
     counts every write (for :meth:`Session.reasons_written`); each of ``watchers`` gets every
-    key written (for :meth:`Session.watch_reasons`)."""
+    key written (for :meth:`Session.watch_reasons`). Without ``keep_written`` (a session that
+    keeps no history never reads them) the written keys are not collected."""
 
-    __slots__ = ("everything", "watchers", "writes", "written")
+    __slots__ = ("everything", "keep_written", "watchers", "writes", "written")
 
-    def __init__(self, items: Mapping[str, Status]) -> None:
+    def __init__(self, items: Mapping[str, Status], keep_written: bool = True) -> None:
         super().__init__(items)
         self.written: set[str] = set()
+        self.keep_written = keep_written
         self.everything = True
         self.writes = 0
         self.watchers: list[set[str]] = []
 
     def _wrote(self, key: str) -> None:
-        self.written.add(key)
+        if self.keep_written:
+            self.written.add(key)
         self.writes += 1
         for watcher in self.watchers:
             watcher.add(key)
@@ -293,7 +296,7 @@ class Session:
         # For pending_changes(): the (reason, message) last reported, by ClusterQueue ("": the
         # workloads queued in none) and workload; the scheduler's reasons note what was written.
         self._reported: dict[str, dict[str, tuple[str, str]]] = {}
-        self._scheduler.status = _Counted(self._scheduler.status)
+        self._scheduler.status = _Counted(self._scheduler.status, keep_written=history)
         for wl in state.workloads if history else ():
             created = min(wl.creation, now)
             if wl.finished:  # observed finished: its history starts there
