@@ -190,7 +190,7 @@ class Preemptor:
     config: SchedulerConfig
     now: float
     _cache: dict[tuple[object, ...], list[Target]] = field(default_factory=dict)
-    # Searches for one flavor-resource that the necessary condition ended (see _classical_targets).
+    # Searches for one flavor-resource that the necessary condition ended (see _found_no_room).
     _no_room: set[tuple[str, str, FlavorResource, int]] = field(default_factory=set)
 
     def clear_cache(self) -> None:
