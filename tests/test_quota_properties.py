@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import manifests
+from calls import count_calls
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
-from gpuplane.core.preemption import PreemptionContext, Preemptor
+from gpuplane.core.preemption import Preemptor
 from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.loader import load_state
@@ -198,13 +199,7 @@ class _Forgetful(set[tuple[str, str, tuple[str, str], int]]):
 def searches(objects: list[Manifest], *, recall: bool) -> tuple[dict[str, Any], int]:
     """The plan, and how many preemption searches got as far as their necessary condition;
     without ``recall``, a search that found no room is run again when asked again."""
-    calls = 0
-    original_fit, original_clear = Preemptor._could_fit, Preemptor.clear_cache
-
-    def counted(self: Preemptor, ctx: PreemptionContext) -> bool:
-        nonlocal calls
-        calls += 1
-        return original_fit(self, ctx)
+    original_clear = Preemptor.clear_cache
 
     def clear(self: Preemptor) -> None:
         original_clear(self)
@@ -212,10 +207,10 @@ def searches(objects: list[Manifest], *, recall: bool) -> tuple[dict[str, Any], 
             self._no_room = _Forgetful()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Preemptor, "_could_fit", counted)
+        calls = count_calls(patch, Preemptor, "_could_fit")
         patch.setattr(Preemptor, "clear_cache", clear)
         plan = run(objects, cycles=None)
-    return plan, calls
+    return plan, calls["count"]
 
 
 def test_a_search_that_found_no_room_for_a_flavor_is_not_run_again_for_the_assignment() -> None:

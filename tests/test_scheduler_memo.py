@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from calls import count_calls
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.sim.experiment import run_configuration, scenario_input
 from gpuplane.sim.scenario import load_scenario
@@ -22,19 +23,6 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 def _without_timings(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "wallSeconds"}
-
-
-def _count_calls(monkeypatch: pytest.MonkeyPatch, method: str) -> dict[str, int]:
-    """Count the calls of ``Scheduler.<method>`` from now on (``["count"]``, which may be reset)."""
-    calls = {"count": 0}
-    original = getattr(Scheduler, method)
-
-    def counting(self: Scheduler, *args: Any) -> Any:
-        calls["count"] += 1
-        return original(self, *args)
-
-    monkeypatch.setattr(Scheduler, method, counting)
-    return calls
 
 
 @pytest.mark.parametrize(
@@ -54,7 +42,7 @@ def test_remembered_outcomes_match_fresh_nominations(
     if load is not None:
         loaded = loaded.with_load(load)
     sim = scenario_input(loaded)
-    nominations = _count_calls(monkeypatch, "nominate")
+    nominations = count_calls(monkeypatch, Scheduler, "nominate")
     _, remembered = run_configuration("gpuplane", sim)
     with_memory = nominations["count"]
     nominations["count"] = 0
@@ -77,7 +65,7 @@ def test_cycles_that_only_park_heads_run_in_one_call_with_the_same_outcome(
     that and without it (one call per cycle): the same document, the same number of cycles, and
     fewer calls."""
     sim = scenario_input(load_scenario(GOLDEN / "gang-pressure.yaml").with_days(0.5))
-    calls = _count_calls(monkeypatch, "cycle")
+    calls = count_calls(monkeypatch, Scheduler, "cycle")
     _, merged = run_configuration("gpuplane", sim)
     merged_calls = calls["count"]
     calls["count"] = 0

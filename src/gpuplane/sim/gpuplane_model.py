@@ -379,9 +379,13 @@ class GpuplaneModel:
     # --- views for the engine ---------------------------------------------------------------
 
     def allocation(self, job: Job) -> tuple[float, float]:
+        return self._milli_per_pod(job) / MILLI, job.activity
+
+    def _milli_per_pod(self, job: Job) -> int:
+        """What one pod of ``job`` holds, in milli-GPU: its share with sharing on, else its whole
+        GPUs (the same figure as ``Request.share`` or ``whole``, times ``MILLI``)."""
         request: Request = job.request
-        per_pod = request.share if self.options.sharing else float(request.whole)
-        return per_pod, job.activity
+        return request.milli if self.options.sharing else request.whole * MILLI
 
     def eta_capacity(self) -> Capacity:
         """Pools (flavors), each team's nominal quota per pool (a hard limit without borrowing, what
@@ -433,9 +437,7 @@ class GpuplaneModel:
                 total -= blocked.pop(key, 0)
                 if reason_of(key) in QUOTA_REASONS:
                     job = self.jobs[key]
-                    request = job.request
-                    per_pod = request.milli if self.options.sharing else request.whole * MILLI
-                    blocked[key] = per_pod * job.pods
+                    blocked[key] = self._milli_per_pod(job) * job.pods
                     total += blocked[key]
             touched.clear()
             self._blocked_milli = total
