@@ -154,6 +154,24 @@ REPLAYS = [
         ahead=[Queued("b", ("p",), 4, 50)],
         want=0,
     ),
+    # Of b's three items ahead, the 4s do not fit in the 3 free, the 2 behind them does: the pool
+    # keeps 1 free until b's 5 end at 100; then the first 4 starts (2 left) and a's 2 fits.
+    Replay(
+        "a-smaller-item-of-a-kind-with-no-room-still-starts",
+        Queued("a", ("p",), 2, 50),
+        Capacity({"p": 8.0}),
+        [Running(100, "p", "b", 5)],
+        ahead=[Queued("b", ("p",), 4, 50), Queued("b", ("p",), 4, 50), Queued("b", ("p",), 2, 500)],
+        want=100,
+    ),
+    # Work ahead that could never fit its pool is left out.
+    Replay(
+        "work-ahead-that-never-fits-is-left-out",
+        Queued("a", ("p",), 8, 50),
+        Capacity({"p": 8.0}),
+        ahead=[Queued("b", ("p",), 9, 50)],
+        want=0,
+    ),
     # The first pool is full until 300, the second frees at 100.
     Replay(
         "any-pool-of-its-own",

@@ -207,15 +207,20 @@ class _Usage:
         return None
 
 
+def largest_fit(queue: str, pools: tuple[str, ...], capacity: Capacity) -> float:
+    """The most one item of ``queue`` may ask and still fit one of ``pools`` with nothing else
+    running (``-inf`` with no pools)."""
+    limit = capacity.queue_limit.get(queue, math.inf)
+    flavor = capacity.flavor_limit
+    return max(
+        (min(capacity.pools.get(p, 0.0), flavor.get((queue, p), math.inf), limit) for p in pools),
+        default=-math.inf,
+    )
+
+
 def ever_fits(item: Queued, capacity: Capacity) -> bool:
     """Whether ``item`` fits some pool of its own with nothing else running."""
-    limit = capacity.queue_limit.get(item.queue, math.inf)
-    return any(
-        item.amount
-        <= min(capacity.pools.get(p, 0.0), capacity.flavor_limit.get((item.queue, p), math.inf), limit)
-        + EPSILON
-        for p in item.pools
-    )
+    return item.amount <= largest_fit(item.queue, item.pools, capacity) + EPSILON
 
 
 def drain_rate(item: Queued, capacity: Capacity) -> float:
@@ -225,6 +230,53 @@ def drain_rate(item: Queued, capacity: Capacity) -> float:
         for p in item.pools
     )
     return max(EPSILON, min(in_pools, capacity.queue_limit.get(item.queue, math.inf)))
+
+
+def _by_kind(ahead: Sequence[Queued], capacity: Capacity) -> tuple[list[tuple[Queued, int]], int]:
+    """The items of ``ahead`` that could ever fit, each with its kind (its queue and pools), and
+    the number of kinds."""
+    kinds: dict[tuple[str, tuple[str, ...]], tuple[int, float]] = {}
+    waiting: list[tuple[Queued, int]] = []
+    for item in ahead:
+        kind = kinds.get((item.queue, item.pools))
+        if kind is None:
+            largest = largest_fit(item.queue, item.pools, capacity) + EPSILON
+            kind = kinds[(item.queue, item.pools)] = (len(kinds), largest)
+        if item.amount <= kind[1]:
+            waiting.append((item, kind[0]))
+    return waiting, len(kinds)
+
+
+def _start_what_fits(  # noqa: PLR0913 - one round of the replay's state
+    waiting: list[tuple[Queued, int]],
+    *,
+    kinds: int,
+    usage: _Usage,
+    freed: tuple[str, str] | None,
+    t: float,
+    started: list[tuple[float, int, str, str, float]],
+) -> list[tuple[Queued, int]]:
+    """One round of :func:`replay_start`: start, in order, each waiting item with room at ``t``
+    (onto the ``started`` heap); returns those left waiting. Within a round usage only grows, so
+    once an item of a kind finds no room, no later item of that kind asking as much or more does."""
+    still: list[tuple[Queued, int]] = []
+    refused = [math.inf] * kinds  # by kind, the least amount found no room this round
+    for entry in waiting:
+        item, kind = entry
+        if freed is not None and freed[1] != item.queue and freed[0] not in item.pools:
+            still.append(entry)  # nothing that bounds it got room back since it last did not fit
+            continue
+        if item.amount >= refused[kind]:
+            still.append(entry)
+            continue
+        room = usage.room(item, reclaim=False)
+        if room is None:
+            refused[kind] = item.amount
+            still.append(entry)
+            continue
+        usage.add(room, item.queue, item.amount)
+        heapq.heappush(started, (t + item.duration, len(started), room, item.queue, item.amount))
+    return still
 
 
 MAX_STEPS = 256  # expected ends a replay plays (one more than this) before it extrapolates
@@ -273,7 +325,7 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     usage = _Usage.of(capacity, used)
     most = drain_rate(asked, capacity)
     rate = most if rate is None else max(EPSILON, min(rate, most))
-    waiting = [item for item in ahead if ever_fits(item, capacity)]
+    waiting, kinds = _by_kind(ahead, capacity)
     started: list[tuple[float, int, str, str, float]] = []  # heap: (end, sequence, pool, queue, amount)
     pending = iter(releases)
     # The first release is read only when one is needed: most often ``asked`` fits at once, and
@@ -285,18 +337,7 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
     for step in range(max_steps + 1):
         # Tried at ``now`` and not started: the first round is after the first expected end.
         if not (tried and step == 0):
-            still: list[Queued] = []
-            for item in waiting:
-                if freed is not None and freed[1] != item.queue and freed[0] not in item.pools:
-                    still.append(item)  # nothing that bounds it got room back since it last did not fit
-                    continue
-                room = usage.room(item, reclaim=False)
-                if room is None:
-                    still.append(item)
-                    continue
-                usage.add(room, item.queue, item.amount)
-                heapq.heappush(started, (t + item.duration, len(started), room, item.queue, item.amount))
-            waiting = still
+            waiting = _start_what_fits(waiting, kinds=kinds, usage=usage, freed=freed, t=t, started=started)
             if usage.room(asked, reclaim=True) is not None:
                 return t + backlog / rate
         # The next expected end: of running work or of work started in the replay.
@@ -312,7 +353,7 @@ def replay_start(  # noqa: PLR0913 - keyword-only: what runs, ends, waits ahead,
         t = max(t, end)
         usage.add(pool, queue, -amount)
         freed = (pool, queue)
-    left = sum(item.amount * item.duration for item in waiting)
+    left = sum(item.amount * item.duration for item, _ in waiting)
     return t + (backlog + left) / rate
 
 
