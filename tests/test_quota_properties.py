@@ -161,7 +161,8 @@ def test_removing_usage_raises_headroom_by_at_most_what_is_removed(
 ) -> None:
     """The bound the preemption search's necessary condition rests on: taking x of a resource
     away from any queues, anywhere in the cohort tree, raises every queue's headroom by x at
-    most (lending and borrowing limits only hold it back)."""
+    most (lending and borrowing limits only hold it back). And a queue's own usage falls by
+    exactly what is taken from it (the bound of a search that may not borrow)."""
     objects = build(qs, [], fair=False)
     if nested:  # the last queue sits in a child cohort with a quota of its own
         own = [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": "3"}]}]
@@ -178,15 +179,20 @@ def test_removing_usage_raises_headroom_by_at_most_what_is_removed(
     for node, amount in zip(nodes, used, strict=False):
         node.add_usage(fr, amount * 1000)
     before = [node.available(fr) for node in nodes]
+    usage_before = [node.usage.get(fr, 0) for node in nodes]
     taken = 0
+    taken_from = [0] * len(nodes)
     for r in removals:
         node = nodes[r.queue % len(nodes)]
         amount = min(r.amount * 1000, node.usage.get(fr, 0))
         node.remove_usage(fr, amount)
         taken += amount
+        taken_from[r.queue % len(nodes)] += amount
     after = [node.available(fr) for node in nodes]
     for b, a in zip(before, after, strict=True):
         assert b <= a <= b + taken
+    for node, was, gone in zip(nodes, usage_before, taken_from, strict=True):
+        assert node.usage.get(fr, 0) == was - gone
 
 
 class _Forgetful(set[tuple[str, str, tuple[str, str], int]]):

@@ -400,8 +400,14 @@ class Preemptor:
         # at most (each node's usage falls by x at most, and headroom follows usage one for
         # one, or less under a lending or borrowing limit). So when the headroom now plus all
         # that is removed is still short, the workload cannot fit: no need to change the tree.
+        # Without borrowing, the workload must also fit the queue's own quota once its own part
+        # of ``removed`` is gone (a queue's usage falls by exactly what is removed from it).
         cq = ctx.cq
+        own = removed.get(cq.name, {})
+        quota, used = cq.subtree_quota, cq.usage
         for fr, value in ctx.usage.items():
+            if not borrow and quota.get(fr, 0) < used.get(fr, 0) - own.get(fr, 0) + value:
+                return False
             if value > cq.available(fr) + sum(usage.get(fr, 0) for usage in removed.values()):
                 return False
         queues = [(self.tree.queues[name], usage) for name, usage in removed.items() if usage]
