@@ -65,9 +65,9 @@ class QuotaNode:
         return max(0, self.subtree_quota.get(fr, 0) - quota.lending_limit)
 
     def local_available(self, fr: FlavorResource) -> int:
-        if not self.lends_partly:
-            return max(0, -self.usage.get(fr, 0))
-        return max(0, self.local_quota(fr) - self.usage.get(fr, 0))
+        # max(0, ...) written out: asked for every node on every quota question.
+        free = (self.local_quota(fr) if self.lends_partly else 0) - self.usage.get(fr, 0)
+        return free if free > 0 else 0
 
     def raw_available(self, fr: FlavorResource) -> int:
         """Headroom for ``fr``; negative when the subtree is over-admitted."""
@@ -314,7 +314,8 @@ class ClusterQueueNode(QuotaNode):
         return group
 
     def available(self, fr: FlavorResource) -> int:
-        return max(0, self.raw_available(fr))
+        raw = self.raw_available(fr)
+        return raw if raw > 0 else 0
 
     def quota_for(self, fr: FlavorResource) -> ResourceQuota:
         return self.quotas.get(fr) or ResourceQuota(nominal=0)
