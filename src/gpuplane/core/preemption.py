@@ -404,9 +404,8 @@ class Preemptor:
         # of ``removed`` is gone (a queue's usage falls by exactly what is removed from it).
         cq = ctx.cq
         own = removed.get(cq.name, {})
-        quota, used = cq.subtree_quota, cq.usage
         for fr, value in ctx.usage.items():
-            if not borrow and quota.get(fr, 0) < used.get(fr, 0) - own.get(fr, 0) + value:
+            if not borrow and cq.borrowing_with(fr, value - own.get(fr, 0)):
                 return False
             if value > cq.available(fr) + sum(usage.get(fr, 0) for usage in removed.values()):
                 return False
