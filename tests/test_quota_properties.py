@@ -213,7 +213,7 @@ def searches(objects: list[Manifest], *, recall: bool) -> tuple[dict[str, Any], 
             self._no_room = _Forgetful()
 
     with pytest.MonkeyPatch.context() as patch:
-        calls = count_calls(patch, Preemptor, "_could_fit")
+        calls = count_calls(patch, Preemptor, "could_fit")
         patch.setattr(Preemptor, "clear_cache", clear)
         plan = run(objects, cycles=None)
     return plan, calls["count"]

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 import pytest
 
 import test_admission_checks as checks
+from calls import count_calls
 from gpuplane.core.config import config_from_kueue
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.scheduler import Scheduler, schedule
+from gpuplane.core.scheduling.queues import Queues
 from gpuplane.core.session import Reason, Session, WorkloadState
 from gpuplane.model.loader import load_state
 from gpuplane.model.objects import ClusterState, Node, Taint, Workload
@@ -386,3 +388,73 @@ def test_without_history_the_plans_are_the_same_and_no_lifecycle_is_kept() -> No
     assert bare.drain(T) == with_history
     assert bare.lifecycle("default/w0") is None
     assert bare.finish(with_history.admitted[0].workload, T + 1)
+
+
+def _borrowing_pair() -> ClusterState:
+    """Queues ``a`` (2 GPUs) and ``b`` (6 GPUs) in one cohort, on one 8-GPU node; ``b`` runs 4 + 2
+    GPUs, ``a`` 2, and ``a``'s ``big`` (4 GPUs) can only borrow what ``b`` leaves unused."""
+    objects = [
+        namespace("default"),
+        resource_flavor("default"),
+        cluster_queue("a").cohort("c").flavor("default", cpu="100", gpu=2),
+        cluster_queue("b").cohort("c").flavor("default", cpu="100", gpu=6),
+        local_queue("la", "default", "a"),
+        local_queue("lb", "default", "b"),
+        gpu_node("n1"),
+    ]
+    runs = (("b1", "lb", 1, 4), ("b2", "lb", 2, 2), ("a1", "la", 3, 2), ("big", "la", 4, 4))
+    for name, queue, second, gpus in runs:
+        objects.append(
+            workload(name).queue(queue).created(f"2026-01-01T00:00:{second:02}Z").podset(cpu="1", gpu=gpus)
+        )
+    return load_state([("state.yaml", documents(*objects))])
+
+
+@pytest.mark.parametrize("by_size", [True, False], ids=["woken-by-size", "woken-by-flavor-only"])
+def test_a_release_wakes_work_parked_for_quota_only_when_it_could_let_it_in(
+    by_size: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``big`` is parked for quota. ``a1`` ending frees 2 GPUs of ``a``'s own quota: ``a`` can then
+    reach 2 + what ``b`` leaves unused (none) = 2 < 4, so ``big`` stays parked, with no
+    nomination. ``b2`` ending leaves 2 of ``b``'s quota unused: 4, and ``big`` is admitted. Waking
+    by flavor alone (the rule before sizes were looked at) makes the same decisions at one more
+    nomination."""
+    if not by_size:
+        monkeypatch.setattr(Queues, "_still_short", lambda *_: False)
+    s = session(_borrowing_pair())
+    first = s.drain(T)
+    assert sorted(a.workload for a in first.admitted) == ["default/a1", "default/b1", "default/b2"]
+    assert {p.workload: p.reason for p in first.pending} == {"default/big": Reason.WAITING_FOR_QUOTA}
+    nominations = count_calls(monkeypatch, Scheduler, "nominate")
+    assert s.finish("default/a1", T + 10)
+    second = s.drain(T + 10)
+    assert second.admitted == ()
+    assert {p.workload: p.reason for p in second.pending} == {"default/big": Reason.WAITING_FOR_QUOTA}
+    assert nominations["count"] == (0 if by_size else 1)
+    assert s.finish("default/b2", T + 20)
+    third = s.drain(T + 20)
+    assert [a.workload for a in third.admitted] == ["default/big"]
+
+
+@pytest.mark.parametrize("by_size", [True, False], ids=["woken-by-size", "woken-by-flavor-only"])
+def test_a_release_wakes_work_parked_for_room_only_when_the_nodes_could_hold_it(
+    by_size: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``big`` (8 GPUs) fits its quota but not the one 8-GPU node, where ``r1`` holds 6 and ``r2``
+    1. ``r2`` ending leaves 2 GPUs free: too few for its pod, so it stays parked with no
+    nomination. ``r1`` ending frees the node, and ``big`` is admitted. Waking by flavor alone
+    makes the same decisions at one more nomination."""
+    if not by_size:
+        monkeypatch.setattr(Queues, "_still_short", lambda *_: False)
+    s = session(cluster(queued("r1", 1, gpu=6), queued("big", 2, gpu=8), queued("r2", 3, gpu=1), nodes=1))
+    first = s.drain(T)
+    assert sorted(a.workload for a in first.admitted) == ["default/r1", "default/r2"]
+    assert {p.workload: p.reason for p in first.pending} == {"default/big": Reason.WAITING_FOR_GANG_CAPACITY}
+    nominations = count_calls(monkeypatch, Scheduler, "nominate")
+    assert s.finish("default/r2", T + 10)
+    second = s.drain(T + 10)
+    assert second.admitted == ()
+    assert nominations["count"] == (0 if by_size else 1)
+    assert s.finish("default/r1", T + 20)
+    third = s.drain(T + 20)
+    assert [a.workload for a in third.admitted] == ["default/big"]

@@ -416,3 +416,47 @@ class FlavorAssigner:
         if any(t.workload.cluster_queue == self.cq.name for t in targets):
             return G_PREEMPT, borrow_after
         return G_RECLAIM, borrow_after
+
+
+def could_take_flavor(
+    pending: PendingWorkload, cq: ClusterQueueNode, flavor: str, preemptor: Preemptor, config: SchedulerConfig
+) -> bool:
+    """Whether the flavor assignment could give some pod set of ``pending`` the flavor ``flavor``
+    in ``cq``'s quota now (mode Fit, or Preempt with targets): a cheap necessary condition.
+
+    Each pod set is taken alone (the pod sets before it only add to what it needs) and at its
+    smallest count (partial admission), and each of its resources in a group that lists the
+    flavor is asked what :meth:`FlavorAssigner._fits_quota` asks, with the preemption search
+    replaced by its necessary condition (:meth:`Preemptor.could_fit`). False means no
+    assignment can use the flavor until usage falls again: what waking a workload parked for
+    quota after a release would only find out at a nomination's cost.
+    """
+    wl = pending.workload
+    counts = [ps.count if ps.min_count is None else min(ps.min_count, ps.count) for ps in wl.pod_sets]
+    covers_pods = "pods" in cq.resource_group_of
+    policy = cq.spec.preemption
+    preempt_while_borrowing = policy.borrow_within_cohort != "Never" or (
+        config.fair_sharing and policy.reclaim_within_cohort != "Never"
+    )
+    for totals, count in zip(pod_set_requests(wl, counts), counts, strict=True):
+        requests = {**totals, "pods": count} if covers_pods else totals
+        uses_flavor = False
+        for res, value in requests.items():
+            group = cq.group_for(res)
+            if group is None or all(fq.name != flavor for fq in group.flavors):
+                continue
+            uses_flavor = True
+            fr = (flavor, res)
+            if value > cq.potential_available(fr):
+                break
+            if value <= cq.available(fr):
+                continue
+            _, may_reclaim = lowest_subtree_that_fits(cq, fr, value)
+            if not (cq.quota_for(fr).nominal >= value or may_reclaim or preempt_while_borrowing):
+                break
+            if not preemptor.could_fit(PreemptionContext(pending, cq, frozenset([fr]), {fr: value})):
+                break
+        else:
+            if uses_flavor:
+                return True
+    return False

@@ -625,14 +625,21 @@ class Cluster:
         return self._failure(pod_sets, "")
 
     def _too_few_free(self, pod_sets: Sequence[GangPodSet]) -> bool:
-        """Whether a gang of one pod set of whole GPUs surely has no place: its eligible nodes
-        hold fewer such pods, counting free whole GPUs alone, than it has (a pod takes whole GPUs
-        of one node only where all of them are free, see :meth:`NodeState.fit`). Then the search
-        is not run, and its outcome (a failure, and nothing taken) is the same; the one thing it
-        reads that it may change, the profile learned so far, is read as it would have been."""
-        if len(pod_sets) != 1:
+        """Whether a gang of one pod set surely has no place (:meth:`surely_no_room`). Then the
+        search is not run, and its outcome (a failure, and nothing taken) is the same; the one
+        thing it reads that it may change, the profile learned so far, is read as it would have
+        been."""
+        if len(pod_sets) != 1 or not self.surely_no_room(pod_sets[0]):
             return False
-        ps = pod_sets[0]
+        if self._gpu_request(pod_sets[0].needs) is not None:
+            self.profile()  # the search reads it before its first node
+        return True
+
+    def surely_no_room(self, ps: GangPodSet) -> bool:
+        """Whether the pods of ``ps``, asking whole GPUs, surely have no place now: its eligible
+        nodes hold fewer such pods, counting free whole GPUs alone, than it has (a pod takes whole
+        GPUs of one node only where all of them are free, see :meth:`NodeState.fit`). False where
+        that cannot be told so: other device needs, or time-sliced nodes among the eligible."""
         needs = ps.needs
         whole = needs.whole
         if (
@@ -653,8 +660,6 @@ class Cluster:
             room += free[name] // whole
             if room >= wanted:
                 return False
-        if self._gpu_request(needs) is not None:
-            self.profile()  # the search reads it before its first node
         return True
 
     def _domains(self, level: str, pod_sets: Sequence[GangPodSet]) -> list[set[str]]:

@@ -335,7 +335,7 @@ class Preemptor:
                 return False
         return True
 
-    def _could_fit(self, ctx: PreemptionContext) -> bool:
+    def could_fit(self, ctx: PreemptionContext) -> bool:
         """Could any attempt of the classical search succeed? A cheap necessary condition.
 
         It removes, per ClusterQueue and in one step, the usage of every priority whose
@@ -438,7 +438,7 @@ class Preemptor:
                 key = (ctx.preemptor.key, ctx.cq.name, fr, value)
                 if key in self._no_room:
                     return True
-        if self._could_fit(ctx):
+        if self.could_fit(ctx):
             return None
         if key is not None and len(ctx.usage) == 1:
             self._no_room.add(key)

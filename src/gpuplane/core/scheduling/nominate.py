@@ -130,44 +130,6 @@ class Nomination(SchedulerState):
             return found[lo]
         return full, []
 
-    def _shape(self, pending: PendingWorkload) -> int | None:
-        """What a nomination reads of a workload, as a small number (equal for equal shapes), or
-        ``None`` where the outcome may depend on more (fair sharing orders by usage;
-        ``LowerOrNewerEqualPriority`` by queue time)."""
-        wl = pending.workload
-        cached = self._shapes.get(pending.key)
-        # Read again when requeued elsewhere or at another priority.
-        if cached is not None and cached[0] is wl:
-            _, queue, priority, number = cached
-            if queue == pending.cluster_queue and priority == pending.priority:
-                return number
-        if self.config.fair_sharing:
-            return None
-        policy = self.tree.queues[pending.cluster_queue].spec.preemption
-        if "LowerOrNewerEqualPriority" in (policy.within_cluster_queue, policy.reclaim_within_cohort):
-            return None
-        pod_sets = tuple(
-            (
-                ps.name,
-                ps.count,
-                ps.min_count,
-                ps.required_topology,
-                ps.preferred_topology,
-                tuple(sorted(ps.template.requests.items())),
-                ps.template.limits_below_requests,
-                tuple(sorted(ps.template.node_selector.items())),
-                ps.template.required_node_terms,
-                ps.template.tolerations,
-                tuple(sorted(ps.template.labels.items())),
-                tuple(sorted(ps.template.annotations.items())),
-            )
-            for ps in wl.pod_sets
-        )
-        shape = (pending.cluster_queue, pending.priority, wl.namespace, pod_sets)
-        number = self._shape_ids.setdefault(shape, len(self._shape_ids))
-        self._shapes[pending.key] = (wl, pending.cluster_queue, pending.priority, number)
-        return number
-
     def _scan_start(self, key: str, cq: ClusterQueueNode) -> dict[tuple[int, str], int] | None:
         """Where the flavor scan resumes, or None to start over (lastAssignmentOutdated)."""
         progress = self.scan.get(key)

@@ -5,9 +5,11 @@ withdraw, capacity changes, the clock)."""
 from __future__ import annotations
 
 from gpuplane.core.flavors import (
+    could_take_flavor,
     flavor_matches_affinity,
     untolerated_taint,
 )
+from gpuplane.core.gang import GangPodSet
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import (
     PendingDecision,
@@ -21,7 +23,7 @@ from gpuplane.core.scheduling.state import (
     SchedulerState,
     Status,
 )
-from gpuplane.core.workloads import PendingWorkload
+from gpuplane.core.workloads import PendingWorkload, pod_set_requests
 from gpuplane.model.objects import Workload
 
 
@@ -65,8 +67,8 @@ class Queues(SchedulerState):
         if self.cluster is not None:
             self.cluster.release(key)
         self.admitted.pop(key, None)
-        self._unpark_cohort(held.cluster_queue, held.flavors)
         self.preemptor.clear_cache()
+        self._unpark_cohort(held.cluster_queue, held.flavors, settled=True)
         return True
 
     def evict(self, key: str, why: str) -> bool:
@@ -180,7 +182,9 @@ class Queues(SchedulerState):
             self.parked.add(pending.key)
             result.parked += 1
 
-    def _unpark_cohort(self, cq_name: str, freed: frozenset[FlavorResource] | None = None) -> None:
+    def _unpark_cohort(
+        self, cq_name: str, freed: frozenset[FlavorResource] | None = None, *, settled: bool = False
+    ) -> None:
         """Capacity was freed in ``cq_name``'s cohort: parked workloads get another look.
 
         With ``freed`` (the flavors the leaving workload held), only the parked workloads that
@@ -189,6 +193,15 @@ class Queues(SchedulerState):
         a workload no other flavor's room could: waking the others would only park them again
         with the same reason, at a nomination each. Fair sharing orders by a share across every
         flavor, so there every parked workload is woken, as Kueue does for the whole cohort.
+
+        With ``settled`` (a finish between cycles: the quota tree holds admitted work only), a
+        workload parked for quota (WaitingForQuota) is woken only if the quota of one of the
+        freed flavors could now take it (:func:`could_take_flavor`). Its last nomination found
+        no room in any flavor, quota only gets scarcer until the next release, and a release
+        that leaves the quota short of it even with every possible victim gone cannot let it
+        in: waking it would park it again, after a nomination, with the same reason (its
+        message keeps the numbers of its last nomination, as a workload Kueue left inadmissible
+        does). This is the index by size: a release wakes the parked work it could let in.
         """
         node = self.tree.queues.get(cq_name)
         if node is None:
@@ -197,6 +210,9 @@ class Queues(SchedulerState):
         names = {q.name for q in root.subtree_queues()} if isinstance(root, CohortNode) else {cq_name}
         names_freed = None if freed is None or self.config.fair_sharing else frozenset(f for f, _ in freed)
         parked, eligible = self.parked, self._eligible
+        # What the bounds said per kind of parked workload: the tree and nodes stay as they are
+        # while this loop runs, and a long backlog holds few kinds.
+        verdicts: dict[tuple[int, bool, str], bool] = {}
         for name in names:
             if parked:
                 for pending in self.queues.get(name, ()):
@@ -212,9 +228,85 @@ class Queues(SchedulerState):
                             flavors = self._eligible_flavors(pending)
                         if names_freed.isdisjoint(flavors):
                             continue
+                        if settled and self._still_short(pending, names_freed & flavors, verdicts):
+                            continue
                     parked.discard(key)
             if name in self.cursor:
                 self.cursor[name] = 0
+
+    def _still_short(
+        self, pending: PendingWorkload, freed: frozenset[str], verdicts: dict[tuple[int, bool, str], bool]
+    ) -> bool:
+        """Whether ``pending``, parked for quota or for room on the nodes, still cannot be admitted
+        on any of the ``freed`` flavors (see :meth:`_unpark_cohort`). ``verdicts`` keeps, for one
+        state of the quota tree and the nodes, the answer per shape (what a nomination reads of
+        a workload, :meth:`_shape`, and so all the bounds read), last reason and flavor."""
+        status = self.status.get(pending.key)
+        if status is None:
+            return False
+        for_room = status.reason in (Reason.FRAGMENTED, Reason.WAITING_FOR_GANG_CAPACITY)
+        if status.reason != Reason.WAITING_FOR_QUOTA and not for_room:
+            return False
+        shape = self._shape(pending)
+        for flavor in freed:
+            if shape is None:
+                if self._could_admit_on(pending, flavor, for_room):
+                    return False
+                continue
+            known = verdicts.get((shape, for_room, flavor))
+            if known is None:
+                known = verdicts[(shape, for_room, flavor)] = self._could_admit_on(pending, flavor, for_room)
+            if known:
+                return False
+        return True
+
+    def _could_admit_on(self, pending: PendingWorkload, flavor: str, for_room: bool) -> bool:
+        """Whether the bounds leave ``pending`` a chance on ``flavor`` (see :meth:`_still_short`)."""
+        if self._no_room_without_preemption(pending, flavor):
+            return False
+        cq = self.tree.queues[pending.cluster_queue]
+        return for_room or could_take_flavor(pending, cq, flavor, self.preemptor, self.config)
+
+    def _no_room_without_preemption(self, pending: PendingWorkload, flavor_name: str) -> bool:
+        """Whether ``pending`` would get ``flavor_name`` without preempting (every resource it
+        asks is in the flavor's resource group and fits the free quota) and yet the flavor's
+        nodes surely have no place for its pods (:meth:`Cluster.surely_no_room`). False wherever
+        that cannot be told cheaply (see :meth:`_plain_gang`)."""
+        gang = self._plain_gang(pending, flavor_name)
+        return gang is not None and self.cluster is not None and self.cluster.surely_no_room(gang)
+
+    def _plain_gang(self, pending: PendingWorkload, flavor_name: str) -> GangPodSet | None:
+        """``pending``'s one pod set on ``flavor_name``, where its quota there fits without
+        preempting; None for several pod sets, partial admission, admission checks on the flavor
+        (they may bring the place), or quota that would need a preemption search (its victims'
+        devices would count)."""
+        flavor = self.flavors.get(flavor_name)
+        pod_sets = pending.workload.pod_sets
+        if flavor is None or len(pod_sets) != 1 or pod_sets[0].min_count is not None:
+            return None
+        (ps,) = pod_sets
+        cq = self.tree.queues[pending.cluster_queue]
+        if self.gate.required(cq.spec, (flavor_name,)):
+            return None
+        (requests,) = pod_set_requests(pending.workload)
+        if "pods" in cq.resource_group_of:
+            requests = {**requests, "pods": ps.count}
+        for res, value in requests.items():
+            group = cq.group_for(res)
+            if group is None:
+                continue
+            listed = any(fq.name == flavor_name for fq in group.flavors)
+            if not listed or value > cq.available((flavor_name, res)):
+                return None
+        return GangPodSet(
+            name=ps.name,
+            count=ps.count,
+            needs=self._needs.of(ps.template),
+            template=ps.template,
+            flavor=flavor,
+            required_level=ps.required_topology,
+            preferred_level=ps.preferred_topology,
+        )
 
     def _eligible_flavors(self, pending: PendingWorkload) -> frozenset[str]:
         """Every flavor the workload could be assigned in its ClusterQueue: in the resource group of
