@@ -21,9 +21,14 @@ import manifests
 from calls import count_calls
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
+from gpuplane.core.flavors import FIT, PREEMPT
 from gpuplane.core.preemption import Preemptor
 from gpuplane.core.quota import QuotaTree
-from gpuplane.core.scheduler import schedule
+from gpuplane.core.scheduler import Scheduler, schedule
+from gpuplane.core.scheduling.queues import Queues
+from gpuplane.core.scheduling.state import Entry
+from gpuplane.core.session import Session
+from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.loader import load_state
 from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
 
@@ -265,3 +270,51 @@ def test_recalling_searches_that_found_no_room_changes_no_plan(
     again, more = searches(objects, recall=False)
     assert recalled == again
     assert fewer <= more
+
+
+def could_be_admitted_alone(scheduler: Scheduler, pending: PendingWorkload) -> bool:
+    """Whether a nomination of ``pending`` now, with no other work in the cycle, fits or finds
+    victims (the queues here have one flavor, so no flavor scan is under way). What it leaves
+    remembered is dropped afterwards."""
+    nominated = scheduler.nominate(pending)
+    scheduler.preemptor.clear_cache()
+    scheduler.state_version += 1
+    if not isinstance(nominated, Entry):
+        return False
+    mode = nominated.assignment.mode()
+    return mode == FIT or (mode == PREEMPT and bool(nominated.targets))
+
+
+@settings(max_examples=60, deadline=None)
+@given(qs=queues, ws=workloads, ends=st.lists(st.integers(0, 50), min_size=1, max_size=4))
+def test_work_a_release_leaves_parked_could_not_be_admitted_even_alone(
+    qs: list[QueueSpec], ws: list[WorkloadSpec], ends: list[int]
+) -> None:
+    """A finish wakes a workload parked for quota only where the freed quota could take it
+    (``Queues._still_short``). Each one it leaves parked is nominated right then, alone: it must
+    neither fit nor find victims."""
+    state = load_state([("state.yaml", documents(*build(qs, ws, fair=False)))])
+    now = default_now(state)
+    session = Session(state, config_from_kueue(state.configuration), now)
+    session.drain(now)
+    scheduler = session._scheduler
+    kept: list[PendingWorkload] = []
+    original = Queues._still_short
+
+    def spy(self: Queues, pending: PendingWorkload, freed: frozenset[str], verdicts: Any) -> bool:
+        short: bool = original(self, pending, freed, verdicts)
+        if short:
+            kept.append(pending)
+        return short
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Queues, "_still_short", spy)
+        for step, pick in enumerate(ends, start=1):
+            admitted = sorted(scheduler.admitted)
+            if not admitted:
+                break
+            kept.clear()
+            assert session.finish(admitted[pick % len(admitted)], now + step)
+            for pending in kept:
+                assert not could_be_admitted_alone(scheduler, pending), pending.key
+            session.drain(now + step)
