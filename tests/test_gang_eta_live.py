@@ -203,7 +203,7 @@ def test_one_replay_for_all_gangs_gives_each_the_start_of_its_own_replay() -> No
         others = [g for g in gangs if g is not last]
         alone = gang_start(0.0, last, NodeReplay(free, releases, others, {}, {}, 8.0))
         assert together[id(last)] == alone
-    # b's one-node gang takes the free node at once; b's 2-node gang the two nodes free at 1000 s
-    # (a's 3-node head, first in that cycle, does not fit; b's head does); at 1900 s a's 2-node
-    # gang passes a's 3-node head, which starts when it ends, at 2500 s.
-    assert [together[id(g)] for g in gangs] == [2500.0, 1900.0, 0.0, 1000.0]
+    # b's one-node gang takes the free node at once. At 1000 s two nodes are free: a's 3-node
+    # gang cannot fit, so it stays parked and a's 2-node gang heads a, ahead of b's (queued
+    # later); b's starts when it ends, at 1600 s, and a's 3-node gang when b's ends, at 2500 s.
+    assert [together[id(g)] for g in gangs] == [2500.0, 1000.0, 0.0, 1600.0]

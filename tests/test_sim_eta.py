@@ -327,13 +327,14 @@ GANG_CASES = [
     GangCase("a-free-node-and-a-release", gang("a", nodes=2, order=99.0), free=1, ends=[50.0], want=50.0),
     # The gang queued first takes the node freed at 50; the asked one the next, at 80.
     GangCase("queued-first-goes-first", ASKED, ends=[50.0, 80.0], queued=[gang("b", order=1.0)], want=80.0),
-    # b's head asks two nodes: it keeps b out of the cycle at 50, and the asked head takes the node.
+    # b's first gang asks two nodes: it cannot fit the one node free at 50, so it stays parked and
+    # b's next gang, queued before the asked one, takes the node.
     GangCase(
-        "a-head-that-does-not-fit-holds-its-queue",
+        "a-gang-that-cannot-fit-is-passed-over",
         ASKED,
         ends=[50.0, 80.0],
         queued=[gang("b", nodes=2, order=1.0), gang("b", order=2.0)],
-        want=50.0,
+        want=80.0,
     ),
     # In its own queue, the two-node head lets the asked gang behind it start (in the next cycle).
     GangCase(

@@ -557,6 +557,20 @@ class _GangReplay:
         its queue stays within its nominal quota there, and only nodes of gangs of queues that
         borrow there, the latest to end first; they go back to the end of their queues with what
         was left of their run."""
+        plan = self._reclaim_plan(gang)
+        if plan is None:
+            return None
+        pool, chosen = plan
+        for key in chosen:
+            held = self.held.pop(key)
+            self.release(held)
+            self.last_order += 1.0
+            victim = Gang(held.queue, gang.pools, held.nodes, gang.priority, self.last_order, held.end - t)
+            self.queues.setdefault(held.queue, []).append(victim)
+        return pool
+
+    def _reclaim_plan(self, gang: Gang) -> tuple[str, list[int]] | None:
+        """Where :meth:`reclaim` would take nodes, and whose, changing nothing."""
         amount = gang.nodes * self.node_size
         for pool in gang.pools if gang.reclaim else ():
             if pool not in self.capacity or self.borrows(gang.queue, pool, amount):
@@ -586,32 +600,36 @@ class _GangReplay:
                     found += held.nodes
             if found < gang.nodes:
                 continue
-            for key in chosen:
-                held = self.held.pop(key)
-                self.release(held)
-                self.last_order += 1.0
-                victim = Gang(
-                    held.queue, gang.pools, held.nodes, gang.priority, self.last_order, held.end - t
-                )
-                self.queues.setdefault(held.queue, []).append(victim)
-            return pool
+            return pool, chosen
         return None
 
+    def could_start(self, gang: Gang) -> bool:
+        """Whether ``gang`` fits the free nodes of one of its pools or could reclaim some: the
+        scheduler wakes a parked gang only then (``Queues._still_short`` in the core)."""
+        return any(self.free.get(p, 0) >= gang.nodes for p in gang.pools) or (
+            self._reclaim_plan(gang) is not None
+        )
+
     def cycles(self, asked: Gang, t: float) -> bool:
-        """The scheduler's cycles at ``t``: each queue's first gang not tried yet is its head;
-        heads go in the scheduler's order (within nominal first, then priority, then queue time);
-        a head that fits the free nodes of one of its pools, or reclaims nodes (:meth:`reclaim`),
-        starts there; one that does not waits for the next release. After the first cycle, cycles
+        """The scheduler's cycles at ``t``: each queue's first gang not tried yet that could start
+        (:meth:`could_start`) is its head; heads go in the scheduler's order (within nominal
+        first, then priority, then queue time); a head that fits the free nodes of one of its
+        pools, or reclaims nodes (:meth:`reclaim`), starts there; one that does not waits for the
+        next release. After the first cycle, cycles
         go on while nodes are free and heads are left. True when ``asked`` started."""
         tried: dict[str, int] = {}  # per queue, how many of its first gangs were tried (none started)
         first = True
         while first or any(n > 0 for n in self.free.values()):
             first = False
-            heads = [
-                queue[tried.get(name, 0)]
-                for name, queue in self.queues.items()
-                if tried.get(name, 0) < len(queue)
-            ]
+            heads = []
+            for name, queue in self.queues.items():
+                # Gangs that could not start are left parked: the next one heads the queue.
+                i = tried.get(name, 0)
+                while i < len(queue) and not self.could_start(queue[i]):
+                    i += 1
+                tried[name] = i
+                if i < len(queue):
+                    heads.append(queue[i])
             if not heads:
                 return False
             heads.sort(key=lambda g: (self.borrowing(g), -g.priority, g.order))
