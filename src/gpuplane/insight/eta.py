@@ -618,6 +618,8 @@ class _GangReplay:
         next release. After the first cycle, cycles
         go on while nodes are free and heads are left. True when ``asked`` started."""
         tried: dict[str, int] = {}  # per queue, how many of its first gangs were tried (none started)
+        # could_start per kind of gang (queue, pools, nodes, reclaim) until the next start.
+        verdicts: dict[tuple[str, tuple[str, ...], int, bool], bool] = {}
         first = True
         while first or any(n > 0 for n in self.free.values()):
             first = False
@@ -625,7 +627,14 @@ class _GangReplay:
             for name, queue in self.queues.items():
                 # Gangs that could not start are left parked: the next one heads the queue.
                 i = tried.get(name, 0)
-                while i < len(queue) and not self.could_start(queue[i]):
+                while i < len(queue):
+                    gang = queue[i]
+                    kind = (name, gang.pools, gang.nodes, gang.reclaim)
+                    could = verdicts.get(kind)
+                    if could is None:
+                        could = verdicts[kind] = self.could_start(gang)
+                    if could:
+                        break
                     i += 1
                 tried[name] = i
                 if i < len(queue):
@@ -643,6 +652,7 @@ class _GangReplay:
                 if gang is asked:
                     return True
                 self.start(gang, pool, t)  # out of its queue: the next one is that queue's head
+                verdicts.clear()
         return False
 
 
