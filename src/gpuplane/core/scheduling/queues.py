@@ -194,14 +194,15 @@ class Queues(SchedulerState):
         with the same reason, at a nomination each. Fair sharing orders by a share across every
         flavor, so there every parked workload is woken, as Kueue does for the whole cohort.
 
-        With ``settled`` (a finish between cycles: the quota tree holds admitted work only), a
-        workload parked for quota (WaitingForQuota) is woken only if the quota of one of the
-        freed flavors could now take it (:func:`could_take_flavor`). Its last nomination found
-        no room in any flavor, quota only gets scarcer until the next release, and a release
-        that leaves the quota short of it even with every possible victim gone cannot let it
-        in: waking it would park it again, after a nomination, with the same reason (its
-        message keeps the numbers of its last nomination, as a workload Kueue left inadmissible
-        does). This is the index by size: a release wakes the parked work it could let in.
+        With ``settled`` (a finish between cycles: the quota tree and the nodes hold admitted
+        work only), a workload parked for quota or for room on the nodes is woken only if the
+        bounds leave it a chance on one of the freed flavors (:meth:`_still_short`): the quota
+        could take it (:func:`could_take_flavor`, every possible victim gone), and, where its
+        quota fits there without preempting, the free whole GPUs of the flavor's nodes could hold
+        its pods (:meth:`Cluster.surely_no_room`). A release that leaves it short cannot let it
+        in: waking it would park it again after a nomination (it keeps the reason and message
+        of its last one, as a workload Kueue left inadmissible does). This is the index by size:
+        a release wakes the parked work it could let in.
         """
         node = self.tree.queues.get(cq_name)
         if node is None:
