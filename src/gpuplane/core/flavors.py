@@ -395,11 +395,7 @@ class FlavorAssigner:
             f"insufficient unused quota for {res} in flavor {flavor}, "
             f"{format_quantity(res, value - available)} more needed"
         )
-        policy = cq.spec.preemption
-        can_preempt_while_borrowing = policy.borrow_within_cohort != "Never" or (
-            self.config.fair_sharing and policy.reclaim_within_cohort != "Never"
-        )
-        if quota.nominal >= value or may_reclaim or can_preempt_while_borrowing:
+        if worth_a_search(cq, self.config, quota.nominal, value, may_reclaim):
             gmode, borrow_after = self._simulate_preemption(fr, value, borrow)
             return gmode, borrow_after, [msg], "" if gmode != G_NO_FIT else Reason.WAITING_FOR_QUOTA
         return G_NO_FIT, borrow, [msg], Reason.WAITING_FOR_QUOTA
@@ -434,10 +430,6 @@ def could_take_flavor(
     wl = pending.workload
     counts = [ps.count if ps.min_count is None else min(ps.min_count, ps.count) for ps in wl.pod_sets]
     covers_pods = "pods" in cq.resource_group_of
-    policy = cq.spec.preemption
-    preempt_while_borrowing = policy.borrow_within_cohort != "Never" or (
-        config.fair_sharing and policy.reclaim_within_cohort != "Never"
-    )
     for totals, count in zip(pod_set_requests(wl, counts), counts, strict=True):
         requests = {**totals, "pods": count} if covers_pods else totals
         uses_flavor = False
@@ -452,7 +444,7 @@ def could_take_flavor(
             if value <= cq.available(fr):
                 continue
             _, may_reclaim = lowest_subtree_that_fits(cq, fr, value)
-            if not (cq.quota_for(fr).nominal >= value or may_reclaim or preempt_while_borrowing):
+            if not worth_a_search(cq, config, cq.quota_for(fr).nominal, value, may_reclaim):
                 break
             if not preemptor.could_fit(PreemptionContext(pending, cq, frozenset([fr]), {fr: value})):
                 break
@@ -460,3 +452,18 @@ def could_take_flavor(
             if uses_flavor:
                 return True
     return False
+
+
+def worth_a_search(
+    cq: ClusterQueueNode, config: SchedulerConfig, nominal: int, value: int, may_reclaim: bool
+) -> bool:
+    """Whether a preemption search may make room for ``value`` of a flavor-resource whose free
+    quota is short: it is within the queue's nominal quota, there is quota to reclaim in the
+    cohort, or the queue may preempt while borrowing."""
+    policy = cq.spec.preemption
+    return (
+        nominal >= value
+        or may_reclaim
+        or policy.borrow_within_cohort != "Never"
+        or (config.fair_sharing and policy.reclaim_within_cohort != "Never")
+    )
