@@ -17,7 +17,7 @@ from gpuplane.core.lifecycle import Reason
 from gpuplane.core.preemption import PreemptionContext, Preemptor, lowest_subtree_that_fits
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource
 from gpuplane.core.workloads import PendingWorkload, pod_set_requests
-from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor, ResourceQuota
+from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor, ResourceQuota, Workload
 from gpuplane.model.quantity import MAX_BASE_UNITS, format_quantity
 
 # Flavor assignment modes, worst to best.
@@ -235,14 +235,13 @@ class FlavorAssigner:
 
     def assign(self, counts: list[int] | None = None) -> Assignment:
         wl = self.pending.workload
-        requests_per_set = pod_set_requests(wl, counts)
+        if counts is None:
+            counts = [ps.count for ps in wl.pod_sets]
+        requests_per_set = quota_requests_per_pod_set(wl, self.cq, counts)
         assignment = Assignment()
-        covers_pods = "pods" in self.cq.resource_group_of
         for i, ps in enumerate(wl.pod_sets):
-            count = ps.count if counts is None else counts[i]
-            requests = dict(requests_per_set[i])
-            if covers_pods:
-                requests["pods"] = count
+            count = counts[i]
+            requests = requests_per_set[i]
             psa = PodSetAssignment(name=ps.name, count=count, requests=requests)
             chosen: dict[str, FlavorChoice] | None = {}
             failed = False
@@ -414,6 +413,15 @@ class FlavorAssigner:
         return G_RECLAIM, borrow_after
 
 
+def quota_requests_per_pod_set(wl: Workload, cq: ClusterQueueNode, counts: list[int]) -> list[dict[str, int]]:
+    """What each pod set asks of ``cq``'s quota at ``counts`` pods: its total requests, and its
+    pod count as ``pods`` where the queue's resource groups cover that resource."""
+    totals = pod_set_requests(wl, counts)
+    if "pods" not in cq.resource_group_of:
+        return totals
+    return [{**requests, "pods": count} for requests, count in zip(totals, counts, strict=True)]
+
+
 def could_take_flavor(
     pending: PendingWorkload, cq: ClusterQueueNode, flavor: str, preemptor: Preemptor, config: SchedulerConfig
 ) -> bool:
@@ -429,9 +437,7 @@ def could_take_flavor(
     """
     wl = pending.workload
     counts = [ps.count if ps.min_count is None else min(ps.min_count, ps.count) for ps in wl.pod_sets]
-    covers_pods = "pods" in cq.resource_group_of
-    for totals, count in zip(pod_set_requests(wl, counts), counts, strict=True):
-        requests = {**totals, "pods": count} if covers_pods else totals
+    for requests in quota_requests_per_pod_set(wl, cq, counts):
         uses_flavor = False
         for res, value in requests.items():
             group = cq.group_for(res)

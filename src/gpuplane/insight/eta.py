@@ -615,8 +615,8 @@ class _GangReplay:
         (:meth:`could_start`) is its head; heads go in the scheduler's order (within nominal
         first, then priority, then queue time); a head that fits the free nodes of one of its
         pools, or reclaims nodes (:meth:`reclaim`), starts there; one that does not waits for the
-        next release. After the first cycle, cycles
-        go on while nodes are free and heads are left. True when ``asked`` started."""
+        next release. After the first cycle, cycles go on while nodes are free and heads are
+        left. True when ``asked`` started."""
         tried: dict[str, int] = {}  # per queue, how many of its first gangs were tried (none started)
         # could_start per kind of gang (queue, pools, nodes, reclaim) until the next start.
         verdicts: dict[tuple[str, tuple[str, ...], int, bool], bool] = {}

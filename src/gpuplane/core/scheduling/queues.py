@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpuplane.core.flavors import (
     could_take_flavor,
     flavor_matches_affinity,
+    quota_requests_per_pod_set,
     untolerated_taint,
 )
 from gpuplane.core.gang import GangPodSet
@@ -23,7 +24,7 @@ from gpuplane.core.scheduling.state import (
     SchedulerState,
     Status,
 )
-from gpuplane.core.workloads import PendingWorkload, pod_set_requests
+from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import Workload
 
 
@@ -289,9 +290,7 @@ class Queues(SchedulerState):
         cq = self.tree.queues[pending.cluster_queue]
         if self.gate.required(cq.spec, (flavor_name,)):
             return None
-        (requests,) = pod_set_requests(pending.workload)
-        if "pods" in cq.resource_group_of:
-            requests = {**requests, "pods": ps.count}
+        (requests,) = quota_requests_per_pod_set(pending.workload, cq, [ps.count])
         for res, value in requests.items():
             group = cq.group_for(res)
             if group is None:
