@@ -8,6 +8,7 @@ saturates the cluster so that long queues, preemption, gangs and node failures a
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,9 @@ import pytest
 
 from calls import count_calls
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.scheduling.state import Kind, Parked
+from gpuplane.core.workloads import PendingWorkload
+from gpuplane.model.objects import Workload
 from gpuplane.sim.experiment import run_configuration, scenario_input
 from gpuplane.sim.scenario import load_scenario
 
@@ -73,3 +77,31 @@ def test_cycles_that_only_park_heads_run_in_one_call_with_the_same_outcome(
     _, one_by_one = run_configuration("gpuplane", sim)
     assert _without_timings(merged) == _without_timings(one_by_one)
     assert one_by_one["schedulingCycles"] == calls["count"] > merged_calls
+
+
+def test_parked_files_every_parked_key_once_under_its_kind() -> None:
+    """The wake's files of parked workloads follow every way a key leaves the set (discard,
+    remove, clear) and never keep a key that is not parked."""
+    rng = random.Random(7)
+    parked = Parked()
+    kinds: list[Kind | None] = [None, (0, False, frozenset({"a"})), (1, True, frozenset({"a", "b"}))]
+    for step in range(2000):
+        key = f"ns/w{rng.randrange(40)}"
+        op = rng.random()
+        if op < 0.5 and key not in parked:
+            queue = rng.choice(["q1", "q2"])
+            workload = Workload("ns", key[3:], key, 0.0, 0, ())
+            pending = PendingWorkload(workload, queue, "ns/lq", 0, 0.0, step)
+            parked.park(pending, rng.choice(kinds))
+        elif op < 0.8:
+            parked.discard(key)
+        elif op < 0.95 and key in parked:
+            parked.remove(key)
+        elif op >= 0.995:
+            parked.clear()
+        filed = [k for per_queue in parked.kinds.values() for members in per_queue.values() for k in members]
+        filed += [k for members in parked.loose.values() for k in members]
+        assert sorted(filed) == sorted(parked)
+        assert all(members for per_queue in parked.kinds.values() for members in per_queue.values())
+    with pytest.raises(KeyError):
+        parked.remove("ns/never")

@@ -420,7 +420,7 @@ def test_a_release_wakes_work_parked_for_quota_only_when_it_could_let_it_in(
     by flavor alone (the rule before sizes were looked at) makes the same decisions at one more
     nomination."""
     if not by_size:
-        monkeypatch.setattr(Queues, "_still_short", lambda *_: False)
+        monkeypatch.setattr(Queues, "_could_admit_on", lambda *_: True)  # no bound by size
     s = session(_borrowing_pair())
     first = s.drain(T)
     assert sorted(a.workload for a in first.admitted) == ["default/a1", "default/b1", "default/b2"]
@@ -445,7 +445,7 @@ def test_a_release_wakes_work_parked_for_room_only_when_the_nodes_could_hold_it(
     nomination. ``r1`` ending frees the node, and ``big`` is admitted. Waking by flavor alone
     makes the same decisions at one more nomination."""
     if not by_size:
-        monkeypatch.setattr(Queues, "_still_short", lambda *_: False)
+        monkeypatch.setattr(Queues, "_could_admit_on", lambda *_: True)  # no bound by size
     s = session(cluster(queued("r1", 1, gpu=6), queued("big", 2, gpu=8), queued("r2", 3, gpu=1), nodes=1))
     first = s.drain(T)
     assert sorted(a.workload for a in first.admitted) == ["default/r1", "default/r2"]

@@ -21,6 +21,7 @@ from gpuplane.core.quota import (
 )
 from gpuplane.core.scheduling.state import (
     CycleResult,
+    Kind,
     SchedulerState,
     Status,
 )
@@ -180,8 +181,23 @@ class Queues(SchedulerState):
         if self.tree.queues[pending.cluster_queue].spec.queueing_strategy == "StrictFIFO":
             return
         if pending.key not in self.parked:
-            self.parked.add(pending.key)
+            self.parked.park(pending, self._kind(pending))
             result.parked += 1
+
+    def _kind(self, pending: PendingWorkload) -> Kind | None:
+        """What a settled wake reads of a workload being parked (see :class:`Parked`): its shape,
+        whether its reason is room on the nodes, and the flavors it could be assigned; None
+        where the wake must look at the workload itself (no shape, or another reason)."""
+        status = self.status.get(pending.key)
+        if status is None:
+            return None
+        for_room = status.reason in (Reason.FRAGMENTED, Reason.WAITING_FOR_GANG_CAPACITY)
+        if status.reason != Reason.WAITING_FOR_QUOTA and not for_room:
+            return None
+        shape = self._shape(pending)
+        if shape is None:
+            return None
+        return (shape, for_room, self._eligible_flavors(pending))
 
     def _unpark_cohort(
         self, cq_name: str, freed: frozenset[FlavorResource] | None = None, *, settled: bool = False
@@ -216,7 +232,9 @@ class Queues(SchedulerState):
         # while this loop runs, and a long backlog holds few kinds.
         verdicts: dict[tuple[int, bool, str], bool] = {}
         for name in names:
-            if parked:
+            if parked and settled and names_freed is not None:
+                self._wake_by_kind(name, names_freed, verdicts)
+            elif parked:
                 for pending in self.queues.get(name, ()):
                     key = pending.key
                     if key not in parked:
@@ -235,6 +253,35 @@ class Queues(SchedulerState):
                     parked.discard(key)
             if name in self.cursor:
                 self.cursor[name] = 0
+
+    def _wake_by_kind(
+        self, name: str, freed: frozenset[str], verdicts: dict[tuple[int, bool, str], bool]
+    ) -> None:
+        """The settled wake of ClusterQueue ``name``'s parked workloads (see
+        :meth:`_unpark_cohort`), a kind at a time: every workload of a kind that could use a
+        freed flavor and that the bounds leave a chance is woken, the others of the kind stay;
+        those filed loose are looked at one by one, as :meth:`_still_short` does."""
+        parked = self.parked
+        woken: list[str] = []
+        for (shape, for_room, flavors), members in parked.kinds.get(name, {}).items():
+            usable = freed & flavors
+            if not usable:
+                continue
+            for flavor in usable:
+                known = verdicts.get((shape, for_room, flavor))
+                if known is None:
+                    anyone = next(iter(members.values()))
+                    known = self._could_admit_on(anyone, flavor, for_room)
+                    verdicts[(shape, for_room, flavor)] = known
+                if known:
+                    woken += members
+                    break
+        for key, pending in parked.loose.get(name, {}).items():
+            flavors = self._eligible_flavors(pending)
+            if not freed.isdisjoint(flavors) and not self._still_short(pending, freed & flavors, verdicts):
+                woken.append(key)
+        for key in woken:
+            parked.discard(key)
 
     def _still_short(
         self, pending: PendingWorkload, freed: frozenset[str], verdicts: dict[tuple[int, bool, str], bool]

@@ -109,6 +109,60 @@ class CycleWork:
         self.reservations.append((cq, usage))
 
 
+Kind = tuple[int, bool, frozenset[str]]  # (shape, parked for room, eligible flavors)
+
+
+class Parked(set[str]):
+    """The keys of the parked workloads (BestEffortFIFO), and those a completion's wake may tell
+    apart by kind: a workload parked for quota or for room on the nodes, with a shape (see
+    :meth:`SchedulerState._shape`), is filed per ClusterQueue under its shape, its reason (room
+    or quota) and the flavors it could be assigned; the others per ClusterQueue as they are.
+    The wake's bounds read of a workload only its kind (:meth:`Queues._still_short`), so a
+    completion decides once per kind instead of once per parked workload. Whatever removes a
+    key (an admission, a withdrawal, a wake, new capacity) removes it from the files too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kinds: dict[str, dict[Kind, dict[str, PendingWorkload]]] = {}
+        self.loose: dict[str, dict[str, PendingWorkload]] = {}
+        self._filed: dict[str, tuple[str, Kind | None]] = {}
+
+    def park(self, pending: PendingWorkload, kind: Kind | None) -> None:
+        key, queue = pending.key, pending.cluster_queue
+        self.add(key)
+        if kind is None:
+            self.loose.setdefault(queue, {})[key] = pending
+        else:
+            self.kinds.setdefault(queue, {}).setdefault(kind, {})[key] = pending
+        self._filed[key] = (queue, kind)
+
+    def discard(self, key: object) -> None:
+        super().discard(key)
+        filed = self._filed.pop(key, None) if isinstance(key, str) else None
+        if filed is None:
+            return
+        queue, kind = filed
+        assert isinstance(key, str)
+        if kind is None:
+            del self.loose[queue][key]
+            return
+        members = self.kinds[queue][kind]
+        del members[key]
+        if not members:
+            del self.kinds[queue][kind]
+
+    def remove(self, key: object) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self.discard(key)
+
+    def clear(self) -> None:
+        super().clear()
+        self.kinds.clear()
+        self.loose.clear()
+        self._filed.clear()
+
+
 class SchedulerState:
     """The working state of one ``schedule`` call, or of a session for its whole life.
 
@@ -123,7 +177,7 @@ class SchedulerState:
         self.tree = QuotaTree(state)
         self.preemptor = Preemptor(self.tree, config, now)
         self.queues: dict[str, list[PendingWorkload]] = {name: [] for name in sorted(state.cluster_queues)}
-        self.parked: set[str] = set()
+        self.parked = Parked()
         # Per queue, every workload before this index is parked (BestEffortFIFO).
         self.cursor: dict[str, int] = dict.fromkeys(self.queues, 0)
         # Per queue, the workload that issued preemptions in the last cycle (drives the next one).
