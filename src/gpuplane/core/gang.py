@@ -430,40 +430,31 @@ class Cluster:
 
     def _tightest_first(
         self, needs: PodNeeds, eligible: list[NodeState], allowed: set[str], used: set[str]
-    ) -> Iterator[NodeState]:
-        """Nodes in the inventory's order: a node of this gang first, then tightest fit."""
+    ) -> Iterable[str]:
+        """Names of the nodes in the inventory's order: a node of this gang first, then tightest fit."""
         if needs.whole and not (needs.fraction_milli or needs.mig or needs.shared) and len(eligible) > 64:
-            first = [self.nodes[n] for n in sorted(used) if n in allowed]
-            yield from first
-            for free in sorted(k for k in self._buckets if k >= needs.whole):
-                for name in self._buckets[free]:
-                    if name in allowed and name not in used:
-                        yield self.nodes[name]
-            return
+            return self._by_free_whole(needs.whole, allowed, used)
         # A node of this gang first; then GPU pods pack onto the tightest node, and CPU-only pods
-        # keep off GPU nodes; then by name (unique, so the states themselves are never compared).
-        free_milli = self._free_milli
-        gpu = needs.uses_devices
-        nodes = self.nodes
-        if gpu:
+        # keep off GPU nodes; then by name.
+        if needs.uses_devices:
             # ``allowed`` names exactly the ``eligible`` nodes: sorted by name, then (stable) by
             # free milli-GPU, the same order as the key (free, name) without building it.
             by_name = self._by_name.get(id(allowed))
-            by_free = sorted(sorted(allowed) if by_name is None else by_name, key=free_milli.__getitem__)
+            by_free = sorted(sorted(allowed) if by_name is None else by_name, key=self._free_milli.__getitem__)
             if used:
-                yield from (nodes[n] for n in by_free if n in used)
-                yield from (nodes[n] for n in by_free if n not in used)
-            else:
-                yield from (nodes[n] for n in by_free)
-            return
-        order: list[tuple[int, int, str, NodeState]] = sorted(
-            [
-                (0 if (n := s.name) in used else 1, free_milli[n] if gpu else (1 if s.devices else 0), n, s)
-                for s in eligible
-            ]
-        )
-        for item in order:
-            yield item[3]
+                return [n for n in by_free if n in used] + [n for n in by_free if n not in used]
+            return by_free
+        order = sorted([(0 if (n := s.name) in used else 1, 1 if s.devices else 0, n) for s in eligible])
+        return [item[2] for item in order]
+
+    def _by_free_whole(self, whole: int, allowed: set[str], used: set[str]) -> Iterator[str]:
+        """:meth:`_tightest_first` for whole GPUs on many nodes: from the buckets by free whole GPUs,
+        the nodes without ``whole`` of them left out."""
+        yield from sorted(n for n in used if n in allowed)
+        for free in sorted(k for k in self._buckets if k >= whole):
+            for name in self._buckets[free]:
+                if name in allowed and name not in used:
+                    yield name
 
     def _candidates(
         self,
@@ -477,7 +468,7 @@ class Cluster:
 
         ``request`` is the engine's form of ``needs`` (``None``: the mirror cannot model it).
         """
-        base = self._tightest_first(needs, eligible, allowed, used)
+        base = iter(self._tightest_first(needs, eligible, allowed, used))
         profile = self.profile() if request is not None else None
         if request is None or profile is None or self._mirror is None:
             yield from self._not_full(needs, base)
@@ -486,13 +477,15 @@ class Cluster:
             self._look_ids.clear()
             self._looks.clear()
             self._scores.clear()
+        picked: list[str] = []
         sample: list[NodeState] = []
         looks: list[int] = []
-        rows, known, stale = self._row, self._looks, self._stale_look
-        for state in base:
-            name = state.name
+        nodes, rows, known, stale = self.nodes, self._row, self._looks, self._stale_look
+        for name in base:
             if name not in rows:
                 continue
+            state = nodes[name]
+            picked.append(name)
             sample.append(state)
             look = known.get(name)
             looks.append(look if look is not None and name not in stale else self._look(state))
@@ -502,23 +495,25 @@ class Cluster:
             yield from self._by_score(profile, request, sample, looks, used)
         else:
             # They all look alike: the same score, so the inventory's order.
-            yield from self._not_full(needs, sample)
+            yield from self._not_full(needs, picked)
         yield from self._not_full(needs, base)
 
-    def _not_full(self, needs: PodNeeds, nodes: Iterable[NodeState]) -> Iterator[NodeState]:
-        """``nodes`` less those where :meth:`NodeState.fit` cannot succeed because no GPU on them
-        has anything free: a pod that uses devices needs some free share of one (a whole GPU, a
-        fraction, a MIG instance, a slot). Only the sure cases are left out, so the first node
-        that fits is the same: nodes with time-sliced GPUs (a slot may count as 0 milli-GPU),
-        and MIG requests when repartitioning may carve a new instance out of unused slices."""
+    def _not_full(self, needs: PodNeeds, names: Iterable[str]) -> Iterator[NodeState]:
+        """The nodes ``names`` less those where :meth:`NodeState.fit` cannot succeed because no GPU
+        on them has anything free: a pod that uses devices needs some free share of one (a whole
+        GPU, a fraction, a MIG instance, a slot), and a pod of whole GPUs needs that many free
+        whole GPUs (:meth:`NodeState.free_whole` counts exactly the devices ``fit`` may give it).
+        Only the sure cases are left out, so the first node that fits is the same: nodes with
+        time-sliced GPUs (a slot may count as 0 milli-GPU, and gives whole GPUs as slots), and MIG
+        requests when repartitioning may carve a new instance out of unused slices."""
+        nodes = self.nodes
         if not needs.uses_devices or (needs.mig and self.config.mig_repartition):
-            yield from nodes
+            yield from map(nodes.__getitem__, names)
             return
-        free, sliced = self._free_milli, self._sliced
-        for state in nodes:
-            name = state.name
-            if free[name] or name in sliced:
-                yield state
+        free, free_whole, sliced, whole = self._free_milli, self._free_whole, self._sliced, needs.whole
+        for name in names:
+            if (free_whole[name] >= whole if whole else free[name]) or name in sliced:
+                yield nodes[name]
 
     def _by_score(
         self,
