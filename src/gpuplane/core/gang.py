@@ -149,6 +149,11 @@ class Cluster:
         self._eligible_names: dict[tuple[object, ...], set[str]] = {}
         # Each eligible-name set above (by identity; they live as long as this index), sorted.
         self._by_name: dict[int, list[str]] = {}
+        # The eligible nodes (list and names) of each pod template seen lately, with the objects
+        # they were read from, as _keys below; cleared with the lists.
+        self._eligible_seen: dict[
+            int, tuple[PodTemplate, PodNeeds, ResourceFlavor | None, list[NodeState], set[str]]
+        ] = {}
         self._members: dict[str, dict[str, set[str]]] = {}
         self.owners: dict[str, list[tuple[str, PodNeeds, tuple[DeviceGrant, ...]]]] = {}
         self._build_mirror()
@@ -359,11 +364,22 @@ class Cluster:
         return self._eligible_of(ps)[0]
 
     def _eligible_of(self, ps: GangPodSet) -> tuple[list[NodeState], set[str]]:
-        """The nodes that may ever hold a pod of ``ps``, and their names."""
+        """The nodes that may ever hold a pod of ``ps``, and their names. Remembered per template,
+        needs and flavor object, which fix the eligibility key (a placement asks several times, and
+        hashing the key, nested tuples of tolerations and node terms, costs more than the rest)."""
+        template = ps.template
+        seen = self._eligible_seen.get(id(template))
+        if seen is not None and seen[0] is template and seen[1] is ps.needs and seen[2] is ps.flavor:
+            return seen[3], seen[4]
         key = self._eligibility_key(ps)
         cached = self._eligible.get(key)
-        if cached is not None:
-            return cached, self._eligible_names[key]
+        found = (cached, self._eligible_names[key]) if cached is not None else self._eligible_nodes(ps, key)
+        if len(self._eligible_seen) >= _MAX_REMEMBERED:
+            self._eligible_seen.clear()
+        self._eligible_seen[id(template)] = (template, ps.needs, ps.flavor, *found)
+        return found
+
+    def _eligible_nodes(self, ps: GangPodSet, key: tuple[object, ...]) -> tuple[list[NodeState], set[str]]:
         tolerations = (*ps.template.tolerations, *(ps.flavor.tolerations if ps.flavor else ()))
         flavor_labels = ps.flavor.node_labels if ps.flavor else {}
         out = []
@@ -389,6 +405,7 @@ class Cluster:
         self.nodes[node.name].node = node
         self._eligible.clear()
         self._eligible_names.clear()
+        self._eligible_seen.clear()
         self._eligible_capacity.clear()
         self._by_name.clear()
         self._members.clear()
@@ -440,7 +457,9 @@ class Cluster:
             # ``allowed`` names exactly the ``eligible`` nodes: sorted by name, then (stable) by
             # free milli-GPU, the same order as the key (free, name) without building it.
             by_name = self._by_name.get(id(allowed))
-            by_free = sorted(sorted(allowed) if by_name is None else by_name, key=self._free_milli.__getitem__)
+            by_free = sorted(
+                sorted(allowed) if by_name is None else by_name, key=self._free_milli.__getitem__
+            )
             if used:
                 return [n for n in by_free if n in used] + [n for n in by_free if n not in used]
             return by_free
@@ -562,7 +581,9 @@ class Cluster:
     ) -> bool:
         taken: list[tuple[NodeState, PodNeeds, tuple[DeviceGrant, ...]]] = []
         used: set[str] = set()
-        order = sorted(range(len(pod_sets)), key=lambda i: -pod_sets[i].needs.gpu_milli)
+        order = [0]  # one pod set (the common case): nothing to sort
+        if len(pod_sets) > 1:
+            order = sorted(range(len(pod_sets)), key=lambda i: -pod_sets[i].needs.gpu_milli)
         result: dict[str, list[PodPlace]] = {ps.name: [] for ps in pod_sets}
         repartitions = 0
         for i in order:

@@ -128,8 +128,14 @@ def _fraction_and_memory(template: PodTemplate, config: DeviceConfig) -> tuple[i
     return fraction, memory
 
 
+def device_resource(requests: Mapping[str, int], config: DeviceConfig) -> str:
+    """The accelerator resource a pod requests, whose flavor places it (the first by name)."""
+    return next((name for name in sorted(requests) if config.is_device_resource(name)), "")
+
+
 class NeedsMemo:
-    """:func:`pod_needs` per template object, for one device configuration.
+    """:func:`pod_needs` (and :func:`device_resource`) per template object, for one device
+    configuration.
 
     A template is immutable (a frozen dataclass over read-only mappings), so what it needs never
     changes; the memo keeps the template itself, so no other object can take its identity while
@@ -142,6 +148,7 @@ class NeedsMemo:
         self.config = config
         self.size = size
         self._known: dict[int, tuple[PodTemplate, PodNeeds]] = {}
+        self._devices: dict[int, tuple[PodTemplate, str]] = {}
 
     def of(self, template: PodTemplate) -> PodNeeds:
         known = self._known.get(id(template))
@@ -152,6 +159,16 @@ class NeedsMemo:
             self._known.clear()
         self._known[id(template)] = (template, needs)
         return needs
+
+    def device_resource(self, template: PodTemplate) -> str:
+        known = self._devices.get(id(template))
+        if known is not None and known[0] is template:
+            return known[1]
+        name = device_resource(template.requests, self.config)
+        if len(self._devices) >= self.size:
+            self._devices.clear()
+        self._devices[id(template)] = (template, name)
+        return name
 
 
 @dataclass(slots=True)
@@ -276,8 +293,9 @@ class NodeState:
     # --- fitting --------------------------------------------------------------
 
     def plain_fits(self, needs: PodNeeds) -> bool:
+        used, allocatable = self.used, self.allocatable
         for name, q in needs.resources.items():
-            if self.used.get(name, 0) + q > self.allocatable.get(name, 0 if name != "pods" else 110):
+            if used.get(name, 0) + q > allocatable.get(name, 0 if name != "pods" else 110):
                 return False
         return True
 
@@ -312,7 +330,12 @@ class NodeState:
         if not needs.whole:
             return []
         if self._exclusive():
-            free = [d.index for d in self.devices if d.free_whole]
+            # Device.free_whole, inlined: read for every whole-GPU fit.
+            free = [
+                d.index
+                for d in self.devices
+                if d.sharing == "exclusive" and d.whole_by is None and d.milli_used == 0
+            ]
             if len(free) < needs.whole:
                 return None
             return [DeviceGrant(i, "whole") for i in free[: needs.whole]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpuplane.core.gang import GangPlacement, GangPodSet, PlacementFailure
-from gpuplane.core.inventory import pod_needs, recorded_grants
+from gpuplane.core.inventory import device_resource, pod_needs, recorded_grants
 from gpuplane.core.plan import (
     PLACEMENT_ANNOTATION,
     recorded_placement,
@@ -57,7 +57,7 @@ class NodePlacement(SchedulerState):
     def _gang(self, wl: Workload, counts: list[int], flavors: list[dict[str, str]]) -> list[GangPodSet]:
         out = []
         for ps, count, chosen in zip(wl.pod_sets, counts, flavors, strict=True):
-            flavor_name = chosen.get(self._device_resource(ps.template.requests)) or next(
+            flavor_name = chosen.get(self._needs.device_resource(ps.template)) or next(
                 (chosen[r] for r in sorted(chosen)), None
             )
             out.append(
@@ -75,7 +75,7 @@ class NodePlacement(SchedulerState):
 
     def _device_resource(self, requests: Mapping[str, int]) -> str:
         """The accelerator resource a pod requests, whose flavor places it."""
-        return next((name for name in sorted(requests) if self.config.devices.is_device_resource(name)), "")
+        return device_resource(requests, self.config.devices)
 
     def _admission_gang(self, wl: Workload) -> list[GangPodSet]:
         """The gang as ``status.admission`` assigned it: counts and flavors per pod set."""
