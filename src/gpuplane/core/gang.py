@@ -489,50 +489,57 @@ class Cluster:
         """
         base = iter(self._tightest_first(needs, eligible, allowed, used))
         profile = self.profile() if request is not None else None
+        nodes = self.nodes
         if request is None or profile is None or self._mirror is None:
-            yield from self._not_full(needs, base)
+            yield from map(nodes.__getitem__, self._roomy(needs, base))
             return
         if len(self._look_ids) >= _MAX_LOOKS:  # a long run: forget old looks and their scores
             self._look_ids.clear()
             self._looks.clear()
             self._scores.clear()
+        rows = self._row
         picked: list[str] = []
-        sample: list[NodeState] = []
-        looks: list[int] = []
-        nodes, rows, known, stale = self.nodes, self._row, self._looks, self._stale_look
         for name in base:
-            if name not in rows:
-                continue
-            state = nodes[name]
-            picked.append(name)
-            sample.append(state)
-            look = known.get(name)
-            looks.append(look if look is not None and name not in stale else self._look(state))
-            if len(sample) == NODES_TO_SCORE:
-                break
-        if len(set(looks)) > 1:
-            yield from self._by_score(profile, request, sample, looks, used)
-        else:
-            # They all look alike: the same score, so the inventory's order.
-            yield from self._not_full(needs, picked)
-        yield from self._not_full(needs, base)
+            if name in rows:
+                picked.append(name)
+                if len(picked) == NODES_TO_SCORE:
+                    break
+        roomy = self._roomy(needs, picked)
+        # With no room on any node of the sample, neither order below yields one: the mirror finds
+        # a node feasible only where its exclusive GPUs hold the request, which ``_roomy`` keeps
+        # (a request the mirror models has whole GPUs or a fraction of one, nothing else). Then
+        # the looks and scores, kept to be read again only, are not needed.
+        if roomy:
+            known, stale = self._looks, self._stale_look
+            looks = [
+                look if (look := known.get(n)) is not None and n not in stale else self._look(nodes[n])
+                for n in picked
+            ]
+            if len(set(looks)) > 1:
+                yield from self._by_score(profile, request, [nodes[n] for n in picked], looks, used)
+            else:
+                # They all look alike: the same score, so the inventory's order.
+                yield from map(nodes.__getitem__, roomy)
+        yield from map(nodes.__getitem__, self._roomy(needs, base))
 
-    def _not_full(self, needs: PodNeeds, names: Iterable[str]) -> Iterator[NodeState]:
-        """The nodes ``names`` less those where :meth:`NodeState.fit` cannot succeed because no GPU
-        on them has anything free: a pod that uses devices needs some free share of one (a whole
-        GPU, a fraction, a MIG instance, a slot), and a pod of whole GPUs needs that many free
-        whole GPUs (:meth:`NodeState.free_whole` counts exactly the devices ``fit`` may give it).
-        Only the sure cases are left out, so the first node that fits is the same: nodes with
-        time-sliced GPUs (a slot may count as 0 milli-GPU, and gives whole GPUs as slots), and MIG
-        requests when repartitioning may carve a new instance out of unused slices."""
-        nodes = self.nodes
+    def _roomy(self, needs: PodNeeds, names: Iterable[str]) -> list[str]:
+        """The nodes ``names`` less those where :meth:`NodeState.fit` cannot succeed for lack of
+        free devices: a pod of whole GPUs needs that many free whole GPUs
+        (:meth:`NodeState.free_whole` counts exactly the devices ``fit`` may give it), a fraction
+        needs a GPU with that much free (so at least as much free on the node), and any other pod
+        that uses devices some free share of one (a MIG instance, a slot). Only the sure cases are
+        left out, so the first node that fits is the same: nodes with time-sliced GPUs (a slot may
+        count as 0 milli-GPU, and gives whole GPUs as slots), and MIG requests when repartitioning
+        may carve a new instance out of unused slices. What is read here does not change while a
+        pod's candidates are tried, so the list is built at once."""
         if not needs.uses_devices or (needs.mig and self.config.mig_repartition):
-            yield from map(nodes.__getitem__, names)
-            return
-        free, free_whole, sliced, whole = self._free_milli, self._free_whole, self._sliced, needs.whole
-        for name in names:
-            if (free_whole[name] >= whole if whole else free[name]) or name in sliced:
-                yield nodes[name]
+            return list(names)
+        if needs.whole:
+            free, least = self._free_whole, needs.whole
+        else:
+            free, least = self._free_milli, max(1, needs.fraction_milli)
+        sliced = self._sliced
+        return [name for name in names if free[name] >= least or name in sliced]
 
     def _by_score(
         self,

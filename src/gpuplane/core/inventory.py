@@ -316,13 +316,20 @@ class NodeState:
             if slots is None:
                 return None
             grants += slots
+        if not needs.mig:
+            return grants
+        taken = self._fit_migs(needs.mig, repartition)
+        return None if taken is None else grants + taken
+
+    def _fit_migs(self, wanted: Mapping[str, int], repartition: bool) -> list[DeviceGrant] | None:
+        """The MIG instances of one pod, largest profile first."""
         taken: list[DeviceGrant] = []
-        for profile_name, count in sorted(needs.mig.items(), key=lambda kv: -mig.parse_profile(kv[0]).size):
+        for profile_name, count in sorted(wanted.items(), key=lambda kv: -mig.parse_profile(kv[0]).size):
             mig_grants = self._fit_mig(profile_name, count, repartition, taken)
             if mig_grants is None:
                 return None
             taken += mig_grants
-        return grants + taken
+        return taken
 
     def _fit_whole(self, needs: PodNeeds) -> list[DeviceGrant] | None:
         """Whole GPUs: free exclusive devices, or slots of a time-sliced node that kept the plain
