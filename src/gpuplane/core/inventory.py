@@ -324,7 +324,10 @@ class NodeState:
     def _fit_migs(self, wanted: Mapping[str, int], repartition: bool) -> list[DeviceGrant] | None:
         """The MIG instances of one pod, largest profile first."""
         taken: list[DeviceGrant] = []
-        for profile_name, count in sorted(wanted.items(), key=lambda kv: -mig.parse_profile(kv[0]).size):
+        order = list(wanted.items())
+        if len(order) > 1:  # one profile (the common case) needs no sizes read
+            order.sort(key=lambda kv: -mig.parse_profile(kv[0]).size)
+        for profile_name, count in order:
             mig_grants = self._fit_mig(profile_name, count, repartition, taken)
             if mig_grants is None:
                 return None
@@ -336,13 +339,14 @@ class NodeState:
         resource name."""
         if not needs.whole:
             return []
-        if self._exclusive():
-            # Device.free_whole, inlined: read for every whole-GPU fit.
-            free = [
-                d.index
-                for d in self.devices
-                if d.sharing == "exclusive" and d.whole_by is None and d.milli_used == 0
-            ]
+        # Device.free_whole, inlined: read for every whole-GPU fit. A free one is exclusive, so the
+        # node's devices are scanned again only when none is free.
+        free = [
+            d.index
+            for d in self.devices
+            if d.sharing == "exclusive" and d.whole_by is None and d.milli_used == 0
+        ]
+        if free or self._exclusive():
             if len(free) < needs.whole:
                 return None
             return [DeviceGrant(i, "whole") for i in free[: needs.whole]]
