@@ -17,7 +17,7 @@ from gpuplane.core.lifecycle import Reason
 from gpuplane.core.preemption import PreemptionContext, Preemptor, lowest_subtree_that_fits
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource
 from gpuplane.core.workloads import PendingWorkload, pod_set_requests
-from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor, ResourceQuota, Workload
+from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor, Workload
 from gpuplane.model.quantity import MAX_BASE_UNITS, format_quantity
 
 # Flavor assignment modes, worst to best.
@@ -111,9 +111,12 @@ class Assignment:
     no_fit_reason: str = ""
 
     def mode(self) -> int:
-        if not self.pod_sets:
+        pod_sets = self.pod_sets
+        if len(pod_sets) == 1:  # most workloads: one pod set
+            return pod_sets[0].mode()
+        if not pod_sets:
             return NO_FIT
-        return min(ps.mode() for ps in self.pod_sets)
+        return min(ps.mode() for ps in pod_sets)
 
     def message(self) -> str:
         parts = []
@@ -127,11 +130,13 @@ class Assignment:
 
     def append(self, ps: PodSetAssignment) -> None:
         self.pod_sets.append(ps)
+        usage, requests = self.usage, ps.requests
         for res, choice in ps.flavors.items():
             self.borrowing = max(self.borrowing, choice.borrow)
             fr = (choice.flavor, res)
             # Saturating, as Kueue's Requests.Add: a huge request stays at the int64 bound.
-            self.usage[fr] = min(self.usage.get(fr, 0) + ps.requests.get(res, 0), MAX_BASE_UNITS)
+            total = usage.get(fr, 0) + requests.get(res, 0)
+            usage[fr] = total if total < MAX_BASE_UNITS else MAX_BASE_UNITS
 
     def scan_progress(self) -> dict[tuple[int, str], int]:
         """Kueue's LastTriedFlavorIdx: per pod set and resource, where the flavor scan stopped."""
@@ -210,6 +215,8 @@ class _FlavorScan:
 class FlavorAssigner:
     """Assigns flavors to one pending workload against one ClusterQueue."""
 
+    __slots__ = ("config", "cq", "flavors", "nominated", "pending", "preemptor", "start")
+
     def __init__(  # noqa: PLR0913  the scheduler's flavors, preemptor and config, plus two optional keywords
         self,
         pending: PendingWorkload,
@@ -237,32 +244,33 @@ class FlavorAssigner:
         wl = self.pending.workload
         if counts is None:
             counts = [ps.count for ps in wl.pod_sets]
-        requests_per_set = quota_requests_per_pod_set(wl, self.cq, counts)
+        cq = self.cq
+        requests_per_set = quota_requests_per_pod_set(wl, cq, counts)
         assignment = Assignment()
         for i, ps in enumerate(wl.pod_sets):
             count = counts[i]
             requests = requests_per_set[i]
             psa = PodSetAssignment(name=ps.name, count=count, requests=requests)
-            chosen: dict[str, FlavorChoice] | None = {}
+            # The flavors chosen for the pod set: only resources it requests (each resource group's
+            # choices cover resources of ``order``), so they are the pod set's flavors as they are.
+            chosen: dict[str, FlavorChoice] = {}
             failed = False
-            for res in sorted(requests):
-                quantity = requests[res]
-                if self.cq.group_for(res) is None and quantity == 0:
+            order = sorted(requests)
+            for res in order:
+                if res in chosen or (requests[res] == 0 and cq.group_for(res) is None):
                     continue
-                assert chosen is not None
-                if res in chosen:
-                    continue
-                flavors, reasons, no_fit, error = self._find_flavor(i, requests, res, assignment.usage)
+                flavors, reasons, no_fit, error = self._find_flavor(i, requests, order, res, assignment.usage)
                 if error is not None or not flavors:
-                    chosen = None
+                    chosen = {}
                     psa.reasons = reasons
                     psa.error = error
                     psa.no_fit_reason = no_fit
                     failed = True
                     break
                 chosen.update(flavors)
-                psa.reasons += reasons
-            psa.flavors = {r: c for r, c in (chosen or {}).items() if r in requests}
+                if reasons:
+                    psa.reasons += reasons
+            psa.flavors = chosen
             assignment.append(psa)
             if failed and requests:
                 assignment.no_fit_reason = most_severe(assignment.no_fit_reason, psa.no_fit_reason)
@@ -273,13 +281,20 @@ class FlavorAssigner:
         return assignment
 
     def _find_flavor(
-        self, ps_index: int, requests: dict[str, int], res: str, assigned: dict[FlavorResource, int]
+        self,
+        ps_index: int,
+        requests: dict[str, int],
+        order: list[str],
+        res: str,
+        assigned: dict[FlavorResource, int],
     ) -> tuple[dict[str, FlavorChoice] | None, list[str], str, str | None]:
-        """Returns (flavors for the resource group, reasons, no-fit reason, error)."""
-        group = self.cq.group_for(res)
+        """Returns (flavors for the resource group, reasons, no-fit reason, error); ``order``: the
+        requested resources sorted by name."""
+        group_for = self.cq.group_for
+        group = group_for(res)
         if group is None:
             return None, [f"resource {res} unavailable in ClusterQueue"], NO_MATCHING_FLAVOR, None
-        covered = [r for r in sorted(requests) if self.cq.group_for(r) is group]
+        covered = [r for r in order if group_for(r) is group]
         template = self.pending.workload.pod_sets[ps_index].template
         ff = self.cq.spec.flavor_fungibility
         scan = _FlavorScan()
@@ -341,13 +356,17 @@ class FlavorAssigner:
         flavor_reason = ""
         for rname in covered:
             fr = (name, rname)
-            quota = self.cq.quota_for(fr)
-            gmode, borrow, why, nofit = self._fits_quota(fr, assigned.get(fr, 0), requests[rname], quota)
-            scan.reasons += why
-            flavor_reason = most_severe(flavor_reason, nofit)
-            candidate = Granular(gmode, borrow)
-            if is_preferred(mode, candidate, ff):
-                mode = candidate
+            gmode, borrow, why, nofit = self._fits_quota(fr, assigned.get(fr, 0), requests[rname])
+            if why:
+                scan.reasons += why
+            if nofit:  # (most_severe keeps the first reason against an empty one)
+                flavor_reason = most_severe(flavor_reason, nofit)
+            # A fit without borrowing is BEST, which no mode is preferred to (borrowing levels are
+            # never negative): the worst mode so far stays, and no Granular need be built for it.
+            if gmode != G_FIT or borrow != 0:
+                candidate = Granular(gmode, borrow)
+                if is_preferred(mode, candidate, ff):
+                    mode = candidate
             if mode.mode == G_NO_FIT:
                 continue
             choices[rname] = FlavorChoice(name, _COARSE[gmode], borrow)
@@ -372,12 +391,11 @@ class FlavorAssigner:
         return False
 
     def _fits_quota(
-        self, fr: FlavorResource, assumed: int, request: int, quota: ResourceQuota
-    ) -> tuple[int, int, list[str], str]:
+        self, fr: FlavorResource, assumed: int, request: int
+    ) -> tuple[int, int, tuple[str, ...], str]:
         """Mode, borrowing level, reasons and no-fit reason for one flavor-resource."""
         cq = self.cq
         flavor, res = fr
-        available = cq.available(fr)
         max_capacity = cq.potential_available(fr)
         value = assumed + request
         if value > max_capacity:
@@ -386,18 +404,19 @@ class FlavorAssigner:
                 f"({format_quantity(res, assumed)}) + current podset request "
                 f"({format_quantity(res, request)}) > maximum capacity ({format_quantity(res, max_capacity)})"
             )
-            return G_NO_FIT, 0, [msg], EXCEEDS_MAX_QUOTA
+            return G_NO_FIT, 0, (msg,), EXCEEDS_MAX_QUOTA
         borrow, may_reclaim = lowest_subtree_that_fits(cq, fr, value)
+        available = cq.available(fr)
         if value <= available:
-            return G_FIT, borrow, [], ""
+            return G_FIT, borrow, (), ""
         msg = (
             f"insufficient unused quota for {res} in flavor {flavor}, "
             f"{format_quantity(res, value - available)} more needed"
         )
-        if worth_a_search(cq, self.config, quota.nominal, value, may_reclaim):
+        if worth_a_search(cq, self.config, cq.quota_for(fr).nominal, value, may_reclaim):
             gmode, borrow_after = self._simulate_preemption(fr, value, borrow)
-            return gmode, borrow_after, [msg], "" if gmode != G_NO_FIT else Reason.WAITING_FOR_QUOTA
-        return G_NO_FIT, borrow, [msg], Reason.WAITING_FOR_QUOTA
+            return gmode, borrow_after, (msg,), "" if gmode != G_NO_FIT else Reason.WAITING_FOR_QUOTA
+        return G_NO_FIT, borrow, (msg,), Reason.WAITING_FOR_QUOTA
 
     def _simulate_preemption(self, fr: FlavorResource, value: int, borrow: int) -> tuple[int, int]:
         """The mode and borrowing level once the preemption search for ``value`` of ``fr`` is

@@ -72,18 +72,21 @@ class QuotaNode:
     def raw_available(self, fr: FlavorResource) -> int:
         """Headroom for ``fr``; negative when the subtree is over-admitted."""
         parent = self.parent
+        used = self.usage.get(fr, 0)
         if parent is None:
-            return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
+            return self.subtree_quota.get(fr, 0) - used
         parent_available = parent.raw_available(fr)
         quota = self.quotas.get(fr)
         if quota is not None and quota.borrowing_limit is not None:
             lq = self.local_quota(fr)
             stored_in_parent = self.subtree_quota.get(fr, 0) - lq
-            used_in_parent = max(0, self.usage.get(fr, 0) - lq)
+            used_in_parent = max(0, used - lq)
             parent_available = min(
                 stored_in_parent - used_in_parent + quota.borrowing_limit, parent_available
             )
-        return self.local_available(fr) + parent_available
+        # local_available written out (asked for every node on every quota question)
+        free = (self.local_quota(fr) if self.lends_partly else 0) - used
+        return (free if free > 0 else 0) + parent_available
 
     def potential_available(self, fr: FlavorResource) -> int:
         """The most this node could ever use of ``fr``, ignoring current usage. It reads quotas
@@ -115,17 +118,30 @@ class QuotaNode:
     # --- usage ------------------------------------------------------------
 
     def add_usage(self, fr: FlavorResource, value: int) -> None:
-        local_available = self.local_available(fr)
-        self.usage[fr] = self.usage.get(fr, 0) + value
-        if self.parent is not None and value > local_available:
-            self.parent.add_usage(fr, value - local_available)
+        """Account ``value`` to this node; what its local quota cannot hold goes on up the tree
+        (a loop up the ancestors: every admission and every preemption search asks it)."""
+        node: QuotaNode = self
+        while True:
+            local_available = node.local_available(fr)
+            node.usage[fr] = node.usage.get(fr, 0) + value
+            parent = node.parent
+            if parent is None or value <= local_available:
+                return
+            value -= local_available
+            node = parent
 
     def remove_usage(self, fr: FlavorResource, value: int) -> None:
-        stored_in_parent = self.usage.get(fr, 0) - self.local_quota(fr)
-        self.usage[fr] = self.usage.get(fr, 0) - value
-        if stored_in_parent <= 0 or self.parent is None:
-            return
-        self.parent.remove_usage(fr, min(value, stored_in_parent))
+        """Take back ``value``, and from each ancestor what the node below had stored there."""
+        node: QuotaNode = self
+        while True:
+            used = node.usage.get(fr, 0)
+            stored_in_parent = used - (node.local_quota(fr) if node.lends_partly else 0)
+            node.usage[fr] = used - value
+            parent = node.parent
+            if stored_in_parent <= 0 or parent is None:
+                return
+            value = min(value, stored_in_parent)
+            node = parent
 
     # --- tree -------------------------------------------------------------
 
@@ -266,6 +282,7 @@ class AdmittedWorkload:
 
 class ClusterQueueNode(QuotaNode):
     __slots__ = (
+        "_groups",
         "active",
         "flavor_resources",
         "open_group",
@@ -297,6 +314,7 @@ class ClusterQueueNode(QuotaNode):
             for res in group.covered_resources:
                 self.resource_group_of[res] = group
         self.flavor_resources = frozenset(self.quotas)
+        self._groups: dict[str, ResourceGroup | None] = {}  # see group_for
 
     def group_for(self, resource: str) -> ResourceGroup | None:
         """The resource group that provides ``resource``, if any.
@@ -304,7 +322,19 @@ class ClusterQueueNode(QuotaNode):
         A queue with no resource groups at all is a pure borrower: it takes the
         group of the nearest ancestor cohort that covers the resource, with a
         nominal quota of zero in each of its flavors.
+
+        Asked for every resource of every flavor assignment, and remembered: the groups of the
+        queue and of its cohorts are fixed once the tree is built (the tree is built whole
+        before anything asks).
         """
+        groups = self._groups
+        if resource in groups:
+            return groups[resource]
+        group = self._group_for(resource)
+        groups[resource] = group
+        return group
+
+    def _group_for(self, resource: str) -> ResourceGroup | None:
         group = self.resource_group_of.get(resource, self.open_group)
         if group is None and not self.spec.resource_groups:
             for cohort in self.ancestors():
@@ -321,7 +351,10 @@ class ClusterQueueNode(QuotaNode):
         return self.quotas.get(fr) or ResourceQuota(nominal=0)
 
     def fits(self, usage: Usage) -> bool:
-        return all(self.available(fr) >= q for fr, q in usage.items())
+        for fr, q in usage.items():  # noqa: SIM110 - a loop, not all() over a generator: asked per entry
+            if self.available(fr) < q:
+                return False
+        return True
 
     def add_usage_map(self, usage: Usage) -> None:
         for fr, q in usage.items():

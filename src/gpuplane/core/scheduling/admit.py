@@ -82,9 +82,12 @@ class Admission(Preemption, NodePlacement):
         """Why quota an earlier entry took keeps this one out of the cycle, or None when it fits."""
         if any(t.workload.key in victims for t in e.targets):
             return "Workload has overlapping preemption targets with another workload"
-        removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
-        with self.tree.without(removed):
+        if not victims and not e.targets:  # nothing to take out of the tree (most entries)
             fits = e.cq.fits(e.assignment.usage)
+        else:
+            removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
+            with self.tree.without(removed):
+                fits = e.cq.fits(e.assignment.usage)
         return None if fits else "Workload no longer fits after processing another workload"
 
     def _placed(self, e: Entry, mode: int, work: CycleWork) -> bool:
@@ -176,6 +179,8 @@ class Admission(Preemption, NodePlacement):
         )
 
     def _checks_for(self, e: Entry) -> tuple[str, ...]:
+        if not e.cq.spec.admission_checks:  # none apply whatever the flavors (most queues)
+            return ()
         flavors = {c.flavor for ps in e.assignment.pod_sets for c in ps.flavors.values()}
         return self.gate.required(e.cq.spec, flavors)
 

@@ -56,13 +56,14 @@ class Nomination(SchedulerState):
         selector = cq.spec.namespace_selector
         if selector is not None and not selector.matches(labels):
             return Status(Reason.NAMESPACE_MISMATCH, "Workload namespace doesn't match ClusterQueue selector")
-        bad = sorted({r for ps in pending.workload.pod_sets for r in ps.template.limits_below_requests})
-        if bad:
+        pod_sets = pending.workload.pod_sets
+        if any(ps.template.limits_below_requests for ps in pod_sets):
+            bad = sorted({r for ps in pod_sets for r in ps.template.limits_below_requests})
             msg = f"resources validation failed: requests exceed limits for {', '.join(bad)}"
             return Status(Reason.MISCONFIGURED, msg)
         if self.cluster is not None:
             try:
-                for ps in pending.workload.pod_sets:
+                for ps in pod_sets:
                     self._needs.of(ps.template)
             except ValueError as err:
                 return Status(Reason.MISCONFIGURED, str(err))
