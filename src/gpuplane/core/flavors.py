@@ -16,8 +16,8 @@ from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.preemption import PreemptionContext, Preemptor, lowest_subtree_that_fits
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource
-from gpuplane.core.workloads import PendingWorkload, pod_set_requests
-from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor, Workload
+from gpuplane.core.workloads import PendingWorkload
+from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor
 from gpuplane.model.quantity import MAX_BASE_UNITS, format_quantity
 
 # Flavor assignment modes, worst to best.
@@ -156,7 +156,7 @@ class Assignment:
         counts = [ps.count for ps in self.pod_sets]
         if len(counts) < len(pending.workload.pod_sets):
             return out
-        for ps, requests in zip(self.pod_sets, pod_set_requests(pending.workload, counts), strict=True):
+        for ps, requests in zip(self.pod_sets, pending.requests_at(counts), strict=True):
             for res, q in requests.items():
                 if q == 0 or res not in ps.flavors:
                     continue
@@ -200,6 +200,40 @@ def flavor_matches_affinity(flavor: ResourceFlavor, template: PodTemplate) -> bo
     return matched
 
 
+def ineligibility(name: str, flavor: ResourceFlavor, template: PodTemplate) -> str | None:
+    """Why pods of ``template`` may not take the flavor ``name`` (an untolerated taint, labels
+    against their affinity), or None when they may."""
+    if (taint := untolerated_taint(flavor, template)) is not None:
+        return f"untolerated taint {taint} in flavor {name}"
+    if not flavor_matches_affinity(flavor, template):
+        return f"flavor {name} doesn't match node affinity"
+    return None
+
+
+class EligibilityMemo:
+    """:func:`ineligibility` per flavor and template object, asked for every flavor a scan visits.
+
+    Flavors and templates are immutable (frozen dataclasses over read-only mappings), so the
+    answer never changes; the memo keeps both objects, so no other object can take their
+    identity while it is remembered. Past ``size`` entries it starts afresh.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._known: dict[tuple[str, int], tuple[ResourceFlavor, PodTemplate, str | None]] = {}
+
+    def why_not(self, name: str, flavor: ResourceFlavor, template: PodTemplate) -> str | None:
+        key = (name, id(template))
+        known = self._known.get(key)
+        if known is not None and known[0] is flavor and known[1] is template:
+            return known[2]
+        why = ineligibility(name, flavor, template)
+        if len(self._known) >= self.size:
+            self._known.clear()
+        self._known[key] = (flavor, template, why)
+        return why
+
+
 @dataclass(slots=True)
 class _FlavorScan:
     """One resource group's flavor scan so far: every reason a flavor was passed over, the no-fit
@@ -215,9 +249,9 @@ class _FlavorScan:
 class FlavorAssigner:
     """Assigns flavors to one pending workload against one ClusterQueue."""
 
-    __slots__ = ("config", "cq", "flavors", "nominated", "pending", "preemptor", "start")
+    __slots__ = ("config", "cq", "eligibility", "flavors", "nominated", "pending", "preemptor", "start")
 
-    def __init__(  # noqa: PLR0913  the scheduler's flavors, preemptor and config, plus two optional keywords
+    def __init__(  # noqa: PLR0913  the scheduler's flavors, preemptor and config, plus optional keywords
         self,
         pending: PendingWorkload,
         cq: ClusterQueueNode,
@@ -227,6 +261,7 @@ class FlavorAssigner:
         *,
         nominated: list[dict[str, str]] | None = None,
         start: Mapping[tuple[int, str], int] | None = None,
+        eligibility: EligibilityMemo | None = None,
     ) -> None:
         self.pending = pending
         self.cq = cq
@@ -239,13 +274,15 @@ class FlavorAssigner:
         # Kueue's LastAssignment: the scan of each pod set's resource group resumes after the
         # flavor it reached last time (NextFlavorToTryForPodSetResource).
         self.start = start or {}
+        # Which flavors the pod templates may take: the scheduler's memo, kept across nominations.
+        self.eligibility = EligibilityMemo() if eligibility is None else eligibility
 
     def assign(self, counts: list[int] | None = None) -> Assignment:
         wl = self.pending.workload
         if counts is None:
             counts = [ps.count for ps in wl.pod_sets]
         cq = self.cq
-        requests_per_set = quota_requests_per_pod_set(wl, cq, counts)
+        requests_per_set = quota_requests_per_pod_set(self.pending, cq, counts)
         assignment = Assignment()
         for i, ps in enumerate(wl.pod_sets):
             count = counts[i]
@@ -329,13 +366,10 @@ class FlavorAssigner:
             )
             return False
         flavor = self.flavors.get(name)
-        if flavor is None:
-            why = f"flavor {name} not found"
-        elif (taint := untolerated_taint(flavor, template)) is not None:
-            why = f"untolerated taint {taint} in flavor {name}"
-        elif not flavor_matches_affinity(flavor, template):
-            why = f"flavor {name} doesn't match node affinity"
-        else:
+        why = (
+            f"flavor {name} not found" if flavor is None else self.eligibility.why_not(name, flavor, template)
+        )
+        if why is None:
             return True
         scan.reasons.append(why)
         scan.attempt_reasons.append(NO_MATCHING_FLAVOR)
@@ -432,10 +466,13 @@ class FlavorAssigner:
         return G_RECLAIM, borrow_after
 
 
-def quota_requests_per_pod_set(wl: Workload, cq: ClusterQueueNode, counts: list[int]) -> list[dict[str, int]]:
+def quota_requests_per_pod_set(
+    pending: PendingWorkload, cq: ClusterQueueNode, counts: list[int]
+) -> list[dict[str, int]]:
     """What each pod set asks of ``cq``'s quota at ``counts`` pods: its total requests, and its
-    pod count as ``pods`` where the queue's resource groups cover that resource."""
-    totals = pod_set_requests(wl, counts)
+    pod count as ``pods`` where the queue's resource groups cover that resource (shared lists and
+    dicts: read, never changed)."""
+    totals = pending.requests_at(counts)
     if "pods" not in cq.resource_group_of:
         return totals
     return [{**requests, "pods": count} for requests, count in zip(totals, counts, strict=True)]
@@ -456,7 +493,7 @@ def could_take_flavor(
     """
     wl = pending.workload
     counts = [ps.count if ps.min_count is None else min(ps.min_count, ps.count) for ps in wl.pod_sets]
-    for requests in quota_requests_per_pod_set(wl, cq, counts):
+    for requests in quota_requests_per_pod_set(pending, cq, counts):
         uses_flavor = False
         for res, value in requests.items():
             group = cq.group_for(res)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuplane.core.quota import AdmittedWorkload, FlavorResource
 from gpuplane.model import labels as keys
@@ -33,9 +33,23 @@ class PendingWorkload:
     timestamp: float
     sequence: int
     key: str = ""
+    # What pod_set_requests gives at each list of counts asked: the workload is immutable and stays
+    # the same object while it is pending, so its requests never change (see requests_at).
+    _requests: dict[tuple[int, ...], list[dict[str, int]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.key = self.workload.key
+
+    def requests_at(self, counts: list[int]) -> list[dict[str, int]]:
+        """:func:`pod_set_requests` of the workload at ``counts``, remembered (asked by every
+        nomination of the workload). The lists and dicts are shared: callers never change them."""
+        key = tuple(counts)
+        known = self._requests.get(key)
+        if known is None:
+            known = self._requests[key] = pod_set_requests(self.workload, counts)
+        return known
 
     def sort_key(self) -> tuple[int, float, int]:
         return (-self.priority, self.timestamp, self.sequence)

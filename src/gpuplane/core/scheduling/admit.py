@@ -120,7 +120,15 @@ class Admission(Preemption, NodePlacement):
             return False
         if not any(index != -1 for index in progress.values()):
             return False
-        assigner = FlavorAssigner(e.pending, e.cq, self.flavors, self.preemptor, self.config, start=progress)
+        assigner = FlavorAssigner(
+            e.pending,
+            e.cq,
+            self.flavors,
+            self.preemptor,
+            self.config,
+            start=progress,
+            eligibility=self._eligibility,
+        )
         assignment = assigner.assign()
         mode = assignment.mode()
         if mode == NO_FIT:

@@ -89,7 +89,14 @@ class Nomination(SchedulerState):
     ) -> tuple[Assignment, list[Target]]:
         start = None if nominated is not None else self._scan_start(pending.key, cq)
         assigner = FlavorAssigner(
-            pending, cq, self.flavors, self.preemptor, self.config, nominated=nominated, start=start
+            pending,
+            cq,
+            self.flavors,
+            self.preemptor,
+            self.config,
+            nominated=nominated,
+            start=start,
+            eligibility=self._eligibility,
         )
         full = assigner.assign()
         mode = full.mode()

@@ -337,7 +337,7 @@ class Queues(SchedulerState):
         cq = self.tree.queues[pending.cluster_queue]
         if self.gate.required(cq.spec, (flavor_name,)):
             return None
-        (requests,) = quota_requests_per_pod_set(pending.workload, cq, [ps.count])
+        (requests,) = quota_requests_per_pod_set(pending, cq, [ps.count])
         for res, value in requests.items():
             group = cq.group_for(res)
             if group is None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from gpuplane.core.admission_checks import CheckGate, Verdict
 from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.flavors import Assignment
+from gpuplane.core.flavors import Assignment, EligibilityMemo
 from gpuplane.core.gang import Cluster, GangPlacement
 from gpuplane.core.inventory import NeedsMemo
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
@@ -201,6 +201,7 @@ class SchedulerState:
         self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
         self._inactive: dict[str, str | None] = {}  # by ClusterQueue, see Nomination._inactive_reason
         self._needs = NeedsMemo(config.devices)  # each pod template's needs, read once
+        self._eligibility = EligibilityMemo()  # which flavors each pod template may take
         self._sequence = 0
         self.scan: dict[str, ScanProgress] = {}
         # Per root of the cohort tree, admissions and evictions so far (Kueue's
