@@ -159,8 +159,10 @@ def node_height(node: CohortNode) -> int:
 def lowest_subtree_that_fits(cq: ClusterQueueNode, fr: FlavorResource, value: int) -> tuple[int, bool]:
     """Height of the smallest cohort subtree that can hold ``value`` more of ``fr``,
     and whether that subtree is smaller than the whole tree."""
-    if not (cq.borrowing_with(fr, value) and cq.parent is not None):
-        return 0, cq.parent is not None
+    if cq.parent is None:
+        return 0, False
+    if cq.subtree_quota.get(fr, 0) >= cq.usage.get(fr, 0) + value:  # not borrowing: asked by every fit
+        return 0, True
     remaining = value - cq.local_available(fr)
     tracking: CohortNode | None = None
     for node in cq.ancestors():
