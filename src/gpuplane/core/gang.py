@@ -677,10 +677,22 @@ class Cluster:
         allowed = self.eligible_names(ps)
         if self._sliced and not self._sliced.isdisjoint(allowed):
             return False  # a time-sliced node gives whole GPUs as slots
-        free = self._free_whole
         room, wanted = 0, ps.count
+        # Only a node with at least ``whole`` free whole GPUs adds room: under load those are few,
+        # and the buckets by free whole GPUs name them, so walk the buckets where they are fewer
+        # than the eligible nodes (the same sum, in another order).
+        roomy = [(free, names) for free, names in self._buckets.items() if free >= whole and names]
+        if sum(len(names) for _, names in roomy) < len(allowed):
+            for free, names in roomy:
+                for name in names:
+                    if name in allowed:
+                        room += free // whole
+                        if room >= wanted:
+                            return False
+            return True
+        free_whole = self._free_whole
         for name in allowed:
-            room += free[name] // whole
+            room += free_whole[name] // whole
             if room >= wanted:
                 return False
         return True
