@@ -28,6 +28,8 @@ from gpuplane.core.scheduling.state import (
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import Workload
 
+PLAIN_REMEMBERED = 4096  # workloads x flavors whose plain gang is remembered (see Queues._plain_gang)
+
 
 class Queues(SchedulerState):
     """The ClusterQueues' queues and what changes them outside a cycle."""
@@ -328,24 +330,46 @@ class Queues(SchedulerState):
         """``pending``'s one pod set on ``flavor_name``, where its quota there fits without
         preempting; None for several pod sets, partial admission, admission checks on the flavor
         (they may bring the place), or quota that would need a preemption search (its victims'
-        devices would count)."""
+        devices would count). What does not depend on usage is remembered per workload and
+        flavor, for the same workload, queue spec and flavor objects (a wake asks again at every
+        completion while the workload stays parked)."""
+        cq = self.tree.queues[pending.cluster_queue]
+        flavor = self.flavors.get(flavor_name)
+        memo = (pending.key, flavor_name)
+        known = self._plain.get(memo)
+        wl = pending.workload
+        if known is None or known[0] is not wl or known[1] is not cq.spec or known[2] is not flavor:
+            if len(self._plain) >= PLAIN_REMEMBERED:
+                self._plain.clear()
+            known = self._plain[memo] = (wl, cq.spec, flavor, *self._plain_parts(pending, flavor_name))
+        gang, asked = known[3], known[4]
+        if gang is None or any(value > cq.available(fr) for fr, value in asked):
+            return None
+        return gang
+
+    def _plain_parts(
+        self, pending: PendingWorkload, flavor_name: str
+    ) -> tuple[GangPodSet | None, tuple[tuple[FlavorResource, int], ...]]:
+        """:meth:`_plain_gang` less the free-quota test: the pod set on the flavor (None where it
+        cannot be told cheaply) and what it asks of each of the flavor's resources in quota."""
         flavor = self.flavors.get(flavor_name)
         pod_sets = pending.workload.pod_sets
         if flavor is None or len(pod_sets) != 1 or pod_sets[0].min_count is not None:
-            return None
+            return None, ()
         (ps,) = pod_sets
         cq = self.tree.queues[pending.cluster_queue]
         if self.gate.required(cq.spec, (flavor_name,)):
-            return None
+            return None, ()
         (requests,) = quota_requests_per_pod_set(pending, cq, [ps.count])
+        asked: list[tuple[FlavorResource, int]] = []
         for res, value in requests.items():
             group = cq.group_for(res)
             if group is None:
                 continue
-            listed = any(fq.name == flavor_name for fq in group.flavors)
-            if not listed or value > cq.available((flavor_name, res)):
-                return None
-        return GangPodSet(
+            if not any(fq.name == flavor_name for fq in group.flavors):
+                return None, ()
+            asked.append(((flavor_name, res), value))
+        gang = GangPodSet(
             name=ps.name,
             count=ps.count,
             needs=self._needs.of(ps.template),
@@ -354,6 +378,7 @@ class Queues(SchedulerState):
             required_level=ps.required_topology,
             preferred_level=ps.preferred_topology,
         )
+        return gang, tuple(asked)
 
     def _eligible_flavors(self, pending: PendingWorkload) -> frozenset[str]:
         """Every flavor the workload could be assigned in its ClusterQueue: in the resource group of

@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from gpuplane.core.admission_checks import CheckGate, Verdict
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import Assignment, EligibilityMemo
-from gpuplane.core.gang import Cluster, GangPlacement
+from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet
 from gpuplane.core.inventory import NeedsMemo
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
 from gpuplane.core.preemption import Preemptor, Target
-from gpuplane.core.quota import ClusterQueueNode, QuotaTree
+from gpuplane.core.quota import ClusterQueueNode, FlavorResource, QuotaTree
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import CheckStatus
-from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
+from gpuplane.model.objects import ClusterQueue, ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
 # A reference that does not resolve: no LocalQueue, no ClusterQueue (getQueueBlocker).
@@ -110,6 +110,11 @@ class CycleWork:
 
 
 Kind = tuple[int, bool, frozenset[str]]  # (shape, parked for room, eligible flavors)
+# What ``Queues._plain_gang`` remembers: workload, queue spec and flavor read, the pod set on the
+# flavor, and what it asks of each of the flavor's resources in quota.
+PlainGang = tuple[
+    Workload, ClusterQueue, ResourceFlavor | None, GangPodSet | None, tuple[tuple[FlavorResource, int], ...]
+]
 
 
 class Parked(set[str]):
@@ -199,6 +204,9 @@ class SchedulerState:
         self._shapes: dict[str, tuple[Workload, str, int, int]] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
+        # Per workload and flavor, the wake's room bound's parts that do not depend on usage
+        # (see ``Queues._plain_gang``), with the workload, queue spec and flavor they were read for.
+        self._plain: dict[tuple[str, str], PlainGang] = {}
         self._inactive: dict[str, str | None] = {}  # by ClusterQueue, see Nomination._inactive_reason
         self._needs = NeedsMemo(config.devices)  # each pod template's needs, read once
         self._eligibility = EligibilityMemo()  # which flavors each pod template may take
