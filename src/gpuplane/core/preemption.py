@@ -15,6 +15,7 @@ All searches run on the shared :class:`QuotaTree` and restore it before returnin
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -65,11 +66,18 @@ class PreemptionContext:
     usage: Usage
 
 
+CandidateKey = tuple[bool, bool, int, float, float, str]
+
+
 @dataclass(slots=True)
 class _Candidate:
     workload: AdmittedWorkload
     lca: CohortNode | None
     variant: int
+    key: CandidateKey  # its place in Kueue's order (candidate_key)
+
+
+_CANDIDATE_KEY = operator.attrgetter("key")
 
 
 def candidate_order(
@@ -101,11 +109,11 @@ def candidate_order(
 
 def candidate_key(
     preemptor_cq: str, now: float, checkpoint_aware: bool = False
-) -> Callable[[AdmittedWorkload], tuple[bool, bool, int, float, float, str]]:
+) -> Callable[[AdmittedWorkload], CandidateKey]:
     """The order of :func:`candidate_order` as a sort key: one key per candidate instead of a
     comparison per pair, which matters when a preemption search sorts thousands of them."""
 
-    def key(wl: AdmittedWorkload) -> tuple[bool, bool, int, float, float, str]:
+    def key(wl: AdmittedWorkload) -> CandidateKey:
         risk = wl.work_at_risk(now) if checkpoint_aware else 0.0
         return (not wl.evicted, wl.cluster_queue == preemptor_cq, wl.priority, risk, -wl.reserved_at, wl.uid)
 
@@ -194,15 +202,22 @@ class Preemptor:
     _cache: dict[tuple[object, ...], list[Target]] = field(default_factory=dict)
     # Searches for one flavor-resource that the necessary condition ended (see _found_no_room).
     _no_room: set[tuple[str, str, FlavorResource, int]] = field(default_factory=set)
+    # Ordered candidates of classical searches (see _candidates).
+    _ordered: dict[tuple[object, ...], tuple[list[_Candidate], tuple[bool, ...]]] = field(
+        default_factory=dict
+    )
 
     def clear_cache(self) -> None:
         """Forget memoised searches; call whenever the tree changes for real."""
         self._cache.clear()
         self._no_room.clear()
+        self._ordered.clear()
 
     def forget_no_room(self) -> None:
-        """Forget which searches found no room; call before the tree holds a cycle's reservations."""
+        """Forget which searches found no room, and their candidates; call before the tree holds
+        a cycle's reservations."""
         self._no_room.clear()
+        self._ordered.clear()
 
     def get_targets(self, ctx: PreemptionContext) -> list[Target]:
         key = (ctx.preemptor.key, ctx.cq.name, ctx.frs, tuple(sorted(ctx.usage.items())))
@@ -245,42 +260,48 @@ class Preemptor:
 
     # --- classical ----------------------------------------------------------
 
-    def _classify(self, ctx: PreemptionContext, wl: AdmittedWorkload, advantage: bool) -> int:
-        policy = ctx.cq.spec.preemption
-        same_cq = wl.cluster_queue == ctx.cq.name
-        rule = policy.within_cluster_queue if same_cq else policy.reclaim_within_cohort
-        if (
-            not uses_resources(wl, ctx.frs)
-            or self._protected(wl)
-            or not satisfies_policy(rule, ctx.preemptor, wl)
-        ):
-            return NEVER
-        if same_cq:
-            return WITHIN_CQ
-        if advantage:
-            return HIERARCHICAL_RECLAIM
-        threshold = policy.max_priority_threshold
-        if (
-            policy.borrow_within_cohort == "Never"
-            or wl.priority >= ctx.preemptor.priority
-            or (threshold is not None and wl.priority > threshold)
-        ):
-            return RECLAIM_WITHOUT_BORROWING
-        return RECLAIM_WHILE_BORROWING
-
     def _from_cq(
         self, ctx: PreemptionContext, cq: ClusterQueueNode, lca: CohortNode | None, advantage: bool
     ) -> list[_Candidate]:
+        """The candidates among ``cq``'s workloads, each with its variant and sort key.
+
+        Every workload of ``cq`` has ``cq`` as its ClusterQueue, so whether it is the
+        preemptor's queue, which policy rule applies and the variant of a workload within
+        the queue or reclaimed with advantage are the queue's, worked out once here
+        rather than per workload; the sort key is :func:`candidate_key`'s.
+        """
         out: list[_Candidate] = []
         if not cq.active:
             return out
-        frs = ctx.frs
+        frs, preemptor, now = ctx.frs, ctx.preemptor, self.now
+        policy = ctx.cq.spec.preemption
+        same_cq = cq.name == ctx.cq.name
+        rule = policy.within_cluster_queue if same_cq else policy.reclaim_within_cohort
+        fixed = WITHIN_CQ if same_cq else HIERARCHICAL_RECLAIM if advantage else NEVER
+        threshold = policy.max_priority_threshold
+        bwc_never = policy.borrow_within_cohort == "Never"
+        limit = self.config.min_runtime_seconds
+        checkpoint_aware = self.config.checkpoint_aware
         for wl in cq.workloads.values():
-            if frs.isdisjoint(wl.flavors):
-                continue  # uses none of the resources: never a candidate (as _classify says)
-            variant = self._classify(ctx, wl, advantage)
-            if variant != NEVER:
-                out.append(_Candidate(wl, lca, variant))
+            if (
+                frs.isdisjoint(wl.flavors)  # uses none of the resources
+                or (limit > 0 and now - wl.reserved_at < limit)  # _protected
+                or not satisfies_policy(rule, preemptor, wl)
+            ):
+                continue
+            variant = fixed
+            if variant == NEVER:
+                if (
+                    bwc_never
+                    or wl.priority >= preemptor.priority
+                    or (threshold is not None and wl.priority > threshold)
+                ):
+                    variant = RECLAIM_WITHOUT_BORROWING
+                else:
+                    variant = RECLAIM_WHILE_BORROWING
+            risk = wl.work_at_risk(now) if checkpoint_aware else 0.0
+            key = (not wl.evicted, same_cq, wl.priority, risk, -wl.reserved_at, wl.uid)
+            out.append(_Candidate(wl, lca, variant, key))
         return out
 
     def _collect_subtree(  # noqa: PLR0913, PLR0917 - mirrors the recursive walk's state, kept explicit
@@ -302,23 +323,33 @@ class Preemptor:
             if not child_cq.within_nominal(ctx.frs):
                 result.extend(self._from_cq(ctx, child_cq, subtree_root, advantage))
 
+    @staticmethod
+    def _advantage_level(ctx: PreemptionContext) -> int:
+        """How many of the queue's ancestors, from its parent up, the hierarchical walk visits
+        before it has the advantage of fitting within a subtree's quota (all of them: never)."""
+        advantage, remaining = quantities_fit_in_quota(ctx.cq, ctx.usage)
+        level = 0
+        for current in ctx.cq.ancestors():
+            if advantage:
+                break
+            advantage, remaining = quantities_fit_in_quota(current, remaining)
+            level += 1
+        return level
+
     def _hierarchical_candidates(
-        self, ctx: PreemptionContext, want_priority: bool
+        self, ctx: PreemptionContext, want_priority: bool, level: int
     ) -> tuple[list[_Candidate], list[_Candidate]]:
         hierarchy: list[_Candidate] = []
         priority: list[_Candidate] = []
         cq = ctx.cq
         if cq.parent is None or cq.spec.preemption.reclaim_within_cohort == "Never":
             return hierarchy, priority
-        advantage, remaining = quantities_fit_in_quota(cq, ctx.usage)
         previous: CohortNode | None = None
-        for current in cq.ancestors():
-            if advantage:
+        for depth, current in enumerate(cq.ancestors()):
+            if depth >= level:
                 self._collect_subtree(ctx, current, current, previous, True, hierarchy)
             elif want_priority:
                 self._collect_subtree(ctx, current, current, previous, False, priority)
-            fits, remaining = quantities_fit_in_quota(current, remaining)
-            advantage = advantage or fits
             previous = current
         return hierarchy, priority
 
@@ -446,9 +477,22 @@ class Preemptor:
             self._no_room.add(key)
         return False
 
-    def _classical_targets(self, ctx: PreemptionContext) -> list[Target]:
-        if self._found_no_room(ctx) is not None:
-            return []
+    def _candidates(self, ctx: PreemptionContext) -> tuple[list[_Candidate], tuple[bool, ...]]:
+        """The ordered candidates and the attempts (with borrowing or not) of a classical search.
+
+        They depend on the request only through its flavor-resources and the level at which
+        the hierarchical walk gains its advantage (the rest reads the tree, the preemptor and
+        the time), so they are memoised on those until the tree changes: the search for the
+        whole assignment then reuses the candidates of the flavor assignment's search for its
+        flavor-resource alone, as do the searches of partial admission. The order is total
+        (it ends with the UID), so it does not depend on the order in which the queues hold
+        their workloads, which searches change as they remove and restore them.
+        """
+        level = self._advantage_level(ctx)
+        key = (ctx.preemptor.key, ctx.cq.name, ctx.frs, level)
+        known = self._ordered.get(key)
+        if known is not None:
+            return known
         policy = ctx.cq.spec.preemption
         bwc_forbidden = policy.borrow_within_cohort == "Never"
         under_nominal = queue_under_nominal(ctx)
@@ -458,19 +502,26 @@ class Preemptor:
         same_queue: list[_Candidate] = []
         if policy.within_cluster_queue != "Never":
             same_queue = self._from_cq(ctx, ctx.cq, None, False)
-        hierarchy, priority = self._hierarchical_candidates(ctx, want_priority)
+        hierarchy, priority = self._hierarchical_candidates(ctx, want_priority, level)
         no_other_queues = not hierarchy and not priority
+        attempts: tuple[bool, ...]
         if no_other_queues or (bwc_forbidden and not under_nominal):
-            attempts = [True]
+            attempts = (True,)
         elif bwc_forbidden and not hierarchy:
-            attempts = [False, True]
+            attempts = (False, True)
         else:
-            attempts = [True, False]
-        order = candidate_key(ctx.cq.name, self.now, self.config.checkpoint_aware)
+            attempts = (True, False)
         ordered: list[_Candidate] = []
-        groups = [sorted(g, key=lambda c: order(c.workload)) for g in (hierarchy, priority, same_queue)]
+        groups = [sorted(g, key=_CANDIDATE_KEY) for g in (hierarchy, priority, same_queue)]
         ordered += [c for g in groups for c in g if c.workload.evicted]
         ordered += [c for g in groups for c in g if not c.workload.evicted]
+        self._ordered[key] = ordered, attempts
+        return ordered, attempts
+
+    def _classical_targets(self, ctx: PreemptionContext) -> list[Target]:
+        if self._found_no_room(ctx) is not None:
+            return []
+        ordered, attempts = self._candidates(ctx)
         for borrow in attempts:
             targets: list[Target] = []
             for cand in ordered:
