@@ -268,7 +268,10 @@ class Preemptor:
         Every workload of ``cq`` has ``cq`` as its ClusterQueue, so whether it is the
         preemptor's queue, which policy rule applies and the variant of a workload within
         the queue or reclaimed with advantage are the queue's, worked out once here
-        rather than per workload; the sort key is :func:`candidate_key`'s.
+        rather than per workload; the sort key is :func:`candidate_key`'s, with
+        :meth:`AdmittedWorkload.work_at_risk` written out (the same expression). A request
+        for one flavor-resource (the flavor assignment's) asks whether the workload holds it,
+        which is what ``isdisjoint`` answers, without the call.
         """
         out: list[_Candidate] = []
         if not cq.active:
@@ -282,24 +285,33 @@ class Preemptor:
         bwc_never = policy.borrow_within_cohort == "Never"
         limit = self.config.min_runtime_seconds
         checkpoint_aware = self.config.checkpoint_aware
-        for wl in cq.workloads.values():
-            if (
-                frs.isdisjoint(wl.flavors)  # uses none of the resources
-                or (limit > 0 and now - wl.reserved_at < limit)  # _protected
-                or not satisfies_policy(rule, preemptor, wl)
-            ):
+        # Those using any of the resources: the others are never candidates.
+        if len(frs) == 1:
+            (only,) = frs
+            users = [wl for wl in cq.workloads.values() if only in wl.flavors]
+        else:
+            users = [wl for wl in cq.workloads.values() if not frs.isdisjoint(wl.flavors)]
+        preemptor_priority = preemptor.priority
+        for wl in users:
+            if limit > 0 and now - wl.reserved_at < limit:
+                continue  # too young to preempt (_protected)
+            if not satisfies_policy(rule, preemptor, wl):
                 continue
             variant = fixed
             if variant == NEVER:
                 if (
                     bwc_never
-                    or wl.priority >= preemptor.priority
+                    or wl.priority >= preemptor_priority
                     or (threshold is not None and wl.priority > threshold)
                 ):
                     variant = RECLAIM_WITHOUT_BORROWING
                 else:
                     variant = RECLAIM_WHILE_BORROWING
-            risk = wl.work_at_risk(now) if checkpoint_aware else 0.0
+            risk = 0.0
+            if checkpoint_aware:
+                checkpoint = wl.last_checkpoint
+                since = wl.reserved_at if checkpoint is None else max(wl.reserved_at, checkpoint)
+                risk = max(0.0, now - since)
             key = (not wl.evicted, same_cq, wl.priority, risk, -wl.reserved_at, wl.uid)
             out.append(_Candidate(wl, lca, variant, key))
         return out
@@ -518,7 +530,38 @@ class Preemptor:
         self._ordered[key] = ordered, attempts
         return ordered, attempts
 
+    def _alone(self, ctx: PreemptionContext) -> PreemptionContext | None:
+        """The search for the request's one flavor-resource needing preemption alone, where it
+        must find the same targets as the whole request's search, or None.
+
+        The search for a whole assignment asks for that flavor-resource, at the amount the
+        flavor assignment's own search asked, plus resources that need no preemption. When
+        each of those fits now without borrowing, it still does at every step of the search
+        (the search only takes workloads away from the tree, or puts back what it took, and
+        headroom only grows, borrowing only shrinks, as usage falls), so both searches ask the
+        same of every fit. When the walk gains its advantage at the same level for both, they
+        have the same candidates in the same order (see :meth:`_candidates`), and so the same
+        targets: the flavor assignment's search, memoised, answers.
+        """
+        if len(ctx.frs) != 1 or len(ctx.usage) == 1:
+            return None
+        (fr,) = ctx.frs
+        value = ctx.usage.get(fr)
+        if value is None:
+            return None
+        cq = ctx.cq
+        for other, amount in ctx.usage.items():
+            if other != fr and (amount > cq.available(other) or cq.borrowing_with(other, amount)):
+                return None
+        alone = PreemptionContext(ctx.preemptor, cq, ctx.frs, {fr: value})
+        if self._advantage_level(alone) != self._advantage_level(ctx):
+            return None
+        return alone
+
     def _classical_targets(self, ctx: PreemptionContext) -> list[Target]:
+        alone = self._alone(ctx)
+        if alone is not None:
+            return self.get_targets(alone)
         if self._found_no_room(ctx) is not None:
             return []
         ordered, attempts = self._candidates(ctx)
