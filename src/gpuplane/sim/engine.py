@@ -185,6 +185,36 @@ class RuntimeHistory:
         return job.expected if curve is None else curve.mean
 
 
+class _Classes:
+    """What one prediction asks of :class:`RuntimeHistory`, asked once per class.
+
+    A prediction of a whole-node gang asks each class's curve and expected runtime for every job
+    of it on the gang's nodes and in its queue. Nothing finishes during a prediction, so every
+    ask after a class's first returns what the first did (that one still relearns the curve when
+    it is due, as before)."""
+
+    def __init__(self, runtimes: RuntimeHistory) -> None:
+        self.runtimes = runtimes
+        self.curves: dict[str, RuntimeCurve | None] = {}
+        self.means: dict[str, float | None] = {}
+
+    def curve(self, klass: str) -> RuntimeCurve | None:
+        try:
+            return self.curves[klass]
+        except KeyError:
+            curve = self.curves[klass] = self.runtimes.curve(klass)
+            return curve
+
+    def expected(self, job: Job) -> float:
+        klass = job.klass
+        try:
+            mean = self.means[klass]
+        except KeyError:
+            curve = self.curve(klass)
+            mean = self.means[klass] = None if curve is None else curve.mean
+        return job.expected if mean is None else mean
+
+
 LEARN_AFTER = 20  # finished runs of a class before its curve replaces the declared class mean
 RELEARN = 1.05  # relearn a class's curve when its finished runs grew by 5 %
 GroupKey = tuple[frozenset[str], str, int, float]  # (pools, team, priority, what one pod asks)
@@ -808,24 +838,26 @@ class Engine:
             heapq.heappush(due, (last + period, job_id, gen))
             yield job, last
 
-    def expected_end(self, run: JobRun, now: float) -> float:
+    def expected_end(self, run: JobRun, now: float, classes: _Classes | None = None) -> float:
         """When a running job is expected to end: its age on its class's runtime curve (the mean
         of what is left), or its expected end taken at start. Past that end, or older than any
         run of its class seen (the curve has nothing left), the class's expected runtime from
-        now: it has not ended, and nothing says how much longer it runs."""
-        curve = self.runtimes.curve(run.job.klass)
+        now: it has not ended, and nothing says how much longer it runs. ``classes``: what one
+        prediction asked of the runtimes already."""
+        runtimes = self.runtimes if classes is None else classes
+        curve = runtimes.curve(run.job.klass)
         if curve is None or run.running_since is None:
             end = run.expected_end
-            return end if end > now else now + self.runtimes.expected(run.job)
+            return end if end > now else now + runtimes.expected(run.job)
         left = curve.remaining(now - run.running_since + run.progress)
-        return now + (left if left > 0 else self.runtimes.expected(run.job))
+        return now + (left if left > 0 else runtimes.expected(run.job))
 
-    def likely_end(self, run: JobRun, now: float) -> float | None:
+    def likely_end(self, run: JobRun, now: float, classes: _Classes | None = None) -> float | None:
         """A running job's end drawn from its class's curve given its age, at the job's own point
         of a van der Corput sequence (so the running jobs' ends spread as the curve says, the
         first ones much earlier than any mean); ``None`` past the longest run seen. Without a
-        curve, its expected end."""
-        curve = self.runtimes.curve(run.job.klass)
+        curve, its expected end. ``classes``: what one prediction asked of the runtimes already."""
+        curve = (self.runtimes if classes is None else classes).curve(run.job.klass)
         if curve is None or run.running_since is None:
             return max(now, run.expected_end)
         left = curve.remaining_at(now - run.running_since + run.progress, van_der_corput(run.job.id + 1))
@@ -887,30 +919,37 @@ class Engine:
         pools = tuple(p for p in capacity.pools if p in nodes)
         free: dict[str, int] = {}
         releases: list[NodeFree] = []
+        runs = self.runs
+        down = self.node_down_since
+        node_gpus = self.model.node_gpus
+        classes = _Classes(self.runtimes)  # each class's runtimes, asked once for the whole prediction
         for pool, on_nodes in nodes.items():
             for node, ids in on_nodes:
-                if node in self.node_down_since:
+                if node in down:
                     continue
-                holders = [h for i in ids if (h := self.runs.get(i)) is not None and h.priority >= floor]
-                whole = next((h for h in holders if h.per_pod >= self.model.node_gpus(node)), None)
+                holders = [h for i in ids if (h := runs.get(i)) is not None and h.priority >= floor]
+                if not holders:
+                    free[pool] = free.get(pool, 0) + 1
+                    continue
+                size = node_gpus(node)
+                whole = next((h for h in holders if h.per_pod >= size), None)
                 if whole is not None:
-                    end = self.likely_end(whole, now)
+                    end = self.likely_end(whole, now, classes)
                     if end is not None:
                         releases.append(NodeFree(end, pool, whole.job.team, whole.per_pod))
-                elif holders:
-                    releases.append(NodeFree(max(self.expected_end(h, now) for h in holders), pool))
                 else:
-                    free[pool] = free.get(pool, 0) + 1
+                    last = max(self.expected_end(h, now, classes) for h in holders)
+                    releases.append(NodeFree(last, pool))
         mine = self.book.sequence_of(run)
         queued = [
-            self._gang(other, key[1], tuple(p for p in pools if p in key[0]), seq)
+            self._gang(other, key[1], tuple(p for p in pools if p in key[0]), seq, classes)
             for other, key, seq in self.book.gangs(run.pools, run.per_pod, floor, mine)
         ]
         usage: dict[tuple[str, str], float] = {}
         for (pool, owner, priority), amount in self.book.held.items():
             if priority >= floor and pool in nodes:
                 usage[(owner, pool)] = usage.get((owner, pool), 0.0) + amount
-        asked = self._gang(run, run.job.team, pools, mine)
+        asked = self._gang(run, run.job.team, pools, mine, classes)
         world = NodeReplay(
             free=free,
             releases=releases,
@@ -922,9 +961,9 @@ class Engine:
         )
         return gang_start(now, asked, world)
 
-    def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float) -> Gang:
+    def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float, classes: _Classes) -> Gang:
         """A queued whole-node job as the node replay sees it."""
-        expected = self.runtimes.expected(run.job)
-        curve = self.runtimes.curve(run.job.klass) if run.progress == 0 else None
+        expected = classes.expected(run.job)
+        curve = classes.curve(run.job.klass) if run.progress == 0 else None
         duration = max(run.job.startup, expected - run.progress)
         return Gang(queue, pools, run.job.pods, run.priority, order, duration, curve)
