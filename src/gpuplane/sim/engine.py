@@ -185,8 +185,9 @@ class RuntimeHistory:
         return job.expected if curve is None else curve.mean
 
 
-class _Classes:
-    """What one prediction asks of :class:`RuntimeHistory`, asked once per class.
+class _Classes(dict[str, RuntimeCurve | None]):
+    """What one prediction asks of :class:`RuntimeHistory`, asked once per class: by class, its
+    curve (``classes[klass]``), and :meth:`expected`.
 
     A prediction of a whole-node gang asks each class's curve and expected runtime for every job
     of it on the gang's nodes and in its queue. Nothing finishes during a prediction, so every
@@ -194,23 +195,20 @@ class _Classes:
     it is due, as before)."""
 
     def __init__(self, runtimes: RuntimeHistory) -> None:
+        super().__init__()
         self.runtimes = runtimes
-        self.curves: dict[str, RuntimeCurve | None] = {}
         self.means: dict[str, float | None] = {}
 
-    def curve(self, klass: str) -> RuntimeCurve | None:
-        try:
-            return self.curves[klass]
-        except KeyError:
-            curve = self.curves[klass] = self.runtimes.curve(klass)
-            return curve
+    def __missing__(self, klass: str) -> RuntimeCurve | None:
+        curve = self[klass] = self.runtimes.curve(klass)
+        return curve
 
     def expected(self, job: Job) -> float:
         klass = job.klass
         try:
             mean = self.means[klass]
         except KeyError:
-            curve = self.curve(klass)
+            curve = self[klass]
             mean = self.means[klass] = None if curve is None else curve.mean
         return job.expected if mean is None else mean
 
@@ -845,7 +843,7 @@ class Engine:
         now: it has not ended, and nothing says how much longer it runs. ``classes``: what one
         prediction asked of the runtimes already."""
         runtimes = self.runtimes if classes is None else classes
-        curve = runtimes.curve(run.job.klass)
+        curve = self.runtimes.curve(run.job.klass) if classes is None else classes[run.job.klass]
         if curve is None or run.running_since is None:
             end = run.expected_end
             return end if end > now else now + runtimes.expected(run.job)
@@ -857,7 +855,7 @@ class Engine:
         of a van der Corput sequence (so the running jobs' ends spread as the curve says, the
         first ones much earlier than any mean); ``None`` past the longest run seen. Without a
         curve, its expected end. ``classes``: what one prediction asked of the runtimes already."""
-        curve = (self.runtimes if classes is None else classes).curve(run.job.klass)
+        curve = self.runtimes.curve(run.job.klass) if classes is None else classes[run.job.klass]
         if curve is None or run.running_since is None:
             return max(now, run.expected_end)
         left = curve.remaining_at(now - run.running_since + run.progress, van_der_corput(run.job.id + 1))
@@ -927,19 +925,26 @@ class Engine:
             for node, ids in on_nodes:
                 if node in down:
                     continue
-                holders = [h for i in ids if (h := runs.get(i)) is not None and h.priority >= floor]
-                if not holders:
-                    free[pool] = free.get(pool, 0) + 1
-                    continue
                 size = node_gpus(node)
-                whole = next((h for h in holders if h.per_pod >= size), None)
+                holders: list[JobRun] = []  # those before the first whole-node one, if any
+                whole = None
+                for i in ids:
+                    h = runs.get(i)
+                    if h is None or h.priority < floor:
+                        continue
+                    if h.per_pod >= size:
+                        whole = h
+                        break
+                    holders.append(h)
                 if whole is not None:
                     end = self.likely_end(whole, now, classes)
                     if end is not None:
                         releases.append(NodeFree(end, pool, whole.job.team, whole.per_pod))
-                else:
-                    last = max(self.expected_end(h, now, classes) for h in holders)
+                elif holders:
+                    last = max([self.expected_end(h, now, classes) for h in holders])
                     releases.append(NodeFree(last, pool))
+                else:
+                    free[pool] = free.get(pool, 0) + 1
         mine = self.book.sequence_of(run)
         queued = [
             self._gang(other, key[1], tuple(p for p in pools if p in key[0]), seq, classes)
@@ -964,6 +969,6 @@ class Engine:
     def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float, classes: _Classes) -> Gang:
         """A queued whole-node job as the node replay sees it."""
         expected = classes.expected(run.job)
-        curve = classes.curve(run.job.klass) if run.progress == 0 else None
+        curve = classes[run.job.klass] if run.progress == 0 else None
         duration = max(run.job.startup, expected - run.progress)
         return Gang(queue, pools, run.job.pods, run.priority, order, duration, curve)
