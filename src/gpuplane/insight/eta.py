@@ -610,9 +610,11 @@ class _GangReplay:
     def could_start(self, gang: Gang) -> bool:
         """Whether ``gang`` fits the free nodes of one of its pools or could reclaim some: the
         scheduler wakes a parked gang only then (``Queues._still_short`` in the core)."""
-        return any(self.free.get(p, 0) >= gang.nodes for p in gang.pools) or (
-            self._reclaim_plan(gang) is not None
-        )
+        free = self.free
+        for pool in gang.pools:
+            if free.get(pool, 0) >= gang.nodes:
+                return True
+        return self._reclaim_plan(gang) is not None
 
     def cycles(self, asked: Gang, t: float) -> bool:
         """The scheduler's cycles at ``t``: each queue's first gang not tried yet that could start
@@ -720,10 +722,15 @@ def gang_start(
         state.last_order = max(state.last_order, gang.order)
     state.queues.setdefault(asked.queue, []).append(asked)
     state.last_order = max(state.last_order, asked.order)
-    nodes = sum(world.free.values())
+    nodes = sum(world.free.values()) + len(world.releases)
+    # As many holds as releases, heaped at once: each key in ``held`` is new, so the heap's
+    # entries are all different and come off in the same order as pushed one by one.
     for node in world.releases:
-        state.hold(_Held(max(now, node.end), node.pool, node.queue, 1, node.amount))
-        nodes += 1
+        freeing = _Held(max(now, node.end), node.pool, node.queue, 1, node.amount)
+        state.holds += 1
+        state.held[state.holds] = freeing
+        state.ends.append((freeing.end, state.holds))
+    heapq.heapify(state.ends)
     t = now
     if starts is not None:
         state.starts = starts
