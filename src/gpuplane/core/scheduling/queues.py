@@ -190,16 +190,23 @@ class Queues(SchedulerState):
         """What a settled wake reads of a workload being parked (see :class:`Parked`): its shape,
         whether its reason is room on the nodes, and the flavors it could be assigned; None
         where the wake must look at the workload itself (no shape, or another reason)."""
-        status = self.status.get(pending.key)
-        if status is None:
-            return None
-        for_room = status.reason in (Reason.FRAGMENTED, Reason.WAITING_FOR_GANG_CAPACITY)
-        if status.reason != Reason.WAITING_FOR_QUOTA and not for_room:
+        for_room = self._parked_for_room(pending)
+        if for_room is None:
             return None
         shape = self._shape(pending)
         if shape is None:
             return None
         return (shape, for_room, self._eligible_flavors(pending))
+
+    def _parked_for_room(self, pending: PendingWorkload) -> bool | None:
+        """Whether ``pending`` waits for room on the nodes (True) or for quota (False), by its last
+        reason; None for any other reason, or none: the wake's bounds say nothing then."""
+        status = self.status.get(pending.key)
+        if status is None:
+            return None
+        if status.reason in (Reason.FRAGMENTED, Reason.WAITING_FOR_GANG_CAPACITY):
+            return True
+        return False if status.reason == Reason.WAITING_FOR_QUOTA else None
 
     def _unpark_cohort(
         self, cq_name: str, freed: frozenset[FlavorResource] | None = None, *, settled: bool = False
@@ -292,11 +299,8 @@ class Queues(SchedulerState):
         on any of the ``freed`` flavors (see :meth:`_unpark_cohort`). ``verdicts`` keeps, for one
         state of the quota tree and the nodes, the answer per shape (what a nomination reads of
         a workload, :meth:`_shape`, and so all the bounds read), last reason and flavor."""
-        status = self.status.get(pending.key)
-        if status is None:
-            return False
-        for_room = status.reason in (Reason.FRAGMENTED, Reason.WAITING_FOR_GANG_CAPACITY)
-        if status.reason != Reason.WAITING_FOR_QUOTA and not for_room:
+        for_room = self._parked_for_room(pending)
+        if for_room is None:
             return False
         shape = self._shape(pending)
         for flavor in freed:
