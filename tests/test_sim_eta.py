@@ -499,39 +499,3 @@ def test_remaining_at_a_level_given_the_age() -> None:
     assert curve.remaining_at(15.0, 0.5) == 15.0
     assert curve.remaining_at(0.0, 0.2) == 10.0
     assert curve.remaining_at(15.0, 0.9) is None  # one in four that reached 15 s lasts past 50 s
-
-
-@pytest.mark.parametrize(
-    ("overdue_end", "want"),
-    [
-        # As kept: job 1 was expected to end at 100 and is still running at 200; the replay took
-        # it as ending at once, so the job the scheduler just tried started at once too.
-        (None, 200.0),
-        # Its end expected now (for example its class's runtime again, from now): the first
-        # round after the try is then, not now.
-        (500.0, 500.0),
-    ],
-)
-def test_a_tried_job_waits_for_the_end_expected_now_of_work_past_its_expected_end(
-    overdue_end: float | None, want: float
-) -> None:
-    book = engine._Book()
-    book.add_running(_run(1, 1, 8, 100.0))  # holds the whole pool, expected to end at 100
-    capacity = Capacity({"p": 8.0}, queue_limit={"a": 8.0}, preemption=False)
-    asked = _run(2, 1, 8, 50.0)
-    ends = None if overdue_end is None else {1: overdue_end}.__getitem__
-    got = book.estimate(asked, 50.0, capacity, 200.0, tried=True, overdue=ends)
-    assert got == pytest.approx(want)
-
-
-def test_expected_end_of_a_run_past_every_run_of_its_class_is_its_runtime_again() -> None:
-    """A run older than any finished run of its class: the curve has nothing left, so it is
-    expected to run its class's expected runtime again from now (not to end at once)."""
-    eng = engine.Engine.__new__(engine.Engine)
-    eng.runtimes = engine.RuntimeHistory(lambda _klass: iter(()))
-    for seconds in (10.0, 20.0, 30.0, 40.0) * 5:
-        eng.runtimes.record("c", seconds)
-    run = _run(1, 1, 1, 25.0)
-    run.running_since = 0.0
-    assert eng.expected_end(run, 30.0) == pytest.approx(30.0 + 10.0)  # 5 more: the mean of 40 - 30
-    assert eng.expected_end(run, 100.0) == pytest.approx(100.0 + 25.0)  # the class mean again

@@ -219,37 +219,11 @@ GroupKey = tuple[frozenset[str], str, int, float]  # (pools, team, priority, wha
 LISTED_PER_QUEUE = 16  # queued work per team the ETA plays one by one; the rest counts as a backlog
 
 
-def _ends(
-    pool: str,
-    entries: list[tuple[float, int, float, str, int]],
-    floor: int,
-    now: float,
-    overdue: Callable[[int], float] | None,
-) -> Iterator[Running]:
-    """One pool's running work of at least priority ``floor``, in order of expected end.
-
-    The entries are kept by the end expected when each run started; a run already past it
-    (``end`` before ``now``: under heavy-tailed runtimes, many of the running) ends at
-    ``overdue(job)``, its end expected now from its age (:meth:`Engine.expected_end`). Taking
-    them as ending ``now`` instead made a workload the scheduler had just tried, and that found
-    no room, start at once in the replay. Without ``overdue``, the ends are read as kept.
-    """
-    late: list[Running] = []
-    i = 0
-    if overdue is not None:
-        for end, job, amount, owner, priority in entries:
-            if end >= now:
-                break
-            i += 1
-            if priority >= floor:
-                late.append(Running(overdue(job), pool, owner, amount))
-        late.sort(key=_by_end)
-    rest = (
-        Running(end, pool, owner, amount)
-        for end, _, amount, owner, priority in itertools.islice(entries, i, None)
-        if priority >= floor
-    )
-    yield from heapq.merge(late, rest, key=_by_end) if late else rest
+def _ends(pool: str, entries: list[tuple[float, int, float, str, int]], floor: int) -> Iterator[Running]:
+    """One pool's running work of at least priority ``floor``, in order of expected end."""
+    for end, _, amount, owner, priority in entries:
+        if priority >= floor:
+            yield Running(end, pool, owner, amount)
 
 
 def _by_end(running: Running) -> float:
@@ -351,15 +325,8 @@ class _Book:
             order = self.pool_order[pools] = tuple(p for p in capacity.pools if p in pools)
         return order
 
-    def estimate(  # noqa: PLR0913 - keyword-only: tried, and the overdue runs' ends
-        self,
-        run: JobRun,
-        expected: float,
-        capacity: Capacity,
-        now: float,
-        *,
-        tried: bool = False,
-        overdue: Callable[[int], float] | None = None,
+    def estimate(
+        self, run: JobRun, expected: float, capacity: Capacity, now: float, *, tried: bool = False
     ) -> float | None:
         """The ETA of ``run``, queued behind everything queued before it (``tried``: the scheduler
         tried it at ``now`` and it did not start, see :func:`gpuplane.insight.eta.replay_start`).
@@ -388,9 +355,7 @@ class _Book:
         )
         # With nothing else queued (most pending arrivals, below saturation) nothing is ahead.
         ahead, backlog = self._ahead(run, floor, capacity) if len(self.queued) > 1 else ([], 0.0)
-        streams = [
-            _ends(p, entries, floor, now, overdue) for p in capacity.pools if (entries := self.running.get(p))
-        ]
+        streams = [_ends(p, entries, floor) for p in capacity.pools if (entries := self.running.get(p))]
         releases = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_by_end)
         return replay_start(
             now,
@@ -838,17 +803,12 @@ class Engine:
 
     def expected_end(self, run: JobRun, now: float, classes: _Classes | None = None) -> float:
         """When a running job is expected to end: its age on its class's runtime curve (the mean
-        of what is left), or its expected end taken at start. Past that end, or older than any
-        run of its class seen (the curve has nothing left), the class's expected runtime from
-        now: it has not ended, and nothing says how much longer it runs. ``classes``: what one
-        prediction asked of the runtimes already."""
-        runtimes = self.runtimes if classes is None else classes
+        of what is left), or its expected end taken at start; never before ``now``. ``classes``:
+        what one prediction asked of the runtimes already."""
         curve = self.runtimes.curve(run.job.klass) if classes is None else classes[run.job.klass]
         if curve is None or run.running_since is None:
-            end = run.expected_end
-            return end if end > now else now + runtimes.expected(run.job)
-        left = curve.remaining(now - run.running_since + run.progress)
-        return now + (left if left > 0 else runtimes.expected(run.job))
+            return max(now, run.expected_end)
+        return now + curve.remaining(now - run.running_since + run.progress)
 
     def likely_end(self, run: JobRun, now: float, classes: _Classes | None = None) -> float | None:
         """A running job's end drawn from its class's curve given its age, at the job's own point
@@ -891,14 +851,7 @@ class Engine:
         nodes = self.model.whole_nodes(run.job)
         if nodes:
             return self.predict_gang(run, nodes, capacity, now)
-        return self.book.estimate(
-            run,
-            self.runtimes.expected(run.job),
-            capacity,
-            now,
-            tried=tried,
-            overdue=lambda job: self.expected_end(self.runs[job], now),
-        )
+        return self.book.estimate(run, self.runtimes.expected(run.job), capacity, now, tried=tried)
 
     def predict_gang(
         self, run: JobRun, nodes: dict[str, list[tuple[str, list[int]]]], capacity: Capacity, now: float
