@@ -268,8 +268,7 @@ class Preemptor:
         Every workload of ``cq`` has ``cq`` as its ClusterQueue, so whether it is the
         preemptor's queue, which policy rule applies and the variant of a workload within
         the queue or reclaimed with advantage are the queue's, worked out once here
-        rather than per workload; the sort key is :func:`candidate_key`'s, with
-        :meth:`AdmittedWorkload.work_at_risk` written out (the same expression). A request
+        rather than per workload; the sort key is :func:`candidate_key`'s. A request
         for one flavor-resource (the flavor assignment's) asks whether the workload holds it,
         which is what ``isdisjoint`` answers, without the call.
         """
@@ -307,11 +306,7 @@ class Preemptor:
                     variant = RECLAIM_WITHOUT_BORROWING
                 else:
                     variant = RECLAIM_WHILE_BORROWING
-            risk = 0.0
-            if checkpoint_aware:
-                checkpoint = wl.last_checkpoint
-                since = wl.reserved_at if checkpoint is None else max(wl.reserved_at, checkpoint)
-                risk = max(0.0, now - since)
+            risk = wl.work_at_risk(now) if checkpoint_aware else 0.0
             key = (not wl.evicted, same_cq, wl.priority, risk, -wl.reserved_at, wl.uid)
             out.append(_Candidate(wl, lca, variant, key))
         return out
