@@ -84,9 +84,7 @@ class QuotaNode:
             parent_available = min(
                 stored_in_parent - used_in_parent + quota.borrowing_limit, parent_available
             )
-        # local_available written out (asked for every node on every quota question)
-        free = (self.local_quota(fr) if self.lends_partly else 0) - used
-        return (free if free > 0 else 0) + parent_available
+        return self.local_available(fr) + parent_available
 
     def potential_available(self, fr: FlavorResource) -> int:
         """The most this node could ever use of ``fr``, ignoring current usage. It reads quotas
@@ -135,7 +133,7 @@ class QuotaNode:
         node: QuotaNode = self
         while True:
             used = node.usage.get(fr, 0)
-            stored_in_parent = used - (node.local_quota(fr) if node.lends_partly else 0)
+            stored_in_parent = used - node.local_quota(fr)
             node.usage[fr] = used - value
             parent = node.parent
             if stored_in_parent <= 0 or parent is None:

@@ -196,7 +196,7 @@ class Admission(Preemption, NodePlacement):
         """What may still bring a place: the flavor's warm buffer, and what Karpenter NodePools
         can still launch for it."""
         ps = e.assignment.pod_sets[0]
-        resource = self._device_resource(e.pending.workload.pod_sets[0].template.requests)
+        resource = self._needs.device_resource(e.pending.workload.pod_sets[0].template)
         choice = ps.flavors.get(resource)
         flavor = self.flavors.get(choice.flavor) if choice is not None else None
         warm = (

@@ -3,10 +3,8 @@ and an entry's gang is placed (or probed, with its victims gone) on the node inv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from gpuplane.core.gang import GangPlacement, GangPodSet, PlacementFailure
-from gpuplane.core.inventory import device_resource, pod_needs, recorded_grants
+from gpuplane.core.inventory import pod_needs, recorded_grants
 from gpuplane.core.plan import (
     PLACEMENT_ANNOTATION,
     recorded_placement,
@@ -72,10 +70,6 @@ class NodePlacement(SchedulerState):
                 )
             )
         return out
-
-    def _device_resource(self, requests: Mapping[str, int]) -> str:
-        """The accelerator resource a pod requests, whose flavor places it."""
-        return device_resource(requests, self.config.devices)
 
     def _admission_gang(self, wl: Workload) -> list[GangPodSet]:
         """The gang as ``status.admission`` assigned it: counts and flavors per pod set."""

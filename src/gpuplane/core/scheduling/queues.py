@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from gpuplane.core.flavors import (
     could_take_flavor,
-    flavor_matches_affinity,
     quota_requests_per_pod_set,
-    untolerated_taint,
 )
 from gpuplane.core.gang import GangPodSet
 from gpuplane.core.lifecycle import Reason
@@ -400,9 +398,7 @@ class Queues(SchedulerState):
                     continue
                 for fq in group.flavors:
                     flavor = self.flavors.get(fq.name)
-                    if flavor is None or untolerated_taint(flavor, template) is not None:
-                        continue
-                    if flavor_matches_affinity(flavor, template):
+                    if flavor is not None and self._eligibility.why_not(fq.name, flavor, template) is None:
                         names.add(fq.name)
         out = frozenset(names)
         self._eligible[pending.key] = (pending.workload, pending.cluster_queue, out)
