@@ -149,8 +149,8 @@ class Cluster:
         self._eligible_names: dict[tuple[object, ...], set[str]] = {}
         # Each eligible-name set above (by identity; they live as long as this index), sorted.
         self._by_name: dict[int, list[str]] = {}
-        # The eligible nodes (list and names) of each pod template seen lately, with the objects
-        # they were read from, as _keys below; cleared with the lists.
+        # The eligible nodes (list and names) of each pod template seen lately, with the template,
+        # needs and flavor objects they were read for (see _eligible_of); cleared with the lists.
         self._eligible_seen: dict[
             int, tuple[PodTemplate, PodNeeds, ResourceFlavor | None, list[NodeState], set[str]]
         ] = {}
@@ -681,17 +681,9 @@ class Cluster:
         # Only a node with at least ``whole`` free whole GPUs adds room: under load those are few,
         # and the buckets by free whole GPUs name them, so walk the buckets where they are fewer
         # than the eligible nodes (the same sum, in another order).
-        roomy = [(free, names) for free, names in self._buckets.items() if free >= whole and names]
-        if sum(len(names) for _, names in roomy) < len(allowed):
-            for free, names in roomy:
-                for name in names:
-                    if name in allowed:
-                        room += free // whole
-                        if room >= wanted:
-                            return False
-            return True
+        with_room = sum(len(names) for free, names in self._buckets.items() if free >= whole)
         free_whole = self._free_whole
-        for name in allowed:
+        for name in self._by_free_whole(whole, allowed, set()) if with_room < len(allowed) else allowed:
             room += free_whole[name] // whole
             if room >= wanted:
                 return False

@@ -801,21 +801,21 @@ class Engine:
             heapq.heappush(due, (last + period, job_id, gen))
             yield job, last
 
-    def expected_end(self, run: JobRun, now: float, classes: _Classes | None = None) -> float:
+    def expected_end(self, run: JobRun, now: float, classes: _Classes) -> float:
         """When a running job is expected to end: its age on its class's runtime curve (the mean
         of what is left), or its expected end taken at start; never before ``now``. ``classes``:
         what one prediction asked of the runtimes already."""
-        curve = self.runtimes.curve(run.job.klass) if classes is None else classes[run.job.klass]
+        curve = classes[run.job.klass]
         if curve is None or run.running_since is None:
             return max(now, run.expected_end)
         return now + curve.remaining(now - run.running_since + run.progress)
 
-    def likely_end(self, run: JobRun, now: float, classes: _Classes | None = None) -> float | None:
+    def likely_end(self, run: JobRun, now: float, classes: _Classes) -> float | None:
         """A running job's end drawn from its class's curve given its age, at the job's own point
         of a van der Corput sequence (so the running jobs' ends spread as the curve says, the
         first ones much earlier than any mean); ``None`` past the longest run seen. Without a
         curve, its expected end. ``classes``: what one prediction asked of the runtimes already."""
-        curve = self.runtimes.curve(run.job.klass) if classes is None else classes[run.job.klass]
+        curve = classes[run.job.klass]
         if curve is None or run.running_since is None:
             return max(now, run.expected_end)
         left = curve.remaining_at(now - run.running_since + run.progress, van_der_corput(run.job.id + 1))
