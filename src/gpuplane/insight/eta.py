@@ -369,9 +369,13 @@ class RuntimeCurve:
     # The survival negated (it never rises, so this never falls): what the searches by level
     # bisect, the same order a key of ``-alive`` gives, without a call per step.
     falling: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    # The expected runtime of a run not started yet (what is left at age 0), asked at every
+    # arrival and start: worked out once.
+    mean: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "falling", tuple(-alive for alive in self.survival))
+        object.__setattr__(self, "mean", self.remaining(0.0))
 
     def remaining(self, age: float) -> float:
         """Expected further runtime of a run that has run ``age`` so far (0 past the longest seen)."""
@@ -404,10 +408,6 @@ class RuntimeCurve:
         if i >= len(self.survival) or target <= 0.0:
             return None
         return max(0.0, self.times[i] - age)
-
-    @property
-    def mean(self) -> float:
-        return self.remaining(0.0)
 
 
 def runtime_curve(finished: Sequence[float], running: Iterable[float]) -> RuntimeCurve | None:
