@@ -11,7 +11,7 @@ from calls import count_calls
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.scheduler import Scheduler, schedule
 from gpuplane.core.scheduling.queues import Queues
-from gpuplane.core.session import Reason, Session, WorkloadState
+from gpuplane.core.session import CycleOutcome, Reason, Session, WorkloadState
 from gpuplane.model.loader import load_state
 from gpuplane.model.objects import ClusterState, Node, Taint, Workload
 from manifests import (
@@ -188,6 +188,27 @@ def test_drain_equals_the_pure_schedule() -> None:
     drained = session(state).drain(T)
     assert devices(drained.admitted) == devices(pure.admitted)
     assert [(p.workload, p.reason) for p in drained.pending] == [(p.workload, p.reason) for p in pure.pending]
+
+
+def test_run_cycles_decides_as_drain() -> None:
+    """The count-only drain runs the same cycles, to the same decisions, as :meth:`drain`."""
+    state = cluster(*(queued(f"w{i}", i, count=1 + i % 2, gpu=4) for i in range(6)), nodes=3)
+    planned, counted = session(state), session(state)
+    seen: list[str] = []
+
+    def note(outcome: CycleOutcome) -> bool:
+        seen.extend(d.workload for d in outcome.admitted)
+        return False
+
+    plan = planned.drain(T)
+    ran = counted.run_cycles(T, stop=note)
+    assert ran == plan.cycles > 1
+    assert sorted(seen) == sorted(d.workload for d in plan.admitted)
+    left = [(p.workload, p.reason) for p in plan.pending]
+    assert [(p.workload, p.reason) for p in counted.pending()] == left
+    assert counted.run_cycles(T + 1, max_cycles=2, until_quiet=False) == 2
+    with pytest.raises(ValueError, match="backwards"):
+        counted.run_cycles(T)
 
 
 def test_checkpoint_and_time() -> None:

@@ -483,10 +483,39 @@ class Session:
         outcomes of its cycles.
         """
         self._advance(now)
+        since = self._counts()
+        admitted, ran = self._cycles(stop, max_cycles, until_quiet)
+        return plan_after(self._scheduler, admitted, ran, since=since, with_pending=with_pending)
+
+    def run_cycles(
+        self,
+        now: float,
+        *,
+        stop: StopRule | None = None,
+        max_cycles: int | None = None,
+        until_quiet: bool = True,
+    ) -> int:
+        """:meth:`drain` without its plan: the number of cycles run. For a driver that learns
+        what each cycle decided from ``stop`` and reads no plan (the simulator, which drains
+        after every event)."""
+        self._advance(now)
+        return self._cycles(stop, max_cycles, until_quiet)[1]
+
+    def _counts(self) -> tuple[int, int, int]:
+        """How many preemptions, notes and check evictions are on record: a plan lists those
+        recorded after."""
+        scheduler = self._scheduler
+        return len(scheduler.preempted), len(scheduler.notes), len(scheduler.gate.evictions)
+
+    def _cycles(
+        self, stop: StopRule | None, max_cycles: int | None, until_quiet: bool
+    ) -> tuple[list[AdmissionDecision], int]:
+        """The drain loop of :meth:`drain`, at the session's time: the admissions it made and the
+        cycles it ran."""
         scheduler = self._scheduler
         if max_cycles is None:
             max_cycles = drain_bound(scheduler.config, len(scheduler.workloads))
-        since = (len(scheduler.preempted), len(scheduler.notes), len(scheduler.gate.evictions))
+        evictions_since = len(scheduler.gate.evictions)
 
         def after_cycle(result: CycleResult) -> bool:
             if self._history:
@@ -499,19 +528,18 @@ class Session:
                     tuple(result.preempted),
                     result.changed,
                     bool(scheduler.preemptor_of),
-                    len(scheduler.gate.evictions) - since[2],
+                    len(scheduler.gate.evictions) - evictions_since,
                 )
             )
 
         watch = self._history or stop is not None
-        admitted, ran = drain(
+        return drain(
             scheduler,
             max_cycles,
             until_quiet=until_quiet,
             after_cycle=after_cycle if watch else None,
             merge=not self._history,  # lifecycles note the reasons after every cycle
         )
-        return plan_after(scheduler, admitted, ran, since=since, with_pending=with_pending)
 
     def _apply(self, admitted: list[AdmissionDecision], preempted: list[PreemptionDecision]) -> None:
         """Move the lifecycles by what one cycle decided."""

@@ -348,8 +348,7 @@ class GpuplaneModel:
                 self._wakes.append(now + self.grace)
             return again
 
-        plan = session.drain(now, stop=livelock, max_cycles=MAX_CYCLES, with_pending=False)
-        return plan.cycles
+        return session.run_cycles(now, stop=livelock, max_cycles=MAX_CYCLES)
 
     def _admitted(self, decision: AdmissionDecision) -> None:
         key = decision.workload
