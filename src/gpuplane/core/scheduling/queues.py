@@ -23,7 +23,7 @@ from gpuplane.core.scheduling.state import (
     SchedulerState,
     Status,
 )
-from gpuplane.core.workloads import PendingWorkload
+from gpuplane.core.workloads import PendingWorkload, queue_position
 from gpuplane.model.objects import Workload
 
 PLAIN_REMEMBERED = 4096  # workloads x flavors whose plain gang is remembered (see Queues._plain_gang)
@@ -234,42 +234,68 @@ class Queues(SchedulerState):
         root = node.root()
         names = {q.name for q in root.subtree_queues()} if isinstance(root, CohortNode) else {cq_name}
         names_freed = None if freed is None or self.config.fair_sharing else frozenset(f for f, _ in freed)
-        parked, eligible = self.parked, self._eligible
+        parked = self.parked
         # What the bounds said per kind of parked workload: the tree and nodes stay as they are
         # while this loop runs, and a long backlog holds few kinds.
         verdicts: dict[tuple[int, bool, str], bool] = {}
+        cursor = self.cursor
         for name in names:
+            # The earliest entry woken in the queue: the heads are looked for from there (the
+            # entries before it stay parked).
+            first: int | None = None
             if parked and settled and names_freed is not None:
-                self._wake_by_kind(name, names_freed, verdicts)
+                woken = self._wake_by_kind(name, names_freed, verdicts)
+                if woken:
+                    queue = self.queues[name]
+                    first = min(queue_position(queue, pending) for pending in woken)
             elif parked:
-                for pending in self.queues.get(name, ()):
-                    key = pending.key
-                    if key not in parked:
-                        continue
-                    if names_freed is not None:
-                        # _eligible_flavors, its cache read inline (this loop visits the backlog).
-                        known = eligible.get(key)
-                        if known is not None and known[0] is pending.workload and known[1] == name:
-                            flavors = known[2]
-                        else:
-                            flavors = self._eligible_flavors(pending)
-                        if names_freed.isdisjoint(flavors):
-                            continue
-                        if settled and self._still_short(pending, names_freed & flavors, verdicts):
-                            continue
-                    parked.discard(key)
-            if name in self.cursor:
-                self.cursor[name] = 0
+                first = self._wake_each(name, names_freed, settled, verdicts)
+            if first is not None and name in cursor:
+                cursor[name] = min(cursor[name], first)
+
+    def _wake_each(
+        self,
+        name: str,
+        freed: frozenset[str] | None,
+        settled: bool,
+        verdicts: dict[tuple[int, bool, str], bool],
+    ) -> int | None:
+        """The wake of ClusterQueue ``name``'s parked workloads one by one, in queue order (see
+        :meth:`_unpark_cohort`): with ``freed``, those that could use a freed flavor (and, when
+        ``settled``, that the bounds leave a chance); without, all. Returns the position of the
+        first woken, if any."""
+        parked, eligible = self.parked, self._eligible
+        first = None
+        for i, pending in enumerate(self.queues.get(name, ())):
+            key = pending.key
+            if key not in parked:
+                continue
+            if freed is not None:
+                # _eligible_flavors, its cache read inline (this loop visits the backlog).
+                known = eligible.get(key)
+                if known is not None and known[0] is pending.workload and known[1] == name:
+                    flavors = known[2]
+                else:
+                    flavors = self._eligible_flavors(pending)
+                if freed.isdisjoint(flavors):
+                    continue
+                if settled and self._still_short(pending, freed & flavors, verdicts):
+                    continue
+            parked.discard(key)
+            if first is None:
+                first = i
+        return first
 
     def _wake_by_kind(
         self, name: str, freed: frozenset[str], verdicts: dict[tuple[int, bool, str], bool]
-    ) -> None:
+    ) -> list[PendingWorkload]:
         """The settled wake of ClusterQueue ``name``'s parked workloads (see
         :meth:`_unpark_cohort`), a kind at a time: every workload of a kind that could use a
         freed flavor and that the bounds leave a chance is woken, the others of the kind stay;
-        those filed loose are looked at one by one, as :meth:`_still_short` does."""
+        those filed loose are looked at one by one, as :meth:`_still_short` does. Returns the
+        woken."""
         parked = self.parked
-        woken: list[str] = []
+        woken: list[PendingWorkload] = []
         for (shape, for_room, flavors), members in parked.kinds.get(name, {}).items():
             usable = freed & flavors
             if not usable:
@@ -281,14 +307,15 @@ class Queues(SchedulerState):
                     known = self._could_admit_on(anyone, flavor, for_room)
                     verdicts[(shape, for_room, flavor)] = known
                 if known:
-                    woken += members
+                    woken += members.values()
                     break
-        for key, pending in parked.loose.get(name, {}).items():
+        for pending in parked.loose.get(name, {}).values():
             flavors = self._eligible_flavors(pending)
             if not freed.isdisjoint(flavors) and not self._still_short(pending, freed & flavors, verdicts):
-                woken.append(key)
-        for key in woken:
-            parked.discard(key)
+                woken.append(pending)
+        for pending in woken:
+            parked.discard(pending.key)
+        return woken
 
     def _still_short(
         self, pending: PendingWorkload, freed: frozenset[str], verdicts: dict[tuple[int, bool, str], bool]
