@@ -899,10 +899,7 @@ class Engine:
                 else:
                     free[pool] = free.get(pool, 0) + 1
         mine = self.book.sequence_of(run)
-        queued = [
-            self._gang(other, key[1], tuple(p for p in pools if p in key[0]), seq, classes)
-            for other, key, seq in self.book.gangs(run.pools, run.per_pod, floor, mine)
-        ]
+        queued = self._queued_gangs(run, pools, floor, mine, classes)
         usage: dict[tuple[str, str], float] = {}
         for (pool, owner, priority), amount in self.book.held.items():
             if priority >= floor and pool in nodes:
@@ -918,6 +915,20 @@ class Engine:
             capacity={p: capacity.pools[p] for p in pools} if capacity.preemption else None,
         )
         return gang_start(now, asked, world)
+
+    def _queued_gangs(
+        self, run: JobRun, pools: tuple[str, ...], floor: int, mine: int, classes: _Classes
+    ) -> list[Gang]:
+        """The whole-node gangs queued before ``run`` (sequence ``mine``) that may use its pools,
+        of priority ``floor`` or more, as the node replay sees them."""
+        shared: dict[frozenset[str], tuple[str, ...]] = {}  # per group's pools, the ones of ``pools``
+        queued = []
+        for other, key, seq in self.book.gangs(run.pools, run.per_pod, floor, mine):
+            theirs = shared.get(key[0])
+            if theirs is None:
+                theirs = shared[key[0]] = tuple(p for p in pools if p in key[0])
+            queued.append(self._gang(other, key[1], theirs, seq, classes))
+        return queued
 
     def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float, classes: _Classes) -> Gang:
         """A queued whole-node job as the node replay sees it."""

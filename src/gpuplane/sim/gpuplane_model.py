@@ -110,7 +110,7 @@ class GpuplaneModel:
         self.session = Session(state, config, start, history=False)
         self.jobs: dict[str, Job] = {}
         self.placed: dict[str, tuple[str, ...]] = {}
-        self.node_jobs: dict[str, set[str]] = {n.name: set() for n in cluster.nodes}
+        self.node_jobs: dict[str, set[int]] = {n.name: set() for n in cluster.nodes}  # job ids
         self.changes: list[Change] = []
         self.templates: dict[tuple[object, ...], PodTemplate] = {}
         self.dirty = False
@@ -317,8 +317,9 @@ class GpuplaneModel:
         self.dirty = True
 
     def _unplace(self, key: str) -> None:
+        job_id = self.jobs[key].id
         for node in self.placed.pop(key, ()):
-            self.node_jobs[node].discard(key)
+            self.node_jobs[node].discard(job_id)
 
     # --- scheduling -------------------------------------------------------------------------
 
@@ -359,7 +360,7 @@ class GpuplaneModel:
                 nodes += [place.node] * place.count
         self.placed[key] = tuple(nodes)
         for node in set(nodes):
-            self.node_jobs[node].add(key)
+            self.node_jobs[node].add(job.id)
         per_pod, _ = self.allocation(job)
         self.changes.append(Change(HOLD, job.id, per_pod * job.pods))
         self.changes.append(Change(START, job.id, text=self.pool_of[nodes[0]] if nodes else ""))
@@ -407,7 +408,7 @@ class GpuplaneModel:
             return None
         out: dict[str, list[tuple[str, list[int]]]] = {}
         for n in nodes:
-            out.setdefault(n.pool, []).append((n.name, [self.jobs[k].id for k in self.node_jobs[n.name]]))
+            out.setdefault(n.pool, []).append((n.name, list(self.node_jobs[n.name])))
         return out
 
     def _nodes_in(self, pools: tuple[str, ...]) -> tuple[list[NodeSpec], frozenset[int]]:

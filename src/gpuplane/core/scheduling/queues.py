@@ -245,9 +245,9 @@ class Queues(SchedulerState):
             first: int | None = None
             if parked and settled and names_freed is not None:
                 woken = self._wake_by_kind(name, names_freed, verdicts)
-                if woken:
-                    queue = self.queues[name]
-                    first = min(queue_position(queue, pending) for pending in woken)
+                if woken:  # the queue is sorted by the key: the one of lowest key comes first
+                    earliest = min(woken, key=PendingWorkload.sort_key)
+                    first = queue_position(self.queues[name], earliest)
             elif parked:
                 first = self._wake_each(name, names_freed, settled, verdicts)
             if first is not None and name in cursor:
