@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuplane.sim.cluster import ClusterSpec, NodeSpec
-from gpuplane.sim.engine import HOLD, Change, Engine, Model
+from gpuplane.sim.engine import HOLD, Change, Engine, Model, checkpoint_at
 from gpuplane.sim.experiment import CONFIGURATIONS, SimInput, build_model, scenario_input
 from gpuplane.sim.gpuplane_model import GpuplaneModel
 from gpuplane.sim.metrics import HOUR, Ledger, configuration_document, total
@@ -99,6 +99,42 @@ def run(
 # ---------------------------------------------------------------------------
 # Hand-built behaviour
 # ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("compute_start", "period", "due"),
+    [
+        # A checkpoint's own instant, where (due - start) / period rounds to just below the whole
+        # number it is: the last checkpoint was taken as the one before, and the next one was due
+        # at ``due`` again, for ever (the engine's checkpoint loop never ended).
+        (0.0, 4845.234210820203, 130821.32369214547),
+        (308529.426927731, 2.2, 308639.426927731),
+        (102227.15811004823, 153.91932518473413, 109615.28571891546),
+    ],
+)
+def test_checkpoint_at_its_own_instant_is_the_last_one(
+    compute_start: float, period: float, due: float
+) -> None:
+    last, following = checkpoint_at(compute_start, period, due)
+    assert last == due
+    assert following > due
+    assert following == pytest.approx(due + period)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    compute_start=st.floats(0, 1e7),
+    period=st.floats(0.5, 1e5),
+    steps=st.integers(0, 10_000),
+    into=st.floats(0, 1, exclude_max=True),
+)
+def test_checkpoint_at_moves_on(compute_start: float, period: float, steps: int, into: float) -> None:
+    """The next checkpoint is always due after ``now``, and the last one is at most one period
+    before it: a loop over the due checkpoints ends."""
+    now = compute_start + (steps + into) * period
+    last, following = checkpoint_at(compute_start, period, now)
+    assert last <= now < following
+    assert now - last <= period * (1 + 1e-9) + 1e-6
 
 
 def test_reclaim_loses_only_work_since_the_last_checkpoint() -> None:

@@ -215,6 +215,24 @@ class _Classes(dict[str, RuntimeCurve | None]):
 
 LEARN_AFTER = 20  # finished runs of a class before its curve replaces the declared class mean
 RELEARN = 1.05  # relearn a class's curve when its finished runs grew by 5 %
+
+
+def checkpoint_at(compute_start: float, period: float, now: float) -> tuple[float, float]:
+    """The last checkpoint at or before ``now`` of work that computes from ``compute_start`` and
+    checkpoints every ``period``, and when the next one is due: always after ``now``.
+
+    At a checkpoint's own instant, ``(now - compute_start) / period`` can round to just below the
+    whole number it is, which names the checkpoint before; the next one would then be due at
+    ``now`` again, and a loop that waits for it would never end. That checkpoint is taken as the
+    last one instead.
+    """
+    last = compute_start + math.floor((now - compute_start) / period) * period
+    following = last + period
+    if following <= now:
+        last, following = following, following + period
+    return last, max(following, math.nextafter(now, math.inf))
+
+
 GroupKey = tuple[frozenset[str], str, int, float]  # (pools, team, priority, what one pod asks)
 LISTED_PER_QUEUE = 16  # queued work per team the ETA plays one by one; the rest counts as a backlog
 
@@ -796,9 +814,8 @@ class Engine:
             job = run.job
             period = job.checkpoint
             assert period is not None
-            compute_start = started + job.startup
-            last = compute_start + math.floor((now - compute_start) / period) * period
-            heapq.heappush(due, (last + period, job_id, gen))
+            last, following = checkpoint_at(started + job.startup, period, now)
+            heapq.heappush(due, (following, job_id, gen))
             yield job, last
 
     def expected_end(self, run: JobRun, now: float, classes: _Classes) -> float:
