@@ -483,9 +483,10 @@ class Session:
         outcomes of its cycles.
         """
         self._advance(now)
-        since = self._counts()
+        scheduler = self._scheduler
+        since = (len(scheduler.preempted), len(scheduler.notes), len(scheduler.gate.evictions))
         admitted, ran = self._cycles(stop, max_cycles, until_quiet)
-        return plan_after(self._scheduler, admitted, ran, since=since, with_pending=with_pending)
+        return plan_after(scheduler, admitted, ran, since=since, with_pending=with_pending)
 
     def run_cycles(
         self,
@@ -500,12 +501,6 @@ class Session:
         after every event)."""
         self._advance(now)
         return self._cycles(stop, max_cycles, until_quiet)[1]
-
-    def _counts(self) -> tuple[int, int, int]:
-        """How many preemptions, notes and check evictions are on record: a plan lists those
-        recorded after."""
-        scheduler = self._scheduler
-        return len(scheduler.preempted), len(scheduler.notes), len(scheduler.gate.evictions)
 
     def _cycles(
         self, stop: StopRule | None, max_cycles: int | None, until_quiet: bool
