@@ -18,6 +18,7 @@ wait aside until capacity is freed in their cohort.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 
 from gpuplane.core.config import SchedulerConfig
@@ -32,6 +33,7 @@ from gpuplane.core.scheduling.state import (
     Entry,
     ScanProgress,
     Status,
+    classical_key,
 )
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import ClusterState
@@ -172,13 +174,19 @@ class Scheduler(Admission, Ordering):
 
     def _decide(self, entries: list[Entry], result: CycleResult) -> None:
         """Try the entries in order, then admit the winners and evict their victims."""
-        order = (
-            self._fair_order(entries) if self.config.fair_sharing else iter(self._classical_order(entries))
-        )
         work = CycleWork()
         self.preemptor.forget_no_room()  # the entries' reservations change the tree from here
-        for e in order:
-            self._process(e, work)
+        if self.config.fair_sharing:
+            for e in self._fair_order(entries):
+                self._process(e, work)
+        else:
+            # A heap, not a sorted list: an entry that moves on to a later flavor may be put
+            # back by that flavor's key (Admission._put_back).
+            sorting = self.config.priority_sorting_within_cohort
+            later = work.later = [(classical_key(e, sorting), e) for e in entries]
+            heapq.heapify(later)
+            while later:
+                self._process(heapq.heappop(later)[1], work)
         for cq, usage in reversed(work.reservations):
             cq.remove_usage_map(usage)
         self.preemptor.clear_cache()

@@ -4,6 +4,7 @@ checks are pending; Retry and Rejected end a reservation)."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 
 from gpuplane.core.admission_checks import Verdict
@@ -29,6 +30,7 @@ from gpuplane.core.scheduling.state import (
     CycleWork,
     Entry,
     Status,
+    classical_key,
 )
 from gpuplane.core.workloads import admitted_usage, queue_position, usage_from_assignment
 from gpuplane.model.admission_checks import CheckState, CheckStatus
@@ -97,12 +99,34 @@ class Admission(Preemption, NodePlacement):
         if isinstance(placed, PlacementFailure):
             if not self._checks_for(e):
                 e.reason, e.message = placed.reason, placed.message + self._to_come(e)
-                if self._next_flavors_now(e):
+                if self._next_flavors_now(e) and not self._put_back(e, work):
                     self._process(e, work)
                 return False
             # Quota without a place: the admission checks (provisioning) bring the place.
         elif mode == FIT:
             e.placement = placed
+        return True
+
+    def _put_back(self, e: Entry, work: CycleWork) -> bool:
+        """Put ``e``, which moved on to a later flavor, back among the entries yet to process
+        when one of them now comes before it (classical order only); True when it was.
+
+        Kueue orders a cycle's entries by the assignments they were nominated with, and its
+        topology-aware assignment picks a flavor whose nodes fit. Here quota alone picks the
+        nominated flavor and the nodes are asked when the entry's turn comes, so an entry that
+        passes over a flavor takes, by the later flavor's assignment (its borrowing may differ),
+        the place Kueue would have given it. Without this, an entry that borrows nothing on its
+        first flavor but borrows on the next went first, took room there that it could only
+        borrow, and was reclaimed at once by the preemptor it overtook; requeued, it overtook it
+        again, at every cycle of the instant.
+        """
+        later = work.later
+        if not later:
+            return False
+        key = classical_key(e, self.config.priority_sorting_within_cohort)
+        if key < later[0][0]:
+            return False
+        heapq.heappush(later, (key, e))
         return True
 
     def _next_flavors_now(self, e: Entry) -> bool:

@@ -13,6 +13,7 @@ from gpuplane.core.quota import (
 from gpuplane.core.scheduling.state import (
     Entry,
     SchedulerState,
+    classical_key,
 )
 
 
@@ -20,11 +21,8 @@ class Ordering(SchedulerState):
     """The order of a cycle's entries."""
 
     def _classical_order(self, entries: list[Entry]) -> list[Entry]:
-        def key(e: Entry) -> tuple[int, int, float, int]:
-            priority = -e.pending.priority if self.config.priority_sorting_within_cohort else 0
-            return (e.assignment.borrowing, priority, e.pending.timestamp, e.pending.sequence)
-
-        return sorted(entries, key=key)
+        sorting = self.config.priority_sorting_within_cohort
+        return sorted(entries, key=lambda e: classical_key(e, sorting))
 
     def _fair_order(self, entries: list[Entry]) -> Iterator[Entry]:
         by_cq: dict[str, Entry] = {e.cq.name: e for e in entries}

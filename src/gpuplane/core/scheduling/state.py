@@ -93,6 +93,16 @@ class CycleResult:
         return bool(self.admitted or self.preempted or self.parked or self.rescans or self.released)
 
 
+EntryKey = tuple[int, int, float, int]
+
+
+def classical_key(e: Entry, priority_sorting: bool) -> EntryKey:
+    """Kueue's order of a cycle's entries: not borrowing first, then (with priority sorting
+    within the cohort) higher priority, then earlier queue time; the sequence breaks ties."""
+    priority = -e.pending.priority if priority_sorting else 0
+    return (e.assignment.borrowing, priority, e.pending.timestamp, e.pending.sequence)
+
+
 @dataclass(slots=True)
 class CycleWork:
     """What the entries decided so far in one cycle hold: quota reserved (given back at the end of
@@ -102,6 +112,9 @@ class CycleWork:
     victims: dict[str, Target] = field(default_factory=dict)
     victim_preemptor: dict[str, str] = field(default_factory=dict)
     admitted: list[Entry] = field(default_factory=list)
+    # The entries still to process, smallest key first (classical order only; None under fair
+    # sharing): an entry that moves on to a later flavor is put back here by its new key.
+    later: list[tuple[EntryKey, Entry]] | None = None
 
     def reserve(self, cq: ClusterQueueNode, usage: dict[tuple[str, str], int]) -> None:
         """Hold ``usage`` in ``cq`` for the rest of the cycle."""
