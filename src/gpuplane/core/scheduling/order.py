@@ -1,5 +1,7 @@
-"""Ordering: the order in which a cycle tries its entries, classical (borrowing, priority,
-queue time) or fair sharing (a tournament on dominant resource shares down the cohort tree)."""
+"""Ordering: the order in which a cycle tries its entries under fair sharing (a tournament on
+dominant resource shares down the cohort tree). The classical order (borrowing, priority, queue
+time) is :func:`gpuplane.core.scheduling.state.classical_key`, which the cycle keeps in a heap
+(:meth:`gpuplane.core.scheduler.Scheduler._decide`)."""
 
 from __future__ import annotations
 
@@ -13,16 +15,11 @@ from gpuplane.core.quota import (
 from gpuplane.core.scheduling.state import (
     Entry,
     SchedulerState,
-    classical_key,
 )
 
 
 class Ordering(SchedulerState):
     """The order of a cycle's entries."""
-
-    def _classical_order(self, entries: list[Entry]) -> list[Entry]:
-        sorting = self.config.priority_sorting_within_cohort
-        return sorted(entries, key=lambda e: classical_key(e, sorting))
 
     def _fair_order(self, entries: list[Entry]) -> Iterator[Entry]:
         by_cq: dict[str, Entry] = {e.cq.name: e for e in entries}
