@@ -111,11 +111,11 @@ class Admission(Preemption, NodePlacement):
         """Put ``e``, which moved on to a later flavor, back among the entries yet to process
         when one of them now comes before it (classical order only); True when it was.
 
-        Kueue orders a cycle's entries by the assignments they were nominated with, and its
-        topology-aware assignment picks a flavor whose nodes fit. Here quota alone picks the
-        nominated flavor and the nodes are asked when the entry's turn comes, so an entry that
-        passes over a flavor takes, by the later flavor's assignment (its borrowing may differ),
-        the place Kueue would have given it. Without this, an entry that borrows nothing on its
+        Kueue orders a cycle's entries by the assignments they were nominated with, and checks
+        topology-aware placement while it assigns flavors, before that order is made. Here quota
+        alone picks the nominated flavor and the nodes are asked when the entry's turn comes, so
+        an entry that passes over a flavor takes, by the later flavor's assignment (its borrowing
+        may differ), the place it would have had had it been nominated there. Without this, an entry that borrows nothing on its
         first flavor but borrows on the next went first, took room there that it could only
         borrow, and was reclaimed at once by the preemptor it overtook; requeued, it overtook it
         again, at every cycle of the instant.
