@@ -3,7 +3,9 @@
 The workload classes are the built-in scenario's; its pools are scaled to 1,000 GPUs and its
 offered load is set so that about ``--workloads`` arrive over the run (a performance benchmark
 sizes its load by count, not by a published figure). The same workloads run under three models,
-each timed on its own:
+one after the other, each timed on its own in a fresh process (``--same-process`` runs them in
+this one: a model then runs on the heap the one before it left, which made gpuplane's 8-day run
+about 10 % slower after stock's than alone):
 
 * **baseline**: the event loop with a no-op scheduler (every workload starts the moment it
   arrives, on unlimited GPUs): the cost of events, work accounting and metrics alone;
@@ -16,14 +18,17 @@ of each to the baseline measured in the same run.
 Usage::
 
     python3 bench/sim_scale.py [--days 30] [--gpus 1000] [--workloads 100000 | --load 1.2] [--out DIR]
+                               [--same-process]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -122,6 +127,35 @@ def scaled_scenario(days: float, gpus: int, workloads: int, load: float | None =
     )
 
 
+LABELS = ("baseline", "stock", "gpuplane")
+
+
+def run_model(label: str, scenario: Scenario) -> dict[str, Any]:
+    """Draw the scenario's workloads and run them under model ``label``, timing the run alone."""
+    sim = scenario_input(scenario)
+    model = NoOpModel() if label == "baseline" else build_model(label, sim)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    return {
+        "wallSeconds": round(wall, 2),
+        # CPU seconds of the process: what to compare on a machine that others share.
+        "cpuSeconds": round(cpu, 2),
+        "events": ledger.events,
+        "eventsPerSecond": round(ledger.events / wall, 1) if wall else 0.0,
+        "cycles": ledger.cycles,
+    }
+
+
+def run_alone(label: str, scenario: Scenario) -> dict[str, Any]:
+    """:func:`run_model` in a fresh process of its own (the scenario's draw is seeded, so every
+    process runs the same workloads)."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(run_model, label, scenario).result()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=float, default=30.0)
@@ -129,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", type=int, default=100_000)
     parser.add_argument("--load", type=float, help="offered load instead of sizing by --workloads (e.g. 1.2)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--same-process", action="store_true", help="run the models in this process, one after the other"
+    )
     args = parser.parse_args(argv)
     console = Console()
     scenario = scaled_scenario(args.days, args.gpus, args.workloads, args.load)
@@ -136,29 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     sim = scenario_input(scenario)
     generate_seconds = time.perf_counter() - started
     assert scenario.offered_load is not None
+    gpus, jobs = sim.cluster.gpus, len(sim.workloads.jobs)
+    del sim  # each run draws the same workloads again, in its own process unless told otherwise
     console.print(
-        f"sim-scale: {sim.cluster.gpus:,} GPUs, {args.days:g} days (+1 day warm-up), "
-        f"{len(sim.workloads.jobs):,} workloads, offered load {scenario.offered_load.mean:.2f}; "
-        f"drawn in {generate_seconds:.1f} s"
+        f"sim-scale: {gpus:,} GPUs, {args.days:g} days (+1 day warm-up), {jobs:,} workloads, "
+        f"offered load {scenario.offered_load.mean:.2f}; drawn in {generate_seconds:.1f} s; "
+        + ("the models one after the other in this process" if args.same_process else "each model alone")
     )
     results: dict[str, dict[str, Any]] = {}
-    for label in ("baseline", "stock", "gpuplane"):
-        model = NoOpModel() if label == "baseline" else build_model(label, sim)
+    for label in LABELS:
         console.print(f"{label}: running ...")
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()  # type: ignore[arg-type]
-        wall = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
-        results[label] = {
-            "wallSeconds": round(wall, 2),
-            # CPU seconds of this process: what to compare on a machine that others share.
-            "cpuSeconds": round(cpu, 2),
-            "events": ledger.events,
-            "eventsPerSecond": round(ledger.events / wall, 1) if wall else 0.0,
-            "cycles": ledger.cycles,
-        }
+        results[label] = run_model(label, scenario) if args.same_process else run_alone(label, scenario)
     base = results["baseline"]["wallSeconds"]
-    table = Table(title=f"sim-scale: {len(sim.workloads.jobs):,} workloads, {sim.cluster.gpus:,} GPUs")
+    table = Table(title=f"sim-scale: {jobs:,} workloads, {gpus:,} GPUs")
     table.add_column("model")
     for key in ("wall s", "CPU s", "events", "events/s", "scheduling passes/cycles", "x baseline wall"):
         table.add_column(key, justify="right")
