@@ -114,11 +114,11 @@ class Admission(Preemption, NodePlacement):
         Kueue orders a cycle's entries by the assignments they were nominated with, and checks
         topology-aware placement while it assigns flavors, before that order is made. Here quota
         alone picks the nominated flavor and the nodes are asked when the entry's turn comes, so
-        an entry that passes over a flavor takes, by the later flavor's assignment (its borrowing
-        may differ), the place it would have had had it been nominated there. Without this, an entry that borrows nothing on its
-        first flavor but borrows on the next went first, took room there that it could only
-        borrow, and was reclaimed at once by the preemptor it overtook; requeued, it overtook it
-        again, at every cycle of the instant.
+        an entry that passes over a flavor takes the place the later flavor's assignment gives it
+        (its borrowing may differ), as if it had been nominated there. Without this, an entry
+        that borrows nothing on its first flavor but borrows on the next went first, took room
+        there that it could only borrow, and was reclaimed at once by the preemptor it overtook;
+        requeued, it overtook it again, at every cycle of the instant.
         """
         later = work.later
         if not later:
