@@ -2,7 +2,9 @@
 
 The built-in scenario (448 GPUs, one measured week after two days of warm-up) with its offered
 load set to 1.5 of installed GPUs, so queues grow: the regime where a pass over the queue must
-not cost more as the backlog grows. The same workloads run under three models, each timed alone:
+not cost more as the backlog grows. The same workloads run under three models, one after the
+other, each timed alone in a fresh process (``--same-process``: in this one, on the heap the model
+before left):
 
 * **baseline**: the event loop with a no-op scheduler (every workload starts at once on
   unlimited GPUs), the cost of events and accounting alone (``sim_scale.NoOpModel``);
@@ -16,7 +18,7 @@ side-by-side run, and the sum of the two timed alone is printed next to it.
 
 Usage::
 
-    python3 bench/sim_saturated.py [--load 1.5] [--days 7] [--out DIR]
+    python3 bench/sim_saturated.py [--load 1.5] [--days 7] [--out DIR] [--same-process]
 """
 
 from __future__ import annotations
@@ -33,11 +35,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_scale import NoOpModel  # a sibling script, found through the path above
+from sim_scale import LABELS, run_alone, run_model  # a sibling script, found through the path above
 
-from gpuplane.sim.engine import Engine
-from gpuplane.sim.experiment import build_model, run_experiment, scenario_input
-from gpuplane.sim.metrics import configuration_document
+from gpuplane.sim.experiment import run_experiment, scenario_input
 from gpuplane.sim.parallel import default_jobs
 from gpuplane.sim.scenario import builtin_scenario
 
@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=None, help="measured days (default: the scenario's)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="processes side by side")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--same-process", action="store_true", help="time the models in this process, one after the other"
+    )
     args = parser.parse_args(argv)
     console = Console()
     scenario = builtin_scenario().with_load(args.load)
@@ -61,29 +64,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(sim.workloads.jobs):,} workloads, offered load {args.load:g}"
     )
     results: dict[str, dict[str, Any]] = {}
-    for label in ("baseline", "stock", "gpuplane"):
-        model = NoOpModel() if label == "baseline" else build_model(label, sim)
+    for label in LABELS:
         console.print(f"{label}: running ...")
-        started, cpu0 = time.perf_counter(), time.process_time()
-        ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()  # type: ignore[arg-type]
-        wall = time.perf_counter() - started
-        cpu = time.process_time() - cpu0
-        doc = configuration_document(ledger)
-        results[label] = {
-            "wallSeconds": round(wall, 2),
-            # CPU seconds of this process: what to compare on a machine that others share.
-            "cpuSeconds": round(cpu, 2),
-            "events": ledger.events,
-            "eventsPerSecond": round(ledger.events / wall, 1) if wall else 0.0,
-            "cycles": ledger.cycles,
-            "waitP95Seconds": doc["waitP95Seconds"],
-            "etaErrorP50": doc["etaErrorP50"],
-            "etaRelativeErrorP50": doc["etaRelativeErrorP50"],
-        }
+        if args.same_process:
+            results[label] = run_model(label, scenario, outcome=True)
+        else:
+            results[label] = run_alone(label, scenario, outcome=True)
     base = results["baseline"]["wallSeconds"]
     table = Table(title=f"sim-saturated: load {args.load:g}, {len(sim.workloads.jobs):,} workloads")
     table.add_column("model")
-    columns = ("wall s", "CPU s", "events", "events/s", "cycles", "x baseline wall")
+    columns: tuple[str, ...] = ("wall s", "CPU s", "events", "events/s", "cycles", "x baseline wall")
     columns += ("p95 wait s", "ETA err p50")
     for key in columns:
         table.add_column(key, justify="right")
@@ -103,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(table)
     both = results["stock"]["wallSeconds"] + results["gpuplane"]["wallSeconds"]
-    console.print(f"stock + gpuplane, one after the other: {both:.1f} s")
+    console.print(f"stock + gpuplane, each timed alone: {both:.1f} s")
     console.print(f"stock and gpuplane side by side ({args.jobs} processes): running ...")
     started = time.perf_counter()
     side = run_experiment(sim, ("stock", "gpuplane"), jobs=args.jobs)

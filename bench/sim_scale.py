@@ -39,6 +39,7 @@ from rich.table import Table
 from gpuplane.insight.eta import Capacity
 from gpuplane.sim.engine import HOLD, START, Change, Engine
 from gpuplane.sim.experiment import build_model, scenario_input
+from gpuplane.sim.metrics import configuration_document
 from gpuplane.sim.scenario import Param, Scenario, builtin_scenario
 from gpuplane.sim.workloads import Job, class_rate
 
@@ -130,15 +131,16 @@ def scaled_scenario(days: float, gpus: int, workloads: int, load: float | None =
 LABELS = ("baseline", "stock", "gpuplane")
 
 
-def run_model(label: str, scenario: Scenario) -> dict[str, Any]:
-    """Draw the scenario's workloads and run them under model ``label``, timing the run alone."""
+def run_model(label: str, scenario: Scenario, *, outcome: bool = False) -> dict[str, Any]:
+    """Draw the scenario's workloads and run them under model ``label``, timing the run alone.
+    With ``outcome``, the p95 wait and the ETA errors of the run come with the timings."""
     sim = scenario_input(scenario)
     model = NoOpModel() if label == "baseline" else build_model(label, sim)
     t0, cpu0 = time.perf_counter(), time.process_time()
     ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
-    return {
+    row: dict[str, Any] = {
         "wallSeconds": round(wall, 2),
         # CPU seconds of the process: what to compare on a machine that others share.
         "cpuSeconds": round(cpu, 2),
@@ -146,14 +148,18 @@ def run_model(label: str, scenario: Scenario) -> dict[str, Any]:
         "eventsPerSecond": round(ledger.events / wall, 1) if wall else 0.0,
         "cycles": ledger.cycles,
     }
+    if outcome:
+        doc = configuration_document(ledger)
+        row |= {key: doc[key] for key in ("waitP95Seconds", "etaErrorP50", "etaRelativeErrorP50")}
+    return row
 
 
-def run_alone(label: str, scenario: Scenario) -> dict[str, Any]:
+def run_alone(label: str, scenario: Scenario, *, outcome: bool = False) -> dict[str, Any]:
     """:func:`run_model` in a fresh process of its own (the scenario's draw is seeded, so every
     process runs the same workloads)."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(run_model, label, scenario).result()
+        return pool.submit(run_model, label, scenario, outcome=outcome).result()
 
 
 def main(argv: list[str] | None = None) -> int:
