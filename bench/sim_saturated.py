@@ -35,7 +35,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_scale import LABELS, run_alone, run_model  # a sibling script, found through the path above
+from sim_scale import LABELS, run_alone  # a sibling script, found through the path above
 
 from gpuplane.sim.experiment import run_experiment, scenario_input
 from gpuplane.sim.parallel import default_jobs
@@ -66,10 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     for label in LABELS:
         console.print(f"{label}: running ...")
-        if args.same_process:
-            results[label] = run_model(label, scenario, outcome=True)
-        else:
-            results[label] = run_alone(label, scenario, outcome=True)
+        results[label] = run_alone(label, scenario, outcome=True, fresh=not args.same_process)
     base = results["baseline"]["wallSeconds"]
     table = Table(title=f"sim-saturated: load {args.load:g}, {len(sim.workloads.jobs):,} workloads")
     table.add_column("model")

@@ -154,9 +154,11 @@ def run_model(label: str, scenario: Scenario, *, outcome: bool = False) -> dict[
     return row
 
 
-def run_alone(label: str, scenario: Scenario, *, outcome: bool = False) -> dict[str, Any]:
+def run_alone(label: str, scenario: Scenario, *, outcome: bool = False, fresh: bool = True) -> dict[str, Any]:
     """:func:`run_model` in a fresh process of its own (the scenario's draw is seeded, so every
-    process runs the same workloads)."""
+    process runs the same workloads); with ``fresh=False``, in this process."""
+    if not fresh:
+        return run_model(label, scenario, outcome=outcome)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         return pool.submit(run_model, label, scenario, outcome=outcome).result()
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     for label in LABELS:
         console.print(f"{label}: running ...")
-        results[label] = run_model(label, scenario) if args.same_process else run_alone(label, scenario)
+        results[label] = run_alone(label, scenario, fresh=not args.same_process)
     base = results["baseline"]["wallSeconds"]
     table = Table(title=f"sim-scale: {jobs:,} workloads, {gpus:,} GPUs")
     table.add_column("model")
