@@ -20,10 +20,14 @@ workload really had (its own runtimes were drawn from the same distributions, so
 more future), over workloads that waited more than 5 minutes:
 
 * **floor p50**: the p50 of that best ETA's relative error, the error a predictor knowing the true
-  runtime distributions and every future arrival would still make;
-* **gpuplane's p50** on the same workloads, the ETA the simulator gives (``gpuplane why``'s);
-* the futures' own spread (the p50 over workloads of their median relative error around the best
-  ETA), which does not depend on the one wait that happened.
+  runtime distributions and every future arrival would still make, with a 90 % interval
+  (bootstrap over the workloads);
+* **floor from futures**: the same with each future taken as the truth in turn and the best ETA
+  of the others (more samples, and no dependence on the one wait that happened);
+* **gpuplane's p50** on the same workloads, the ETA the simulator gives (``gpuplane why``'s).
+
+The JSON (``--out``) also holds the share of workloads within the target either way, and every
+followed workload's ETA, wait and futures.
 
 Usage::
 
@@ -45,6 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -248,21 +253,80 @@ def relative_error(eta: float, wait: float) -> float:
     return abs(eta - wait) / wait if wait > 0 else 0.0
 
 
-def summary(followed: list[Followed]) -> dict[str, object]:
-    """The floor, gpuplane's error and the futures' spread, over workloads that waited > 5 min."""
+def cross_validated(followed: list[Followed]) -> list[float]:
+    """Each finite future of each workload taken as the truth in turn, with the best ETA of the
+    workload's other futures: the floor again, from the futures alone."""
+    out = []
+    for f in followed:
+        for j, truth in enumerate(f.futures):
+            if math.isfinite(truth):
+                out.append(relative_error(best_eta(f.futures[:j] + f.futures[j + 1 :]), truth))
+    return out
+
+
+def bootstrap_median(values: list[float], rounds: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 90 % interval of the median of ``values``, by resampling them (seeded)."""
+    data = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(data, size=(rounds, len(data))), axis=1)
+    return float(np.quantile(medians, 0.05)), float(np.quantile(medians, 0.95))
+
+
+def summary(followed: list[Followed]) -> dict[str, Any]:
+    """Over the followed workloads that waited more than 5 minutes: the floor (with a 90 %
+    interval), the floor from the futures alone, gpuplane's error, and the futures' spread."""
     counted = [f for f in followed if f.wait is not None and f.wait > ETA_RELATIVE_MIN_WAIT]
     if not counted:
         return {"workloads": 0}
-    best = {f.job: best_eta(f.futures) for f in counted}
+    floor = [relative_error(best_eta(f.futures), f.wait or 0.0) for f in counted]
+    low, high = bootstrap_median(floor)
+    futures_floor = cross_validated(counted)
     return {
         "workloads": len(counted),
-        "floorP50": round(statistics.median(relative_error(best[f.job], f.wait or 0.0) for f in counted), 4),
+        "floorP50": round(statistics.median(floor), 4),
+        "floorP50Interval90": [round(low, 4), round(high, 4)],
+        "floorFromFuturesP50": round(statistics.median(futures_floor), 4) if futures_floor else None,
         "predictedP50": round(
             statistics.median(relative_error(f.predicted, f.wait or 0.0) for f in counted), 4
         ),
-        "futuresSpreadP50": round(statistics.median(spread(best[f.job], f.futures) for f in counted), 4),
+        "withinTargetShare": {
+            "floor": round(sum(e <= TARGET for e in floor) / len(floor), 4),
+            "predicted": round(
+                sum(relative_error(f.predicted, f.wait or 0.0) <= TARGET for f in counted) / len(counted), 4
+            ),
+        },
+        "futuresSpreadP50": round(
+            statistics.median(spread(best_eta(f.futures), f.futures) for f in counted), 4
+        ),
         "medianWaitHours": round(statistics.median(f.wait or 0.0 for f in counted) / 3600, 2),
     }
+
+
+def table_of(rows: dict[str, dict[str, Any]], title: str) -> Table:
+    """The summary rows as a table."""
+    table = Table(title=title)
+    table.add_column("class", no_wrap=True)
+    for column in (
+        "waited > 5 min",
+        "median wait h",
+        "floor p50 (90 % interval)",
+        "floor from futures",
+        "gpuplane ETA p50",
+    ):
+        table.add_column(column, justify="right")
+    for name, row in rows.items():
+        if not row["workloads"]:
+            continue
+        low, high = row["floorP50Interval90"]
+        table.add_row(
+            name,
+            f"{row['workloads']:,}",
+            f"{row['medianWaitHours']}",
+            f"{row['floorP50']:.3f} ({low:.2f}-{high:.2f})",
+            f"{row['floorFromFuturesP50']:.3f}" if row["floorFromFuturesP50"] is not None else "-",
+            f"{row['predictedP50']:.3f}",
+        )
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,31 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     for f in followed:
         by_class.setdefault(f.klass, []).append(f)
     rows = {"all": summary(followed)} | {k: summary(v) for k, v in sorted(by_class.items())}
-    table = Table(
-        title=f"ETA floor: {args.configuration} at load {args.load:g}, every {args.every}th prediction "
+    title = (
+        f"ETA floor: {args.configuration} at load {args.load:g}, every {args.every}th prediction "
         f"followed into {args.futures} futures ({elapsed:.0f} s)"
     )
-    for column in (
-        "class",
-        "waited > 5 min",
-        "median wait h",
-        "floor p50",
-        "gpuplane ETA p50",
-        "futures' spread",
-    ):
-        table.add_column(column, justify="right")
-    for name, row in rows.items():
-        if not row["workloads"]:
-            continue
-        table.add_row(
-            name,
-            f"{row['workloads']:,}",
-            f"{row['medianWaitHours']}",
-            f"{row['floorP50']:.3f}",
-            f"{row['predictedP50']:.3f}",
-            f"{row['futuresSpreadP50']:.3f}",
-        )
-    console.print(table)
+    console.print(table_of(rows, title))
     floor = rows["all"].get("floorP50")
     if isinstance(floor, float):
         verdict = "reachable" if floor <= TARGET else "out of reach for any predictor"

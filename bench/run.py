@@ -70,6 +70,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="sim_saturated.py",
         description="simulator under backlog: the built-in week at offered load 1.5 (no-op, stock, core)",
     ),
+    "eta-floor": Benchmark(
+        script="eta_floor.py",
+        description="the ETA error no predictor avoids: the load-1.5 week forked into futures at predictions",
+    ),
     "gang-fragmentation": Benchmark(
         script="gang_fragmentation.py",
         description="gang placement with churn, 256 nodes x 8 GPUs: allocation, fragmentation by profile",
