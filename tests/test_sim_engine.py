@@ -8,6 +8,7 @@ gpuplane gang never runs partly; and, at the end, that GPU-hours add up.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -17,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuplane.sim.cluster import ClusterSpec, NodeSpec
-from gpuplane.sim.engine import HOLD, Change, Engine, Model, checkpoint_at
+from gpuplane.sim.engine import HOLD, YOUNG_GENERATION, Change, Engine, Model, checkpoint_at
 from gpuplane.sim.experiment import CONFIGURATIONS, SimInput, build_model, scenario_input
-from gpuplane.sim.gpuplane_model import GpuplaneModel
+from gpuplane.sim.gpuplane_model import GpuplaneModel, GpuplaneOptions
 from gpuplane.sim.metrics import HOUR, Ledger, configuration_document, total
 from gpuplane.sim.scenario import Scenario, Team, parse_scenario
 from gpuplane.sim.stock import StockModel
@@ -153,6 +154,25 @@ def test_work_without_checkpoints_loses_everything_since_it_started() -> None:
     jobs = Jobs().add("blue", at=0, gpus=8, work=36000).add("red", at=3000, gpus=4, work=600)
     doc = run("gpuplane", spec, jobs.workloads(7200))
     assert doc["lostGpuHours"] == pytest.approx(3000 * 8 / HOUR, abs=0.01)
+
+
+def test_a_run_sets_the_collector_for_itself_and_restores_it() -> None:
+    spec = cluster(1, 8, {"red": 1})
+    jobs = Jobs().add("red", at=0, gpus=8, work=600)
+    seen: list[tuple[tuple[int, int, int], int]] = []
+
+    class Watching(GpuplaneModel):
+        def submit(self, job: Job, now: float) -> None:
+            seen.append((gc.get_threshold(), gc.get_freeze_count()))
+            super().submit(job, now)
+
+    sim = SimInput("test", spec, jobs.workloads(3600), 3600.0, 3600.0, 30.0)
+    before = gc.get_threshold(), gc.get_freeze_count()
+    Engine(Watching("gpuplane", spec, GpuplaneOptions(), 0.0), sim.workloads, spec.gpus, 3600.0).run()
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    ((threshold, frozen),) = seen
+    assert threshold[0] >= YOUNG_GENERATION
+    assert frozen > before[1]  # what existed when the run began: the drawn jobs among it
 
 
 def test_idle_session_is_reaped_and_resumed_when_the_user_returns() -> None:
