@@ -2,39 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from bench_scripts import load_bench
 from gpuplane.model.loader import load_files
 
-BENCH_FILE = Path(__file__).resolve().parent.parent / "bench" / "kueue_scale.py"
 COHORTS, QUEUES_PER_COHORT = 2, 3
 QUEUES = COHORTS * QUEUES_PER_COHORT
 # name -> (per ClusterQueue, cpu, priority), as the benchmark is specified.
 WANT_CLASSES = {"small": (35, 1, 50), "medium": (11, 5, 100), "large": (4, 20, 200)}
 
 
-def _load_bench() -> ModuleType:
-    # bench/ is not a package; load the script by path. Dataclasses look their module up
-    # in sys.modules, so it is registered before it runs.
-    spec = importlib.util.spec_from_file_location("bench_kueue_scale", BENCH_FILE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ks = _load_bench()
+ks = load_bench("kueue_scale.py")
 
 
 @pytest.fixture(scope="module")

@@ -3,35 +3,23 @@ and the forked futures themselves (with constant runtimes every future is the ru
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import statistics
-import sys
 from dataclasses import replace
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
+from bench_scripts import load_bench
 from gpuplane.sim.experiment import build_model, scenario_input
 from gpuplane.sim.scenario import Param, Scenario, builtin_scenario
-
-BENCH_FILE = Path(__file__).resolve().parent.parent / "bench" / "eta_floor.py"
 
 
 @pytest.fixture(scope="module")
 def floor() -> ModuleType:
-    # bench/ is not a package; load the script by path (registered first: dataclasses look their
-    # module up in sys.modules).
-    spec = importlib.util.spec_from_file_location("bench_eta_floor", BENCH_FILE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("eta_floor.py")
 
 
 def test_lognormal_draw_is_the_distribution_above_what_ran(floor: ModuleType) -> None:
