@@ -223,15 +223,18 @@ def test_rbac_on_the_pendingworkloads_subresources_decides(visible: Visible) -> 
     denied = raw(kube, path, alice)
     assert denied.returncode != 0
     assert "forbidden" in denied.stderr.lower()
-    kube.kubectl(
-        "-n",
-        ns,
-        "create",
-        "role",
-        "queue-viewer",
-        "--verb=get",
-        f"--resource=localqueues.{GROUP}/pendingworkloads",
-    )
+    # The Role as a manifest: `kubectl create role --resource=...` checks the resource against
+    # discovery, and the aggregated group can reach discovery some moments after its APIService is
+    # Available (the API server answers the paths before it lists them).
+    role = f"""apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: queue-viewer, namespace: {ns}}}
+rules:
+- apiGroups: [{GROUP}]
+  resources: [localqueues/pendingworkloads]
+  verbs: [get]
+"""
+    kube.kubectl("apply", "-f", "-", input=role)
     kube.kubectl("-n", ns, "create", "rolebinding", "team-a-queues", "--role=queue-viewer", "--group=team-a")
     allowed = _wait(lambda: raw(kube, path, alice).returncode == 0)
     assert allowed
