@@ -177,8 +177,10 @@ class FollowingEngine(Engine):
 
     @staticmethod
     def _collect(running: dict[int, tuple[int, int]], waits: dict[int, float], run: JobRun) -> None:
-        """Wait for one child of ``running`` and read its wait."""
-        pid, _ = os.wait()
+        """Wait for the oldest child of ``running`` and read its wait (by its pid: the process may
+        have other children, which are not this benchmark's to reap)."""
+        pid = next(iter(running))
+        os.waitpid(pid, 0)
         k, read_fd = running.pop(pid)
         with os.fdopen(read_fd, "rb") as pipe:
             data = pipe.read()
