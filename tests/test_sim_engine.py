@@ -9,6 +9,7 @@ gpuplane gang never runs partly; and, at the end, that GPU-hours add up.
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -147,6 +148,20 @@ def test_reclaim_loses_only_work_since_the_last_checkpoint() -> None:
     # 3000 s of compute, checkpointed at 1800 s: 1200 s x 8 GPUs are lost.
     assert doc["lostGpuHours"] == pytest.approx(1200 * 8 / HOUR, abs=0.01)
     assert doc["teams"]["red"]["waitMaxSeconds"] == 0.0
+
+
+def test_reclaim_at_a_checkpoint_instant_keeps_that_checkpoint() -> None:
+    # 27 periods of this length end at ``due``, though due / period rounds to just below 27: the
+    # checkpoint taken at that instant is the one the work keeps (before, one period was lost).
+    period, due = 4845.234210820203, 130821.32369214547
+    assert math.floor(due / period) == 26
+    spec = cluster(1, 8, {"red": 1, "blue": 1})
+    jobs = (
+        Jobs().add("blue", at=0, gpus=8, work=400_000, checkpoint=period).add("red", at=due, gpus=4, work=600)
+    )
+    doc = run("gpuplane", spec, jobs.workloads(due + 7200))
+    assert doc["preemptions"] == 1
+    assert doc["lostGpuHours"] == 0.0
 
 
 def test_work_without_checkpoints_loses_everything_since_it_started() -> None:

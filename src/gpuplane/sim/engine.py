@@ -758,11 +758,10 @@ class Engine:
         alloc = run.alloc
         p0, p1 = self.close_run(run, now)
         job = run.job
-        elapsed = p1 - p0
         if job.stateless:
             saved = p1
         elif job.checkpoint:
-            saved = p0 + math.floor(elapsed / job.checkpoint) * job.checkpoint
+            saved, _ = checkpoint_at(p0, job.checkpoint, p1)  # the checkpoint taken at p1 counts
         else:
             saved = p0
         run.progress = saved
