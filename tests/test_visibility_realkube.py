@@ -224,8 +224,8 @@ def test_rbac_on_the_pendingworkloads_subresources_decides(visible: Visible) -> 
     assert denied.returncode != 0
     assert "forbidden" in denied.stderr.lower()
     # The Role as a manifest: `kubectl create role --resource=...` checks the resource against
-    # discovery, and the aggregated group can reach discovery some moments after its APIService is
-    # Available (the API server answers the paths before it lists them).
+    # discovery, which once did not list the aggregated group yet although both APIServices were
+    # Available; a manifest needs no discovery.
     role = f"""apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {{name: queue-viewer, namespace: {ns}}}
