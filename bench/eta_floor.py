@@ -59,6 +59,7 @@ from rich.table import Table
 from gpuplane.sim.engine import COMPLETE, Engine, JobRun, Model
 from gpuplane.sim.experiment import build_model, scenario_input
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT
+from gpuplane.sim.parallel import default_jobs
 from gpuplane.sim.scenario import Param, Scenario, builtin_scenario
 from gpuplane.sim.workloads import Workloads
 
@@ -215,6 +216,20 @@ class FollowingEngine(Engine):
         for job_id, end in moved.items():
             self.push(end, COMPLETE, job_id, self.runs[job_id].gen)
 
+    def follow(self) -> list[Followed]:
+        """Run, and return every followed prediction with the wait the workload really had. Only
+        the parent returns: a fork reports its wait and exits, whatever happens in it."""
+        try:
+            self.run()
+        finally:
+            if self.watch is not None:  # a fork that left the run loop some other way
+                os._exit(1)
+        followed = list(self.followed.values())
+        for f in followed:
+            started = self.runs[f.job].first_start
+            f.wait = None if started is None else started - f.submit
+        return followed
+
     def _report(self, wait: float) -> None:
         os.write(self.report_fd, struct.pack("d", wait))
         os._exit(0)
@@ -280,7 +295,9 @@ def summary(followed: list[Followed]) -> dict[str, Any]:
     counted = [f for f in followed if f.wait is not None and f.wait > ETA_RELATIVE_MIN_WAIT]
     if not counted:
         return {"workloads": 0}
-    floor = [relative_error(best_eta(f.futures), f.wait or 0.0) for f in counted]
+    best = [best_eta(f.futures) for f in counted]
+    floor = [relative_error(eta, f.wait or 0.0) for eta, f in zip(best, counted, strict=True)]
+    predicted = [relative_error(f.predicted, f.wait or 0.0) for f in counted]
     low, high = bootstrap_median(floor)
     futures_floor = cross_validated(counted)
     return {
@@ -288,17 +305,13 @@ def summary(followed: list[Followed]) -> dict[str, Any]:
         "floorP50": round(statistics.median(floor), 4),
         "floorP50Interval90": [round(low, 4), round(high, 4)],
         "floorFromFuturesP50": round(statistics.median(futures_floor), 4) if futures_floor else None,
-        "predictedP50": round(
-            statistics.median(relative_error(f.predicted, f.wait or 0.0) for f in counted), 4
-        ),
+        "predictedP50": round(statistics.median(predicted), 4),
         "withinTargetShare": {
             "floor": round(sum(e <= TARGET for e in floor) / len(floor), 4),
-            "predicted": round(
-                sum(relative_error(f.predicted, f.wait or 0.0) <= TARGET for f in counted) / len(counted), 4
-            ),
+            "predicted": round(sum(e <= TARGET for e in predicted) / len(predicted), 4),
         },
         "futuresSpreadP50": round(
-            statistics.median(spread(best_eta(f.futures), f.futures) for f in counted), 4
+            statistics.median(spread(eta, f.futures) for eta, f in zip(best, counted, strict=True)), 4
         ),
         "medianWaitHours": round(statistics.median(f.wait or 0.0 for f in counted) / 3600, 2),
     }
@@ -340,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "--futures", type=int, default=12, help="futures per followed prediction (default 12)"
     )
     parser.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="futures run at once (default: the CPUs)"
+        "--jobs", type=int, default=default_jobs(), help="futures run at once (default: the CPUs)"
     )
     parser.add_argument("--out", type=Path, help="write eta-floor.json here")
     args = parser.parse_args(argv)
@@ -369,17 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             on_follow=advanced,
         )
-        try:
-            engine.run()
-        finally:
-            if engine.watch is not None:  # a fork that left the run loop some other way
-                os._exit(1)
+        followed = engine.follow()
     elapsed = time.perf_counter() - started
-    followed = list(engine.followed.values())
-    for f in followed:
-        run = engine.runs.get(f.job)
-        if run is not None and run.first_start is not None:
-            f.wait = run.first_start - f.submit
     by_class: dict[str, list[Followed]] = {}
     for f in followed:
         by_class.setdefault(f.klass, []).append(f)

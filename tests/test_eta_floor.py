@@ -4,7 +4,6 @@ and the forked futures themselves (with constant runtimes every future is the ru
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from dataclasses import replace
 from types import ModuleType
@@ -81,16 +80,7 @@ def _follow(floor: ModuleType, scenario: Scenario, every: int) -> list[object]:
         futures=2,
         jobs=2,
     )
-    try:
-        engine.run()
-    finally:
-        if engine.watch is not None:  # a future that left the run loop some other way
-            os._exit(1)
-    followed = list(engine.followed.values())
-    for f in followed:
-        run = engine.runs[f.job]
-        f.wait = None if run.first_start is None else run.first_start - f.submit
-    return followed
+    return list(engine.follow())
 
 
 def test_with_known_runtimes_every_future_is_what_happened(floor: ModuleType) -> None:
