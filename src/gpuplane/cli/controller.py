@@ -117,12 +117,21 @@ def register_webhook(app: typer.Typer) -> None:
         handshake_timeout: Annotated[
             float, typer.Option(min=0.1, help="Seconds a client has to finish the TLS handshake.")
         ] = 10.0,
+        manage_jobs_without_queue_name: Annotated[
+            bool,
+            typer.Option(
+                "--manage-jobs-without-queue-name",
+                help="Suspend jobs that name no queue too, and queue them in the LocalQueue 'default' "
+                "(Kueue's manageJobsWithoutQueueName).",
+            ),
+        ] = False,
     ) -> None:
-        """Serve the mutating webhook that hands gpuplane's pods to gpuplane."""
-        from gpuplane.k8s.webhook import serve  # noqa: PLC0415
+        """Serve the mutating webhook: suspends queued jobs at creation, hands gpuplane's pods to gpuplane."""
+        from gpuplane.k8s.webhook import WebhookSettings, serve  # noqa: PLC0415
 
+        settings = WebhookSettings(manage_jobs_without_queue_name=manage_jobs_without_queue_name)
         try:
-            server = serve(port, cert, key, host=host, handshake_timeout=handshake_timeout)
+            server = serve(port, cert, key, host=host, handshake_timeout=handshake_timeout, settings=settings)
         except (OSError, ValueError) as err:
             typer.echo(f"error: cannot serve the webhook on {host}:{port}: {err}", err=True)
             raise typer.Exit(2) from None
