@@ -8,7 +8,8 @@ PyYAML and checked against the code it deploys:
 * the ClusterRole and the leader-election Role grant exactly what the controller uses: the set is
   written below from reading the code and cross-checked against the API calls found in the
   controller's source, the informers' resources and every ``Resource`` constant;
-* the webhook configuration targets pod CREATE only and reaches the webhook's Service and port;
+* the webhook configuration targets pod CREATE and the CREATE of every job kind the webhook
+  suspends, nothing else, and reaches the webhook's Service and port;
 * the Deployments run commands and flags that ``gpuplane`` really accepts, with hardened pods;
 * ``kubectl kustomize`` and ``helm template`` render, when those binaries are installed.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
 import shutil
 import subprocess
@@ -29,6 +31,7 @@ import yaml
 from typer.main import get_command
 
 import gpuplane
+from apiserver.fixtures import E2E_KUBECONFIG
 from gpuplane.cli.app import build_app
 from gpuplane.k8s import api as k8s_api
 from gpuplane.k8s import controller as k8s_controller
@@ -37,8 +40,9 @@ from gpuplane.k8s import informer as k8s_informer
 from gpuplane.k8s import provisioning as k8s_provisioning
 from gpuplane.k8s import spot as k8s_spot
 from gpuplane.k8s import warm as k8s_warm
+from gpuplane.k8s import webhook as webhook_module
 from gpuplane.k8s.api import Resource
-from gpuplane.k8s.webhook import pod_patch
+from gpuplane.k8s.webhook import WebhookSettings, job_patch, pod_patch
 from gpuplane.model import labels as keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -488,19 +492,44 @@ def test_docs_explain_every_permission() -> None:
 # --- webhook ---------------------------------------------------------------------------------------
 
 
-def test_webhook_targets_pod_create_only() -> None:
+POD_RULE = {
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "operations": ["CREATE"],
+    "resources": ["pods"],
+    "scope": "Namespaced",
+}
+JOBS_HOOK = "queued-jobs.gpuplane.dev"
+
+
+def _job_rules() -> list[Doc]:
+    """One CREATE rule per integrated kind the webhook suspends (it has a suspend field)."""
+    return [
+        {
+            "apiGroups": [i.resource.group],
+            "apiVersions": [i.resource.version],
+            "operations": ["CREATE"],
+            "resources": [i.resource.plural],
+            "scope": "Namespaced",
+        }
+        for i in integrations.INTEGRATIONS.values()
+        if i.suspend is not None
+    ]
+
+
+def test_webhook_targets_pod_and_job_create_only() -> None:
     config = _one(_manifests(), "MutatingWebhookConfiguration")
-    assert config["webhooks"]
+    hooks = {hook["name"]: hook for hook in config["webhooks"]}
+    assert hooks[JOBS_HOOK]["rules"] == _job_rules()
+    assert {r["resources"][0] for r in hooks[JOBS_HOOK]["rules"]} >= {
+        "jobs",
+        "jobsets",
+        "pytorchjobs",
+        "rayjobs",
+    }
     for hook in config["webhooks"]:
-        assert hook["rules"] == [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods"],
-                "scope": "Namespaced",
-            }
-        ]
+        if hook["name"] != JOBS_HOOK:
+            assert hook["rules"] == [POD_RULE]
         assert hook["failurePolicy"] == "Ignore"
         assert hook["sideEffects"] == "None"
         assert hook["admissionReviewVersions"] == ["v1"]
@@ -524,6 +553,8 @@ def test_webhook_object_selectors_lose_no_pod_the_webhook_would_change() -> None
     config = _one(_manifests(), "MutatingWebhookConfiguration")
     selected = set()
     for hook in config["webhooks"]:
+        if hook["name"] == JOBS_HOOK:
+            continue
         (expression,) = hook["objectSelector"]["matchExpressions"]
         assert expression["operator"] == "Exists"
         selected.add(expression["key"])
@@ -533,6 +564,70 @@ def test_webhook_object_selectors_lose_no_pod_the_webhook_would_change() -> None
     for label in selected:
         pod = {"metadata": {"name": "p", "labels": {label: "v"}}, "spec": {"containers": []}}
         assert pod_patch(pod), label
+
+
+def test_webhook_sees_every_job_it_would_suspend() -> None:
+    """No object selector on the jobs entry: a queue name in Kueue's annotation, or none at all
+    under --manage-jobs-without-queue-name, still gets the job suspended."""
+    hook = _one(_manifests(), "MutatingWebhookConfiguration")["webhooks"]
+    (jobs_hook,) = [h for h in hook if h["name"] == JOBS_HOOK]
+    assert "objectSelector" not in jobs_hook
+    annotated = {"metadata": {"name": "j", "annotations": {keys.QUEUE_NAME_LABEL: "q"}}, "spec": {}}
+    assert job_patch("Job", annotated)
+    assert job_patch("Job", {"metadata": {"name": "j"}, "spec": {}}, WebhookSettings(True))
+
+
+def test_chart_passes_manage_jobs_without_queue_name_as_a_flag_the_webhook_accepts() -> None:
+    """The chart's value becomes ``--manage-jobs-without-queue-name`` (helm may not be installed to
+    render it, so the flag is read from the template and parsed with gpuplane's own CLI)."""
+    assert _values()["webhook"]["manageJobsWithoutQueueName"] is False
+    template = (TEMPLATES / "webhook.yaml").read_text()
+    (flag,) = re.findall(r"- (--manage-jobs-without-queue-name)\b", template)
+    params = _parse_command({"command": ["gpuplane"], "args": ["webhook", flag]})
+    assert params["manage_jobs_without_queue_name"] is True
+    listed = re.findall(r'\(list "([\w.-]+)" "(\w+)" "(\w+)"\)', template)
+    wanted = [(r["apiGroups"][0], r["apiVersions"][0], r["resources"][0]) for r in _job_rules()]
+    assert listed == wanted
+
+
+def test_webhook_configuration_is_accepted_by_a_real_api_server(tmp_path: Path) -> None:
+    """``kubectl apply --dry-run=server`` of the MutatingWebhookConfiguration, on the real control
+    plane of the end-to-end suite (``GPUPLANE_E2E_KUBECONFIG``): the API server validates every
+    rule, selector and client configuration as it would at install."""
+    kubeconfig = os.environ.get(E2E_KUBECONFIG)
+    if not kubeconfig or shutil.which("kubectl") is None:
+        pytest.skip("needs a real API server (GPUPLANE_E2E_KUBECONFIG) and kubectl")
+    config = _one(_manifests(), "MutatingWebhookConfiguration")
+    path = tmp_path / "webhook.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [
+        "kubectl",
+        "--kubeconfig",
+        kubeconfig,
+        "apply",
+        "--dry-run=server",
+        "-f",
+        str(path),
+        "-o",
+        "yaml",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+    stored = yaml.safe_load(result.stdout)
+    assert [h["name"] for h in stored["webhooks"]] == [h["name"] for h in config["webhooks"]]
+    assert [h["rules"] for h in stored["webhooks"]] == [h["rules"] for h in config["webhooks"]]
+
+
+def test_the_webhook_needs_no_api_access() -> None:
+    """It answers from the AdmissionReview alone, so its pod mounts no token and no Role names it."""
+    docs = _manifests()
+    pod = _one(docs, "Deployment", "gpuplane-webhook")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        assert all("webhook" not in s["name"] for d in docs if d["kind"] == kind for s in d["subjects"])
+    source = inspect.getsource(webhook_module)
+    assert "KubeApi" not in source
+    assert "load_api_client" not in source
 
 
 def test_webhook_service_reaches_the_webhook_port() -> None:
