@@ -52,6 +52,7 @@ import testca
 from apiserver.fixtures import E2E_KUBECONFIG, Cluster, Kubectl, manifest
 from apiserver.patch import json_patch
 from apiserver.server import ApiServerDouble
+from fake_kubelet import FakeKubelet
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.plan import Plan
 from gpuplane.core.scheduler import schedule
@@ -155,6 +156,7 @@ class Scene:
         self._created: list[tuple[Resource, str]] = []  # cluster-scoped, deleted in reverse order
         self._runs: list[RunningController] = []
         self._job_controllers: list[JobController | RealJobController] = []
+        self._kubelets: list[FakeKubelet] = []
 
     # --- setup -----------------------------------------------------------------------------------
 
@@ -231,8 +233,13 @@ class Scene:
         return gpu_job(name, self.namespace, "queue", **options)
 
     def submit(self, *jobs: Manifest) -> None:
-        """``kubectl apply`` the jobs, all in one multi-document stream."""
-        self.kubectl("apply", "-f", "-", input=manifest(*(j.to_dict() for j in jobs)))
+        """``kubectl apply`` the jobs, all in one multi-document stream. On a real server the API
+        server calls the registered webhook, which suspends a queued job at creation; the double
+        calls no webhooks, so there the webhook's patch is applied here (:func:`webhook_admit`)."""
+        bodies = [j.to_dict() for j in jobs]
+        if not self.real:
+            bodies = [webhook_admit(body) for body in bodies]
+        self.kubectl("apply", "-f", "-", input=manifest(*bodies))
 
     def delete_job(self, name: str) -> None:
         """``kubectl delete job`` and, since no kubelet ends them, its pods at grace period 0 (a pod
@@ -278,6 +285,15 @@ class Scene:
         jc = RealJobController(api, self.namespace) if self.real else JobController(api, self.namespace)
         self._job_controllers.append(jc)
         return jc.start()
+
+    def kubelet(self, *, speedup: float = 1.0) -> FakeKubelet:
+        """Start the kubelets' stand-in for this scene's pods (:class:`fake_kubelet.FakeKubelet`): bound
+        pods run for the time their annotations give and end; it is stopped at cleanup."""
+        kubelet = FakeKubelet(
+            KubeApi(load_api_client(self.kubeconfig), qps=None), [self.namespace], speedup=speedup
+        )
+        self._kubelets.append(kubelet)
+        return kubelet.start()
 
     def admit(self, pod: dict[str, Any]) -> dict[str, Any]:
         """A pod as the test submits it: on the double with the webhook's patch applied (the double
@@ -357,6 +373,8 @@ class Scene:
             for run in self._runs:
                 run.stop()
         finally:
+            for kubelet in self._kubelets:
+                kubelet.stop()
             for jc in self._job_controllers:
                 jc.stop()
             with contextlib.suppress(ApiError):
@@ -411,18 +429,21 @@ def _served(api: KubeApi, res: Resource) -> bool:
 # --- kube-controller-manager's Job controller, reduced ----------------------------------------------
 
 
-def webhook_admit(pod: dict[str, Any]) -> dict[str, Any]:
-    """``pod`` as the mutating webhook chain would store it: gpuplane's review() patch applied."""
+def webhook_admit(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` (a pod or a job; its kind is the object's, a Pod when unset) as the mutating webhook
+    chain would store it at creation: gpuplane's review() patch applied."""
+    group, _, version = str(obj.get("apiVersion", "v1")).rpartition("/")
+    kind = {"group": group, "version": version, "kind": obj.get("kind", "Pod")}
     answer = review(
         {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
-            "request": {"uid": "e2e", "kind": {"kind": "Pod"}, "operation": "CREATE", "object": pod},
+            "request": {"uid": "e2e", "kind": kind, "operation": "CREATE", "object": obj},
         }
     )["response"]
     if not answer.get("patch"):
-        return pod
-    patched: dict[str, Any] = json_patch(pod, json.loads(base64.b64decode(answer["patch"])))
+        return obj
+    patched: dict[str, Any] = json_patch(obj, json.loads(base64.b64decode(answer["patch"])))
     return patched
 
 
@@ -475,17 +496,60 @@ class JobController:
                 owned[ref.get("uid", "")].append(pod)
         for obj in jobs:
             uid = obj["metadata"]["uid"]
+            if integrations.outcome("Job", obj) is not None:
+                continue  # Complete or Failed: the Job controller leaves it alone
             live = [p for p in owned[uid] if not p["metadata"].get("deletionTimestamp")]
+            phases = Counter((p.get("status") or {}).get("phase") for p in live)
+            running = [p for p in live if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
             if obj["spec"].get("suspend"):
-                for pod in live:
+                for pod in running:
                     with contextlib.suppress(ApiError):
                         self.api.delete(k8s.PODS, pod["metadata"]["name"], self.namespace)
+                self._ended(obj, phases["Succeeded"], phases["Failed"], 0)
                 continue
-            want = 0 if obj["metadata"]["name"] in self.held else integrations.batch_job(obj)[0].count
+            if self._ended(obj, phases["Succeeded"], phases["Failed"], len(running)):
+                continue
+            completions = obj["spec"].get("completions") or 1
+            want = min(integrations.batch_job(obj)[0].count, completions - phases["Succeeded"])
+            if obj["metadata"]["name"] in self.held:
+                want = 0
             if self.pod_limit is not None:
                 want = min(want, self.pod_limit)
-            for _ in range(want - len(live)):
+            for _ in range(want - len(running)):
                 self.api.create(k8s.PODS, self._pod(obj), self.namespace)
+
+    def _ended(self, obj: dict[str, Any], succeeded: int, failed: int, active: int) -> bool:
+        """Write the Job's status as the Job controller would (counts, and ``Complete`` once its
+        completions succeeded or ``Failed`` past its backoff limit); whether it has ended."""
+        spec, status = obj["spec"], dict(obj.get("status") or {})
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        conditions = list(status.get("conditions") or [])
+        ended = False
+        if succeeded >= (spec.get("completions") or 1):
+            conditions += [
+                {"type": t, "status": "True", "reason": "CompletionsReached", "lastTransitionTime": stamp}
+                for t in ("SuccessCriteriaMet", "Complete")
+            ]
+            status["completionTime"] = stamp
+            ended = True
+        elif failed > spec.get("backoffLimit", 6):
+            conditions += [
+                {
+                    "type": t,
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                    "lastTransitionTime": stamp,
+                }
+                for t in ("FailureTarget", "Failed")
+            ]
+            ended = True
+        counts = {"succeeded": succeeded, "failed": failed, "active": 0 if ended else active}
+        if ended or any(status.get(k, 0) != v for k, v in counts.items()):
+            status.update(counts, conditions=conditions)
+            with contextlib.suppress(ApiError):  # 409: changed meanwhile, the next pass writes again
+                self.api.replace(k8s.JOBS, {**obj, "status": status}, sub="status")
+        return ended
 
     def _pod(self, obj: dict[str, Any]) -> dict[str, Any]:
         meta, template = obj["metadata"], obj["spec"]["template"]
@@ -566,10 +630,12 @@ class RealJobController:
 
 class RegisteredWebhook:
     """``gpuplane webhook`` served over TLS on loopback (its own process) and registered with a real
-    API server as a MutatingWebhookConfiguration for Pods, with a URL and a test CA bundle.
+    API server as a MutatingWebhookConfiguration for Pods and for the job kinds it suspends (as
+    deploy/webhook.yaml registers it), with a URL and a test CA bundle.
 
     It acts only in namespaces labelled :data:`E2E_LABEL`, so it never touches anything else on the
-    server, and fails closed there (a pod the webhook could not see would go to kube-scheduler).
+    server, and fails closed there (a pod the webhook could not see would go to kube-scheduler, a
+    queued job it could not see would run unsuspended).
     """
 
     NAME = "gpuplane-e2e"
@@ -605,28 +671,11 @@ class RegisteredWebhook:
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": self.NAME},
             "webhooks": [
-                {
-                    "name": "pods.gpuplane.dev",
-                    "clientConfig": {
-                        "url": f"https://127.0.0.1:{self.port}/mutate",
-                        "caBundle": base64.b64encode(self.certs.ca_pem).decode(),
-                    },
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                            "scope": "Namespaced",
-                        }
-                    ],
-                    "namespaceSelector": {"matchLabels": {E2E_LABEL: "true"}},
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "timeoutSeconds": 10,
-                    "reinvocationPolicy": "IfNeeded",
-                }
+                self._entry("pods.gpuplane.dev", [k8s.PODS]),
+                self._entry(
+                    "jobs.gpuplane.dev",
+                    [i.resource for i in integrations.INTEGRATIONS.values() if i.suspend is not None],
+                ),
             ],
         }
         with contextlib.suppress(ApiError):
@@ -634,6 +683,32 @@ class RegisteredWebhook:
         self.api.create(WEBHOOKS, body)
         self._wait_effective()
         return self
+
+    def _entry(self, name: str, resources: list[Resource]) -> dict[str, Any]:
+        """One webhook of the configuration: CREATE of ``resources``, in e2e namespaces only."""
+        return {
+            "name": name,
+            "clientConfig": {
+                "url": f"https://127.0.0.1:{self.port}/mutate",
+                "caBundle": base64.b64encode(self.certs.ca_pem).decode(),
+            },
+            "rules": [
+                {
+                    "apiGroups": [res.group],
+                    "apiVersions": [res.version],
+                    "operations": ["CREATE"],
+                    "resources": [res.plural],
+                    "scope": "Namespaced",
+                }
+                for res in resources
+            ],
+            "namespaceSelector": {"matchLabels": {E2E_LABEL: "true"}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 10,
+            "reinvocationPolicy": "IfNeeded",
+        }
 
     def _answers(self) -> bool:
         context = ssl.create_default_context(cafile=str(self.certs.ca))
@@ -646,7 +721,8 @@ class RegisteredWebhook:
 
     def _wait_effective(self) -> None:
         """Until the API server calls the webhook: a dry-run pod in a labelled namespace comes back
-        gated (the server picks a new configuration up within a second or so)."""
+        with gpuplane's scheduler name, and a dry-run queued Job comes back suspended (the server
+        picks a new configuration up within a second or so)."""
         namespace = f"e2e-webhook-{uuid.uuid4().hex[:6]}"
         self.api.create(k8s.NAMESPACES, {"metadata": {"name": namespace, "labels": {E2E_LABEL: "true"}}})
         pod = {
@@ -656,9 +732,19 @@ class RegisteredWebhook:
             "spec": {"containers": [{"name": "c", "image": "none"}]},
         }
 
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "probe", "labels": {keys.QUEUE_NAME_LABEL: "probe"}},
+            "spec": {"template": {"spec": {**pod["spec"], "restartPolicy": "Never"}}},
+        }
+
         def gated() -> bool:
             created = self.api.request("POST", k8s.PODS.path(namespace), {"dryRun": "All"}, body=pod)
-            return created["spec"].get("schedulerName") == keys.SCHEDULER_NAME
+            if created["spec"].get("schedulerName") != keys.SCHEDULER_NAME:
+                return False
+            created = self.api.request("POST", k8s.JOBS.path(namespace), {"dryRun": "All"}, body=job)
+            return created["spec"].get("suspend") is True
 
         try:
             wait_until(gated, 30, "the API server calling the registered webhook")

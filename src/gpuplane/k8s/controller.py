@@ -72,6 +72,7 @@ from gpuplane.k8s.plan_writes import (
     Write,
     admission_writes,
     eviction_writes,
+    finished_workload,
     pending_writes,
     preemption_writes,
 )
@@ -80,6 +81,7 @@ from gpuplane.k8s.provisioning import (
     awaiting_checks,
     evicted_by_check,
 )
+from gpuplane.k8s.queue_status import QueueStatusWrite, queue_status_writes
 from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.k8s.warm import WarmBuffer
 from gpuplane.k8s.worklist import Worklist
@@ -132,6 +134,7 @@ class Counters:
     bound: int = 0
     preempted: int = 0
     released: int = 0  # evicted workloads whose quota was given back
+    finished: int = 0  # workloads marked Finished because their job ended
     would_preempt: int = 0
     write_failures: int = 0
     workloads_created: int = 0
@@ -148,7 +151,16 @@ class Counters:
 
 
 _COUNTER_FIELDS = frozenset(
-    ("admitted", "bound", "preempted", "released", "would_preempt", "write_failures", "workloads_created")
+    (
+        "admitted",
+        "bound",
+        "preempted",
+        "released",
+        "finished",
+        "would_preempt",
+        "write_failures",
+        "workloads_created",
+    )
 )
 
 
@@ -259,6 +271,7 @@ class Controller:
         with self.counters.lock:
             self.counters.extra["warm_buffer_pods"] = sum(self.warm.sizes.values())
         self._ensure_workloads()
+        self._finish_workloads()
         failures = self.counters.write_failures
         replanned = self.counters.extra.get("replanned_devices", 0)
         plan = self._schedule()
@@ -279,6 +292,7 @@ class Controller:
             self.live.invalidate("a write failed")  # the cluster may not show what the session holds
         if self.counters.extra.get("replanned_devices", 0) > replanned:
             self.live.invalidate("devices chosen again at bind time")
+        self._write_queue_statuses()
         self._notify(plan, time.monotonic() - started)
         return plan
 
@@ -340,6 +354,74 @@ class Controller:
         self.work.to_create -= creations.settled_jobs
         self.work.groups -= creations.settled_groups
         self._each(partial(self._create_workload, w.body) for w in creations.writes)
+
+    # --- finishing ---------------------------------------------------------------------------
+    #
+    # As Kueue does: a job that ended (its kind's terminal condition; for plain pods and pod
+    # groups, every pod in a terminal phase) gets Finished=True on its Workload, which gives the
+    # quota and devices back in this same pass (the session sees the change before it schedules);
+    # the Workload of a job that is gone is deleted (on a real cluster the garbage collector may
+    # get there first). Candidates are the worklist's: Workloads whose job or pods changed, every
+    # Workload after a sweep, so a restarted controller finishes what ended while it was down.
+
+    def _finish_workloads(self) -> None:
+        self._catch_up()
+        now = micro_time(self.clock())
+        finishes: list[Callable[[], None]] = []
+        for key in sorted(self.work.to_bind):
+            wl = self.cache.get("Workload", key)
+            if wl is None or _condition(wl, ConditionType.FINISHED):
+                continue
+            watched = [
+                ref
+                for ref in wl["metadata"].get("ownerReferences") or []
+                if ref.get("kind") in self.config.integrations
+            ]
+            owner = self._owner_job(wl)
+            if watched and owner is None:
+                finishes.append(partial(self._delete_orphan, wl))
+                continue
+            if owner is not None:
+                ended = jobs.outcome(*owner)
+            elif not wl["metadata"].get("ownerReferences") and wl.get("status", {}).get("admission"):
+                expected = sum(int(ps.get("count", 1)) for ps in wl.get("spec", {}).get("podSets", []))
+                ended = jobs.pods_outcome(self._pods_of(wl), expected)
+            else:
+                ended = None
+            if ended is not None:
+                body = finished_workload(wl, ended.succeeded, ended.message, now)
+                finishes.append(partial(self._write_finished, body, ended.succeeded, ended.message))
+        self._each(finishes)
+
+    def _write_finished(self, body: dict[str, Any], succeeded: bool, message: str) -> None:
+        key = object_key(body)
+        try:
+            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
+        except ApiError as err:
+            if not err.not_found:
+                self.counters.add("write_failures")
+            return  # retried when the Workload or its job changes again
+        self.cache.upsert("Workload", written)
+        self._pending_written.pop(key, None)
+        self.counters.add("finished")
+        outcome = "succeeded" if succeeded else "failed"
+        log.info("workload %s finished: %s (%s)", key, outcome, message)
+        self._event(written, "Normal" if succeeded else "Warning", Reason.FINISHED, message)
+
+    def _delete_orphan(self, wl: dict[str, Any]) -> None:
+        """Delete the Workload of a job that is gone (the one with that name, if any, is another)."""
+        meta = wl["metadata"]
+        try:
+            self.api.delete(
+                k8s.WORKLOADS, meta["name"], meta["namespace"], preconditions={"uid": meta.get("uid")}
+            )
+        except ApiError as err:
+            if not err.not_found and not err.conflict:
+                self.counters.add("write_failures")
+            return
+        self.cache.remove("Workload", wl)
+        self.counters.add("orphans_deleted")
+        log.info("workload %s deleted: its job is gone", object_key(wl))
 
     def _scheduler_config(self, state: ClusterState) -> SchedulerConfig:
         return replace(
@@ -603,6 +685,7 @@ class Controller:
                 wl is None
                 or not wl.get("status", {}).get("admission")
                 or _condition(wl, ConditionType.EVICTED)
+                or _condition(wl, ConditionType.FINISHED)
                 or awaiting_checks(wl)
             ):
                 self.work.to_bind.discard(key)  # a change of the Workload makes it a candidate again
@@ -692,6 +775,40 @@ class Controller:
             self.cache.forget("Pod", key)
             raise
         self.counters.add("bound")
+        node = binding["target"]["name"]
+        pod = self.cache.get("Pod", key) or {"metadata": meta}
+        message = f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}"  # as kube-scheduler
+        self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "Scheduled", message)
+
+    # --- queue status ---------------------------------------------------------------
+
+    def _write_queue_statuses(self) -> None:
+        """Bring every ClusterQueue's and LocalQueue's status (counts, flavor usage, Active) up to
+        date; only those that differ are written (:mod:`gpuplane.k8s.queue_status`)."""
+        items = self.cache.items
+        writes = queue_status_writes(
+            items("ClusterQueue"),
+            items("LocalQueue"),
+            items("Workload"),
+            items("ResourceFlavor"),
+            items("Topology"),
+            items("AdmissionCheck"),
+            micro_time(self.clock())[:19] + "Z",
+        )
+        self._each(partial(self._write_queue_status, w) for w in writes)
+
+    def _write_queue_status(self, write: QueueStatusWrite) -> None:
+        body = {"status": write.status}
+        try:
+            if write.kind == "ClusterQueue":
+                written = self.api.patch(k8s.CLUSTER_QUEUES, write.name, body, sub="status")
+            else:
+                written = self.api.patch(k8s.LOCAL_QUEUES, write.name, body, write.namespace, sub="status")
+        except ApiError as err:
+            if not err.not_found:
+                self.counters.add("queue_status_failures")
+            return
+        self.cache.upsert(write.kind, written)
 
     # --- pending --------------------------------------------------------------------
 

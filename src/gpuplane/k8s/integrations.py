@@ -139,3 +139,60 @@ def is_active(kind: str, obj: dict[str, Any]) -> bool:
         active = (obj.get("status") or {}).get("active")
         return isinstance(active, int) and active > 0
     return False
+
+
+# A job kind's terminal conditions (``status.conditions[].type`` set to "True"): the one that means
+# success, then the one that means failure. A kind not listed never finishes on its own (a
+# LeaderWorkerSet serves until it is deleted); a RayJob reports through its deployment status.
+_TERMINAL_CONDITIONS: dict[str, tuple[str, str]] = {
+    "Job": ("Complete", "Failed"),
+    "JobSet": ("Completed", "Failed"),
+    "PyTorchJob": ("Succeeded", "Failed"),
+    "TrainJob": ("Complete", "Failed"),
+}
+_RAY_TERMINAL = {"Complete": True, "Failed": False}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a job ended: whether it succeeded, and the message its kind gave."""
+
+    succeeded: bool
+    message: str
+
+
+def outcome(kind: str, obj: dict[str, Any]) -> Outcome | None:
+    """How the job ended, as its own controller reports it; None while it has not ended.
+
+    Kueue finishes a Workload on the same signals: a batch Job's ``Complete`` or ``Failed``
+    condition, a JobSet's ``Completed`` or ``Failed``, a PyTorchJob's ``Succeeded`` or ``Failed``, a
+    TrainJob's ``Complete`` or ``Failed``, a RayJob's ``jobDeploymentStatus``.
+    """
+    status = obj.get("status") or {}
+    if kind == "RayJob":
+        deployment = status.get("jobDeploymentStatus")
+        if deployment in _RAY_TERMINAL:
+            return Outcome(_RAY_TERMINAL[deployment], str(status.get("message") or f"RayJob {deployment}"))
+        return None
+    terminal = _TERMINAL_CONDITIONS.get(kind)
+    if terminal is None:
+        return None
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True" or cond.get("type") not in terminal:
+            continue
+        succeeded = cond["type"] == terminal[0]
+        default = f"{kind} finished successfully" if succeeded else f"{kind} failed"
+        return Outcome(succeeded, str(cond.get("message") or default))
+    return None
+
+
+def pods_outcome(pods: list[dict[str, Any]], expected: int) -> Outcome | None:
+    """How a workload of plain pods (or a pod group of ``expected`` pods) ended: once every one of
+    them has reached a terminal phase, a success if all succeeded; None while any may still run."""
+    phases = [(p.get("status") or {}).get("phase") for p in pods]
+    if not phases or len(phases) < expected or any(ph not in ("Succeeded", "Failed") for ph in phases):
+        return None
+    failed = phases.count("Failed")
+    if failed:
+        return Outcome(False, f"{failed} of {len(phases)} pods failed")
+    return Outcome(True, f"all {len(phases)} pods succeeded")

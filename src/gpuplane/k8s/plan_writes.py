@@ -9,6 +9,7 @@ server::
     admission_writes(get, plan, now)                       -> [Write(ADMIT, ...)]
     preemption_writes(get, plan, now, dry_run=...)         -> [Write(EVICT | WOULD_PREEMPT, ...)]
     eviction_writes(get, evicted, active, now)             -> [Write(STOP | REQUEUE, ...)]
+    finished_workload(wl, succeeded, message, now)         -> the Workload with Finished=True
     pending_writes(get, plan, now, written)                -> [Write(PENDING, ...)]
 
 The steps that follow the plan (Workloads of queued jobs, releases, bindings) are in
@@ -63,6 +64,7 @@ class Verb(StrEnum):
     REQUEUE = "requeue"  # an evicted, stopped workload's admission cleared: quota back, queued again
     CREATE = "create"  # a queued job's or gated pod group's new Workload (see k8s/bind_writes.py)
     RELEASE = "release"  # an admitted workload's job unsuspended, or a pod's admission gate lifted
+    FINISH = "finish"  # the job ended: Finished=True (Succeeded or Failed); quota and devices go back
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +121,9 @@ def admission_writes(get: Get, plan: Plan, now: str) -> list[Write]:
 
 
 def _template_requests(template: dict[str, Any]) -> dict[str, int]:
+    """What one pod of ``template`` is charged against quota (a GPU share's charge included)."""
     try:
-        return dict(pod_template(template.get("spec", {}), "spec").requests)
+        return dict(pod_template(template.get("spec", {}), "spec", template.get("metadata")).quota_requests)
     except InputError:
         return {}
 
@@ -266,6 +269,19 @@ def requeued_workload(wl: Mapping[str, Any], now: str) -> dict[str, Any]:
             )
             for ctype in ADMISSION_ORDER
         ),
+    )
+    return updated
+
+
+def finished_workload(wl: Mapping[str, Any], succeeded: bool, message: str, now: str) -> dict[str, Any]:
+    """``wl`` with ``Finished=True`` (reason ``Succeeded`` or ``Failed``, the job's message), as Kueue
+    marks the Workload of a job that ended. Its admission stays as a record; a Finished workload
+    holds no quota and no devices (every reader of the cluster skips it)."""
+    updated = copy_object(wl)
+    status = updated.setdefault("status", {})
+    reason = Reason.SUCCEEDED if succeeded else Reason.FAILED
+    status["conditions"] = with_conditions(
+        status.get("conditions", []), condition(ConditionType.FINISHED, reason, now, message)
     )
     return updated
 

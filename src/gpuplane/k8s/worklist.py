@@ -238,7 +238,11 @@ class Worklist:
         self._wl_ties[key] = ties
         for tie in ties:
             _add(self._by_tie, tie, key)
-        if (wl.get("status") or {}).get("admission") and _true(wl, ConditionType.EVICTED):
+        if (
+            (wl.get("status") or {}).get("admission")
+            and _true(wl, ConditionType.EVICTED)
+            and not _true(wl, ConditionType.FINISHED)
+        ):
             self.evicted.add(key)
         plan = _planned_devices(wl)
         if plan:
