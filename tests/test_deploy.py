@@ -244,7 +244,7 @@ def test_crd_is_consistent_and_structural(resource: Resource) -> None:
 
 def test_status_subresource_wherever_the_controller_writes_status() -> None:
     writes_status = {r.split("/")[0] for g, r, _ in _required_cluster_perms() if r.endswith("/status")}
-    assert writes_status == {"workloads"}
+    assert writes_status == {"workloads", "clusterqueues", "localqueues"}
     for crd in _crds():
         if crd["spec"]["names"]["plural"] in writes_status:
             for version in crd["spec"]["versions"]:
@@ -300,6 +300,8 @@ CONTROLLER_WRITES: set[Perm] = {
     ("", "podtemplates", "create"),  # a template per pod set of a request
     ("", "pods", "create"),  # warm-buffer placeholders
     ("", "pods", "delete"),  # placeholders make room for a real pod
+    (k8s_api.KUEUE, "clusterqueues/status", "patch"),  # counts, flavor usage, Active
+    (k8s_api.KUEUE, "localqueues/status", "patch"),
 } | {
     # stamp templates + unsuspend on admission; suspend on preemption
     (i.resource.group, i.resource.plural, "update")

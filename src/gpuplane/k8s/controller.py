@@ -81,7 +81,7 @@ from gpuplane.k8s.provisioning import (
     awaiting_checks,
     evicted_by_check,
 )
-from gpuplane.k8s.queue_status import QueueStatusWrite, queue_status_writes
+from gpuplane.k8s.queue_status import QueueObjects, QueueStatusWrite, queue_status_writes
 from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.k8s.warm import WarmBuffer
 from gpuplane.k8s.worklist import Worklist
@@ -786,15 +786,15 @@ class Controller:
         """Bring every ClusterQueue's and LocalQueue's status (counts, flavor usage, Active) up to
         date; only those that differ are written (:mod:`gpuplane.k8s.queue_status`)."""
         items = self.cache.items
-        writes = queue_status_writes(
-            items("ClusterQueue"),
-            items("LocalQueue"),
-            items("Workload"),
-            items("ResourceFlavor"),
-            items("Topology"),
-            items("AdmissionCheck"),
-            micro_time(self.clock())[:19] + "Z",
+        objects = QueueObjects(
+            cluster_queues=items("ClusterQueue"),
+            local_queues=items("LocalQueue"),
+            workloads=items("Workload"),
+            flavors=items("ResourceFlavor"),
+            topologies=items("Topology"),
+            admission_checks=items("AdmissionCheck"),
         )
+        writes = queue_status_writes(objects, micro_time(self.clock())[:19] + "Z")
         self._each(partial(self._write_queue_status, w) for w in writes)
 
     def _write_queue_status(self, write: QueueStatusWrite) -> None:

@@ -50,6 +50,28 @@ def rv_of(obj: dict[str, Any]) -> int:
         return 0
 
 
+# Kinds whose status only the controller writes and nothing it decides on reads (the queues'
+# counts, see :mod:`gpuplane.k8s.queue_status`): a change of nothing but their status is recorded
+# without being noted, so writing it neither starts a pass nor rebuilds the scheduling session.
+STATUS_ONLY_KINDS = frozenset(("ClusterQueue", "LocalQueue"))
+_VOLATILE_METADATA = ("resourceVersion", "managedFields")
+
+
+def _only_status_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether two versions of an object differ in nothing but ``status`` (and the metadata
+    that every write changes)."""
+    if before.keys() - {"status"} != after.keys() - {"status"}:
+        return False
+    for name in before.keys() - {"status", "metadata"}:
+        if before[name] != after[name]:
+            return False
+    meta_before, meta_after = before.get("metadata") or {}, after.get("metadata") or {}
+    strip = set(_VOLATILE_METADATA)
+    return {k: v for k, v in meta_before.items() if k not in strip} == {
+        k: v for k, v in meta_after.items() if k not in strip
+    }
+
+
 @dataclass
 class Cache:
     """Objects by resource kind and key, plus assumed writes."""
@@ -114,6 +136,8 @@ class Cache:
             shadow = self.assumed.get((kind, key))
             if shadow is not None and rv_of(obj) >= rv_of(shadow):
                 del self.assumed[(kind, key)]
+            if kind in STATUS_ONLY_KINDS and current is not None and _only_status_changed(current, obj):
+                return  # the controller's own queue status: no reader needs to hear of it
             self._touch(kind, key)
             self.changed.set()
 

@@ -1,0 +1,141 @@
+"""What a kubectl user sees of gpuplane's work: queue status and columns, Events on bound pods.
+
+Runs against the API-server double, and unchanged against a real control plane with
+``GPUPLANE_E2E_KUBECONFIG`` (scripts/test.sh runs it there too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from apiserver.fixtures import Cluster, Kubectl
+from controller_harness import Scene, wait_until
+from controller_harness import scene as make_scene
+from gpuplane.k8s import api as k8s
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
+    del registered_webhook
+    yield from make_scene(apiserver, kubectl)
+
+
+def _counts(obj: dict[str, Any]) -> tuple[int, int, int]:
+    status = obj.get("status") or {}
+    return (
+        status.get("pendingWorkloads", -1),
+        status.get("reservingWorkloads", -1),
+        status.get("admittedWorkloads", -1),
+    )
+
+
+def _columns(kubectl: Kubectl, *args: str) -> dict[str, str]:
+    """The header and the one row of ``kubectl get``, as column name -> value."""
+    header, row = kubectl("get", *args).stdout.splitlines()[:2]
+    # Column names may hold one space ("PENDING WORKLOADS"); columns are two spaces apart or more.
+    names, cuts, i = [], [], 0
+    while i < len(header):
+        if header[i] == " ":
+            i += 1
+            continue
+        end = header.find("  ", i)
+        end = len(header) if end < 0 else end
+        names.append(header[i:end])
+        cuts.append(i)
+        i = end
+    bounds = [*cuts, max(len(row), len(header)) + 1]
+    return {name: row[bounds[n] : bounds[n + 1]].strip() for n, name in enumerate(names)}
+
+
+def test_queue_status_counts_and_kubectl_columns(scene: Scene, kubectl: Kubectl) -> None:
+    cq = scene.setup(nodes=1)
+    scene.job_controller()
+    scene.controller(leader_election=False)
+    scene.submit(scene.job("fits", gpus=6), scene.job("waits", gpus=4))
+    wait_until(lambda: scene.bound("fits", 1), 20, "the first job bound")
+
+    def cq_status() -> dict[str, Any]:
+        return scene.api.get(k8s.CLUSTER_QUEUES, cq)
+
+    wait_until(
+        lambda: _counts(cq_status()) == (1, 1, 1),
+        20,
+        "ClusterQueue counts 1 pending, 1 reserving, 1 admitted",
+    )
+    status = cq_status()["status"]
+    (usage,) = status["flavorsUsage"]
+    gpu = {r["name"]: r for r in usage["resources"]}["nvidia.com/gpu"]
+    assert (usage["name"], gpu["total"], gpu["borrowed"]) == (scene.flavor, "6", "0")
+    active = next(c for c in status["conditions"] if c["type"] == "Active")
+    assert (active["status"], active["reason"]) == ("True", "Ready")
+
+    lq = lambda: scene.api.get(k8s.LOCAL_QUEUES, "queue", scene.namespace)  # noqa: E731
+    wait_until(lambda: _counts(lq()) == (1, 1, 1), 20, "LocalQueue counts")
+    (lq_usage,) = lq()["status"]["flavorsUsage"]
+    assert {r["name"]: r["total"] for r in lq_usage["resources"]}["nvidia.com/gpu"] == "6"
+
+    cols = _columns(kubectl, "clusterqueue", cq)
+    assert (cols["PENDING WORKLOADS"], cols["ADMITTED WORKLOADS"]) == ("1", "1")
+    assert "COHORT" in cols
+    cols = _columns(kubectl, "localqueue", "queue", "-n", scene.namespace)
+    assert (cols["CLUSTERQUEUE"], cols["PENDING WORKLOADS"], cols["ADMITTED WORKLOADS"]) == (cq, "1", "1")
+
+
+def test_a_cluster_queue_with_a_missing_flavor_is_inactive(scene: Scene) -> None:
+    scene.setup(nodes=1)
+    name = f"{scene.prefix}-broken"
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": f"{scene.prefix}-nowhere",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+    scene._create(k8s.CLUSTER_QUEUES, body)
+    scene.controller(leader_election=False)
+
+    def active() -> dict[str, Any] | None:
+        conditions = (scene.api.get(k8s.CLUSTER_QUEUES, name).get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Active"), None)
+
+    cond = wait_until(active, 20, "the Active condition written")
+    assert (cond["status"], cond["reason"]) == ("False", "FlavorNotFound")
+    assert f"{scene.prefix}-nowhere" in cond["message"]
+
+
+def test_each_bound_pod_gets_a_scheduled_event(scene: Scene) -> None:
+    scene.setup(nodes=1)
+    scene.job_controller()
+    scene.controller(leader_election=False)
+    scene.submit(scene.job("pair", pods=2, gpus=2))
+    wait_until(lambda: scene.bound("pair", 2), 20, "both pods bound")
+    pods = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in scene.pods("pair")}
+
+    def scheduled() -> dict[str, str]:
+        return {
+            e["involvedObject"]["name"]: e["message"]
+            for e in scene.events("Scheduled")
+            if e["involvedObject"].get("kind") == "Pod"
+        }
+
+    wait_until(lambda: len(scheduled()) == 2, 20, "a Scheduled Event per pod")
+    events = scheduled()
+    for pod, node in pods.items():
+        assert events[pod] == f"Successfully assigned {scene.namespace}/{pod} to {node}"
