@@ -6,8 +6,9 @@ what matters to it::
     cluster_queue("q").cohort("team").flavor("default", cpu="10", gpu=8)
     workload("w", "team-a").queue("lq").podset(count=4, gpu=8)
 
-Keyword amounts are resource names; ``gpu`` stands for ``nvidia.com/gpu``. ``set`` and ``drop`` take a
-dotted path such as ``spec.podSets[0].count`` and plant one defect in an otherwise valid object.
+Keyword amounts are resource names; ``gpu`` stands for ``nvidia.com/gpu`` and ``gpu_fraction`` for
+``gpuplane.dev/gpu-fraction``. ``set`` and ``drop`` take a dotted path such as
+``spec.podSets[0].count`` and plant one defect in an otherwise valid object.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
 MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 
-_SHORT_NAMES = {"gpu": GPU}
+_SHORT_NAMES = {"gpu": GPU, "gpu_fraction": "gpuplane.dev/gpu-fraction"}
 _PATH_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 

@@ -1106,7 +1106,7 @@ END_TO_END_CASES = [
     EndToEndCase(
         name="fractions-share-and-whole-gpu-waits",
         objects=[
-            *queue_objects(gpu=8),
+            *queue_objects(gpu=8, gpu_fraction=8),
             gpu_node("f", 1).label(MEMORY, "81920"),
             fractional("quarters", 4, "0.25").queue("q").created("2026-01-01T00:00:00Z"),
             queued("whole", 1).podset(count=1, gpu=1),
@@ -1114,6 +1114,28 @@ END_TO_END_CASES = [
         ],
         want_placements={"quarters": [("f", ["0:250m"])] * 4},
         want_pending={"whole": Reason.WAITING_FOR_GANG_CAPACITY, "fifth": Reason.WAITING_FOR_GANG_CAPACITY},
+    ),
+    EndToEndCase(
+        # Room on the GPU, none in quota: the shares are charged under gpuplane.dev/gpu-fraction.
+        name="fractions-over-their-quota-wait",
+        objects=[
+            *queue_objects(gpu=8, gpu_fraction="500m"),
+            gpu_node("f", 1).label(MEMORY, "81920"),
+            fractional("half", 2, "0.25").queue("q").created("2026-01-01T00:00:00Z"),
+            fractional("more", 1, "0.25").queue("q").created("2026-01-01T00:00:01Z"),
+        ],
+        want_placements={"half": [("f", ["0:250m"])] * 2},
+        want_pending={"more": Reason.WAITING_FOR_QUOTA},
+    ),
+    EndToEndCase(
+        name="fractions-need-a-queue-that-covers-them",
+        objects=[
+            *queue_objects(gpu=8),
+            gpu_node("f", 1).label(MEMORY, "81920"),
+            fractional("quarters", 4, "0.25").queue("q").created("2026-01-01T00:00:00Z"),
+        ],
+        want_placements={},
+        want_pending={"quarters": Reason.NO_MATCHING_FLAVOR},
     ),
 ]
 

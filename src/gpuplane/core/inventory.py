@@ -17,14 +17,15 @@ Resource names come from :class:`DeviceConfig`; nothing assumes one vendor.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
+from gpuplane.model import labels as keys
 from gpuplane.model import mig
 from gpuplane.model.errors import InputError
+from gpuplane.model.gpu_share import FRACTION_RESOURCE, fraction_milli
 from gpuplane.model.objects import Node, PodTemplate, Taint
-from gpuplane.model.quantity import QuantityError, parse_quantity, parse_resource_quantity
+from gpuplane.model.quantity import parse_resource_quantity
 
 MILLI = 1000
 
@@ -43,8 +44,8 @@ class DeviceConfig:
     sharing_label: str = "nvidia.com/gpu.sharing-strategy"
     mig_config_state_label: str = "nvidia.com/mig.config.state"
     layout_annotation: str = "gpuplane.dev/mig-layout"
-    fraction_annotations: tuple[str, ...] = ("gpuplane.dev/gpu-fraction", "gpu-fraction")
-    memory_annotations: tuple[str, ...] = ("gpuplane.dev/gpu-memory", "gpu-memory")
+    fraction_annotations: tuple[str, ...] = keys.GPU_FRACTION_ANNOTATIONS
+    memory_annotations: tuple[str, ...] = keys.GPU_MEMORY_ANNOTATIONS
     mig_repartition: bool = False
 
     def is_device_resource(self, name: str) -> bool:
@@ -107,20 +108,8 @@ def pod_needs(template: PodTemplate, config: DeviceConfig) -> PodNeeds:
 
 def _fraction_and_memory(template: PodTemplate, config: DeviceConfig) -> tuple[int, int]:
     """The share of one GPU (thousandths) and the GPU memory (MiB) a pod's annotations ask for."""
-    fraction = 0
+    fraction = fraction_milli(template.annotations, config.fraction_annotations)
     memory = 0
-    for key in config.fraction_annotations:
-        if key in template.annotations:
-            try:
-                value = parse_quantity(template.annotations[key])
-            except QuantityError:
-                value = Fraction(-1)
-            if not 0 < value <= 1:
-                raise ValueError(
-                    f"annotation {key} must be a fraction in (0, 1], got {template.annotations[key]!r}"
-                )
-            fraction = max(1, -(-value.numerator * MILLI // value.denominator))  # ceiling: never 0
-            break
     for key in config.memory_annotations:
         if key in template.annotations:
             memory = parse_resource_quantity("memory", template.annotations[key]) // (1024 * 1024)
@@ -128,9 +117,13 @@ def _fraction_and_memory(template: PodTemplate, config: DeviceConfig) -> tuple[i
     return fraction, memory
 
 
-def device_resource(requests: Mapping[str, int], config: DeviceConfig) -> str:
-    """The accelerator resource a pod requests, whose flavor places it (the first by name)."""
-    return next((name for name in sorted(requests) if config.is_device_resource(name)), "")
+def device_resource(requests: Iterable[str], config: DeviceConfig) -> str:
+    """The accelerator resource a pod's quota requests name, whose flavor places it (the first by
+    name): a device resource, or the charge of a GPU share (``gpuplane.dev/gpu-fraction``)."""
+    return next(
+        (name for name in sorted(requests) if name == FRACTION_RESOURCE or config.is_device_resource(name)),
+        "",
+    )
 
 
 class NeedsMemo:
@@ -164,7 +157,7 @@ class NeedsMemo:
         known = self._devices.get(id(template))
         if known is not None and known[0] is template:
             return known[1]
-        name = device_resource(template.requests, self.config)
+        name = device_resource(template.quota_requests, self.config)
         if len(self._devices) >= self.size:
             self._devices.clear()
         self._devices[id(template)] = (template, name)

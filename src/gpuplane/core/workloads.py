@@ -68,7 +68,8 @@ def queue_position(queue: list[PendingWorkload], pending: PendingWorkload) -> in
 
 
 def pod_set_requests(wl: Workload, counts: list[int] | None = None) -> list[dict[str, int]]:
-    """Total requests of each pod set: per-pod requests times the (reduced) count.
+    """Total quota requests of each pod set: per-pod :attr:`PodTemplate.quota_requests` (requests
+    plus a GPU share's charge) times the (reduced) count.
 
     Totals saturate at the int64 bound, as Kueue's ``SaturatingMul`` does, so a huge request
     stays one huge number (that exceeds every quota) rather than growing without bound.
@@ -76,7 +77,7 @@ def pod_set_requests(wl: Workload, counts: list[int] | None = None) -> list[dict
     out = []
     for i, ps in enumerate(wl.pod_sets):
         count = ps.count if counts is None else counts[i]
-        out.append({res: min(q * count, MAX_BASE_UNITS) for res, q in ps.template.requests.items()})
+        out.append({res: min(q * count, MAX_BASE_UNITS) for res, q in ps.template.quota_requests.items()})
     return out
 
 

@@ -53,6 +53,7 @@ from gpuplane.insight.aftermath import state_after, world_after
 from gpuplane.insight.usage import allocations, pod_allocations, workload_gpus
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model.objects import ClusterState
+from gpuplane.model.quantity import base_units_per_unit
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
 PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
@@ -366,8 +367,8 @@ def _quota_gauges(snap: _Snapshot) -> Iterator[Metric]:
 
 
 def _unit(resource: str, value: int) -> float:
-    """Kueue reports CPU in cores; the model keeps millicores."""
-    return value / 1000 if resource == "cpu" else float(value)
+    """Kueue reports CPU in cores, and GPU shares in GPUs; the model keeps thousandths of both."""
+    return value / base_units_per_unit(resource)
 
 
 def _gpuplane_gauges(snap: _Snapshot) -> Iterator[Metric]:

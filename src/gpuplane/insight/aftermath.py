@@ -56,7 +56,7 @@ def state_after(state: ClusterState, plan: Plan, now: float) -> ClusterState:
                     count=d.count,
                     flavors=frozen_map(d.flavors),
                     resource_usage=frozen_map(
-                        {res: q * d.count for res, q in templates[d.name].requests.items()}
+                        {res: q * d.count for res, q in templates[d.name].quota_requests.items()}
                         if d.name in templates
                         else {}
                     ),

@@ -46,6 +46,7 @@ from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import ConditionType, PendingDecision, SchedulerConfig
 from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts, predict_start
 from gpuplane.model import labels as keys
+from gpuplane.model.gpu_share import FRACTION_RESOURCE
 from gpuplane.model.objects import ClusterState, Workload
 
 EXPECTED_RUNTIME_ANNOTATION = keys.EXPECTED_RUNTIME_ANNOTATION
@@ -223,19 +224,22 @@ class RuntimeModel:
 
 
 def main_resource(wl: Workload, config: SchedulerConfig) -> str:
-    """The resource a workload's wait is measured in: its accelerator, else its largest request."""
+    """The resource a workload's wait is measured in: its accelerator (or the charge of its GPU
+    shares), else its largest quota request."""
     totals: dict[str, int] = {}
     for ps in wl.pod_sets:
-        for res, q in ps.template.requests.items():
+        for res, q in ps.template.quota_requests.items():
             totals[res] = totals.get(res, 0) + q * ps.count
-    devices = sorted(r for r in totals if config.devices.is_device_resource(r) and totals[r])
+    devices = sorted(
+        r for r in totals if (r == FRACTION_RESOURCE or config.devices.is_device_resource(r)) and totals[r]
+    )
     if devices:
         return devices[0]
     return max(sorted(totals), key=lambda r: totals[r], default="")
 
 
 def _need(wl: Workload, resource: str) -> float:
-    return float(sum(ps.template.requests.get(resource, 0) * ps.count for ps in wl.pod_sets))
+    return float(sum(ps.template.quota_requests.get(resource, 0) * ps.count for ps in wl.pod_sets))
 
 
 def _cohort_queues(cq: ClusterQueueNode) -> list[ClusterQueueNode]:

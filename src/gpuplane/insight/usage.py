@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from gpuplane.core.inventory import DeviceConfig, PodNeeds, pod_needs
+from gpuplane.core.inventory import DeviceConfig, PodNeeds, device_resource, pod_needs
 from gpuplane.model import labels as keys
 from gpuplane.model import mig
 from gpuplane.model.objects import ClusterState, PodTemplate, Workload
@@ -85,9 +85,8 @@ def _workload_allocations(wl: Workload, config: DeviceConfig) -> Iterable[Alloca
         kind, per_pod = pod_gpus(template, config)
         if kind is None or not per_pod:
             continue
-        device_flavor = next(
-            (psa.flavors[r] for r in sorted(psa.flavors) if config.is_device_resource(r)),
-            next(iter(sorted(psa.flavors.values())), ""),
+        device_flavor = psa.flavors.get(device_resource(psa.flavors, config)) or next(
+            iter(sorted(psa.flavors.values())), ""
         )
         yield Allocation(
             namespace=wl.namespace,

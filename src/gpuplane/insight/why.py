@@ -47,6 +47,7 @@ from gpuplane.insight.queue_eta import (
 )
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Node, Pod, Workload
+from gpuplane.model.quantity import base_units_per_unit
 
 WORKLOAD_NAME_LABEL = keys.KUEUE_WORKLOAD_LABEL
 QUEUE_NAME_LABEL = keys.QUEUE_NAME_LABEL
@@ -493,7 +494,8 @@ def _broken_reference(p: PendingDecision, cq: str, lq: str) -> tuple[Blocker, st
 
 
 def _amount(value: int, resource: str) -> str:
-    return f"{value / 1000:g}" if resource == "cpu" else str(value)
+    scale = base_units_per_unit(resource)
+    return f"{value / scale:g}" if scale != 1 else str(value)
 
 
 def _quota(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Blocker, ...], str]:
@@ -503,7 +505,7 @@ def _quota(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Block
     resource = main_resource(wl, ctx.config)
     group = cq.group_for(resource)
     frs = [(f.name, resource) for f in group.flavors] if group is not None else []
-    need = sum(ps.template.requests.get(resource, 0) * ps.count for ps in wl.pod_sets)
+    need = sum(ps.template.quota_requests.get(resource, 0) * ps.count for ps in wl.pod_sets)
     blockers: list[Blocker] = []
     nominal = sum(cq.quota_for(fr).nominal for fr in frs)
     if p.reason == core_flavors.EXCEEDS_MAX_QUOTA:

@@ -534,7 +534,7 @@ def _admission(status: Doc, pod_sets: Sequence[PodSet]) -> Admission | None:
         flavors = f.string_map(psa, "flavors", here)
         usage = f.resource_list(psa, "resourceUsage", here)
         if not usage:
-            per_pod = by_name[name].template.requests
+            per_pod = by_name[name].template.quota_requests
             usage = {r: per_pod.get(r, 0) * count for r in flavors}
         assignments.append(
             PodSetAssignment(

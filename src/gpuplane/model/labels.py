@@ -69,4 +69,9 @@ REAPER_GRACE_ANNOTATION = "gpuplane.dev/reaper-grace"
 REAPER_THRESHOLD_ANNOTATION = "gpuplane.dev/reaper-threshold"
 ISOLATION_LABEL = "gpuplane.dev/isolation"
 EXPECTED_RUNTIME_ANNOTATION = "gpuplane.dev/expected-runtime"
+# A share of one GPU (pod template annotations; the first present counts, KAI's spelling too) and
+# the resource a share is charged under in quota, in thousandths of a GPU (see model.gpu_share).
+GPU_FRACTION_ANNOTATIONS = ("gpuplane.dev/gpu-fraction", "gpu-fraction")
+GPU_MEMORY_ANNOTATIONS = ("gpuplane.dev/gpu-memory", "gpu-memory")
+GPU_FRACTION_RESOURCE = "gpuplane.dev/gpu-fraction"
 WORKLOAD_CLASS_LABEL = "gpuplane.dev/workload-class"  # "serving" keeps a workload off spot-only flavors

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from gpuplane.model import gpu_share
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import AdmissionCheck, CheckRef, CheckStatus
 
@@ -141,7 +142,13 @@ class PodTemplate:
 
     ``requests`` are the effective per-pod requests: the larger of the sum of the
     regular containers (plus restartable init containers) and each init container,
-    plus pod overhead, as the Kubernetes scheduler computes them.
+    plus pod overhead, as the Kubernetes scheduler computes them. They are what a node
+    must hold.
+
+    ``quota_requests`` (derived, never given) are what one pod is charged against
+    ClusterQueue quota: ``requests`` plus the pod's share of a GPU under
+    ``gpuplane.dev/gpu-fraction`` when its annotations ask for one (see
+    :mod:`gpuplane.model.gpu_share`). Every quota computation reads these.
     """
 
     requests: Mapping[str, int]
@@ -151,6 +158,13 @@ class PodTemplate:
     tolerations: tuple[Toleration, ...] = ()
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    quota_requests: Mapping[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        charged = gpu_share.quota_requests(self.requests, self.annotations)
+        if charged is not self.requests:
+            charged = MappingProxyType(dict(charged))
+        object.__setattr__(self, "quota_requests", charged)
 
     def node_matches(self, labels: Mapping[str, str]) -> bool:
         """Required node selector and node affinity against a node's labels."""

@@ -35,9 +35,12 @@ import math
 import re
 from fractions import Fraction
 
+from gpuplane.model import labels as keys
+
 __all__ = [
     "MAX_BASE_UNITS",
     "QuantityError",
+    "base_units_per_unit",
     "format_quantity",
     "parse_quantity",
     "parse_resource_quantity",
@@ -89,8 +92,9 @@ _MAX_EXPONENT = 1000
 # Kubernetes stores quantities in an int64; base-unit values saturate here (Kueue's int64 clamp).
 MAX_BASE_UNITS = 2**63 - 1
 
-# Resources whose base unit is the millicore rather than one whole unit.
-_MILLI_RESOURCES = frozenset({"cpu"})
+# Resources whose base unit is a thousandth rather than one whole unit: cpu (millicores) and
+# gpuplane's quota resource for shares of a GPU (see gpuplane.model.gpu_share).
+_MILLI_RESOURCES = frozenset({"cpu", keys.GPU_FRACTION_RESOURCE})
 
 
 def _is_byte_resource(resource: str) -> bool:
@@ -163,13 +167,19 @@ def _parse_text(text: str, *, original: object) -> Fraction:
 def to_base_units(resource: str, q: Fraction) -> int:
     """Convert an exact quantity of ``resource`` to integer base units, rounding up.
 
-    Unit convention: ``cpu`` is counted in millicores (``"500m"`` -> 500, ``"2"`` -> 2000); every
-    other resource in whole units (bytes for ``memory``, devices for ``nvidia.com/gpu``). A value
+    Unit convention: ``cpu`` is counted in millicores (``"500m"`` -> 500, ``"2"`` -> 2000), and
+    ``gpuplane.dev/gpu-fraction`` in thousandths of a GPU the same way; every other resource in whole
+    units (bytes for ``memory``, devices for ``nvidia.com/gpu``). A value
     finer than one base unit is rounded up (ceiling, toward +infinity), as Kubernetes'
     ``MilliValue()`` and ``Value()`` do, so ``0.1m`` of cpu is 1 millicore and half a byte is 1 byte.
     """
-    scale = 1000 if resource in _MILLI_RESOURCES else 1
-    return math.ceil(q * scale)
+    return math.ceil(q * base_units_per_unit(resource))
+
+
+def base_units_per_unit(resource: str) -> int:
+    """How many base units make one whole unit of ``resource`` (1000 for ``cpu`` and
+    ``gpuplane.dev/gpu-fraction``, 1 otherwise): what a report divides by to show whole units."""
+    return 1000 if resource in _MILLI_RESOURCES else 1
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -189,7 +199,8 @@ def parse_resource_quantity(resource: str, text: str | int | float) -> int:
 def format_quantity(resource: str, base_units: int) -> str:
     """Return a short canonical string that parses back to exactly ``base_units`` of ``resource``.
 
-    - ``cpu``: whole cores as a plain number (``"2"``), otherwise millicores (``"500m"``).
+    - ``cpu`` and ``gpuplane.dev/gpu-fraction``: whole units as a plain number (``"2"``), otherwise
+      thousandths (``"500m"``).
     - byte resources (``memory``, ``ephemeral-storage``, ``storage``, ``hugepages-*``): the shortest
       exact form among binary suffixes, decimal suffixes and plain bytes (``"16Gi"``, ``"2k"``,
       ``"1500"``); a tie goes to the binary suffix.

@@ -18,8 +18,9 @@ from typing import Any
 from markupsafe import Markup
 
 from gpuplane.core.session import MILLI
+from gpuplane.model.gpu_share import FRACTION_RESOURCE
 from gpuplane.model.objects import ClusterQueue, Workload
-from gpuplane.model.quantity import format_quantity
+from gpuplane.model.quantity import base_units_per_unit, format_quantity
 from gpuplane.web import charts
 from gpuplane.web.auth import Viewer
 from gpuplane.web.prometheus import GpuHistory
@@ -102,14 +103,18 @@ def _team_of(wl: Workload, snap: ConsoleSnapshot) -> str:
 
 
 def _nominal_gpus(cq: ClusterQueue, gpu_resources: Iterable[str]) -> float:
+    """Nominal GPUs of ``cq``: its quota of ``gpu_resources`` plus its quota for GPU shares
+    (``gpuplane.dev/gpu-fraction``, in whole GPUs)."""
     names = set(gpu_resources)
-    total = 0
+    total = 0.0
     for group in cq.resource_groups:
         for flavor in group.flavors:
             for name, quota in flavor.resources.items():
                 if name in names:
                     total += quota.nominal
-    return float(total)
+                elif name == FRACTION_RESOURCE:
+                    total += quota.nominal / base_units_per_unit(name)
+    return total
 
 
 def overview(snap: ConsoleSnapshot, viewer: Viewer, history: GpuHistory | None) -> dict[str, Any]:

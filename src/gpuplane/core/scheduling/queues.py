@@ -419,7 +419,7 @@ class Queues(SchedulerState):
         names: set[str] = set()
         for ps in pending.workload.pod_sets:
             template = ps.template
-            for res in template.requests:
+            for res in template.quota_requests:
                 group = cq.group_for(res)
                 if group is None:
                     continue
