@@ -6,6 +6,10 @@ Runs against the API-server double, and unchanged against a real control plane w
 
 from __future__ import annotations
 
+import json
+import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,3 +143,58 @@ def test_each_bound_pod_gets_a_scheduled_event(scene: Scene) -> None:
     events = scheduled()
     for pod, node in pods.items():
         assert events[pod] == f"Successfully assigned {scene.namespace}/{pod} to {node}"
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_info_logs_name_each_workload_and_leadership(scene: Scene, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gpuplane")
+    scene.setup(nodes=1)
+    scene.job_controller()
+    run = scene.controller()  # with leader election, in the scene's namespace
+    scene.submit(scene.job("pair", pods=2, gpus=2))
+    wait_until(lambda: scene.bound("pair", 2), 20, "both pods bound")
+    key = f"{scene.namespace}/{scene.workloads()['pair']['metadata']['name']}"
+    wait_until(
+        lambda: (
+            {"admitted", "binding"}
+            <= {getattr(r, "event", "") for r in caplog.records if getattr(r, "workload", "") == key}
+        ),
+        10,
+        "admission and binding logged",
+    )
+    mine = [r for r in caplog.records if getattr(r, "workload", "") == key]
+    assert [r.levelname for r in mine] == ["INFO"] * len(mine)
+    assert [r.event for r in mine].count("binding") == 1, "one line per gang"  # type: ignore[attr-defined]
+    binding = next(r for r in mine if r.event == "binding")  # type: ignore[attr-defined]
+    assert key in binding.getMessage()
+    assert "2 pods" in binding.getMessage()
+    run.stop()
+    events = [
+        getattr(r, "event", "")
+        for r in caplog.records
+        if getattr(r, "lease", "") == f"{scene.namespace}/gpuplane-controller"
+    ]
+    assert events[:1] == ["leadership_acquired"]
+    assert events[-1] == "leadership_released"
+
+
+def test_controller_logs_one_json_object_per_line(scene: Scene) -> None:
+    scene.setup(nodes=1)
+    scene.submit(scene.job("one", gpus=1))
+    command = [
+        sys.executable, "-m", "gpuplane", "controller", "--kubeconfig", scene.kubeconfig, "--once",
+        "--lease-namespace", scene.namespace, "--identity", "json-test", "--log-format", "json",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.strip().splitlines()
+    records = _json_lines(done.stderr)
+    assert len(records) == len(lines), "every line is a JSON object"
+    assert all({"time", "level", "logger", "message"} <= r.keys() for r in records)
+    events = {(r.get("event"), r.get("workload", r.get("identity"))) for r in records}
+    key = f"{scene.namespace}/{scene.workloads()['one']['metadata']['name']}"
+    assert ("leadership_acquired", "json-test") in events
+    assert ("admitted", key) in events

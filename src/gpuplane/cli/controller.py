@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -12,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from gpuplane.cli.logs import LogFormat
+from gpuplane.cli.logs import configure as configure_logging
 from gpuplane.k8s.ratelimit import DEFAULT_BURST, DEFAULT_QPS
 
 
@@ -61,12 +62,15 @@ def register(app: typer.Typer) -> None:
         write_eta: Annotated[
             bool, typer.Option(help="Annotate pending Workloads with their ETA (gpuplane.dev/eta).")
         ] = True,
+        log_format: Annotated[
+            LogFormat, typer.Option(help="Log lines as plain text, or one JSON object per line.")
+        ] = LogFormat.TEXT,
     ) -> None:
         """Admit, place, bind and preempt in a cluster, as the core decides."""
         from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
         from gpuplane.k8s.controller import Controller, ControllerConfig  # noqa: PLC0415
 
-        logging.basicConfig(level=os.environ.get("GPUPLANE_LOG", "INFO"))
+        configure_logging(os.environ.get("GPUPLANE_LOG", "INFO"), log_format)
         try:
             api = KubeApi(load_api_client(kubeconfig, context), qps=qps, burst=burst)
         except Exception as err:

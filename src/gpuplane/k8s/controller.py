@@ -36,6 +36,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -405,7 +406,7 @@ class Controller:
         self._pending_written.pop(key, None)
         self.counters.add("finished")
         outcome = "succeeded" if succeeded else "failed"
-        log.info("workload %s finished: %s (%s)", key, outcome, message)
+        _log_workload("finished", key, f"{outcome} ({message})")
         self._event(written, "Normal" if succeeded else "Warning", Reason.FINISHED, message)
 
     def _delete_orphan(self, wl: dict[str, Any]) -> None:
@@ -421,7 +422,7 @@ class Controller:
             return
         self.cache.remove("Workload", wl)
         self.counters.add("orphans_deleted")
-        log.info("workload %s deleted: its job is gone", object_key(wl))
+        _log_workload("deleted", object_key(wl), "its job is gone")
 
     def _scheduler_config(self, state: ClusterState) -> SchedulerConfig:
         return replace(
@@ -500,6 +501,7 @@ class Controller:
         self.cache.upsert("Workload", written)
         self.counters.add("admitted")
         assert write.admission is not None
+        _log_workload("admitted", write.workload, f"by ClusterQueue {write.admission.cluster_queue}")
         self._event(
             written,
             "Normal",
@@ -525,6 +527,7 @@ class Controller:
             return
         self.cache.upsert("Workload", written)
         self.counters.add("check_evictions")
+        _log_workload("evicted", eviction.workload, f"by admission check: {eviction.state}")
         self._event(
             written, "Warning", "EvictedDueToAdmissionCheck", updated["status"]["conditions"][-1]["message"]
         )
@@ -566,6 +569,7 @@ class Controller:
             raise
         self.cache.upsert("Workload", written)
         self.counters.add("preempted")
+        _log_workload("evicted", key, message)
         self._event(written, "Normal", Reason.PREEMPTED, message)
 
     def _stop_evicted(self, stop_jobs: bool = True) -> None:
@@ -641,6 +645,7 @@ class Controller:
         self.cache.upsert("Workload", written)
         self._pending_written.pop(write.workload, None)
         self.counters.add("released")
+        _log_workload("requeued", write.workload, "its job stopped: quota given back")
 
     # --- release and bind -----------------------------------------------------------
 
@@ -735,6 +740,7 @@ class Controller:
             return []
         config = (self.config.scheduler or SchedulerConfig()).devices
         writes: list[Callable[[], None]] = []
+        nodes: Counter[str] = Counter()
         for bind in binding_writes(plan, self._node_view, config):
             if bind.replanned:
                 self.counters.add("replanned_devices")
@@ -745,6 +751,10 @@ class Controller:
             self.cache.assume("Pod", bind.bound)
             self.work.note({"Pod": [bind.pod]}, self.cache.get)  # the next gang is fitted beside it
             writes.append(partial(self._write_binding, bind.pod, bind.binding))
+            nodes[bind.node] += 1
+        if writes:
+            where = ", ".join(f"{n} on {node}" for node, n in sorted(nodes.items()))
+            _log_workload("binding", object_key(wl), f"{len(writes)} pods: {where}")
         return writes
 
     def _node_view(self, name: str) -> NodeView | None:
@@ -895,6 +905,12 @@ def _drain_until_preemption(session: Session, now: float, *, with_pending: bool 
     # Only the last cycle can preempt (it ends the drain); a victim admitted earlier in the same
     # drain is dropped together with that preemption.
     return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new)), stopped
+
+
+def _log_workload(what: str, key: str, detail: str) -> None:
+    """One INFO line about a step in a workload's life (admitted, binding, evicted, requeued,
+    finished, deleted), naming its key; with ``--log-format json`` the fields come apart."""
+    log.info("workload %s %s: %s", key, what, detail, extra={"event": what, "workload": key})
 
 
 def _condition(obj: dict[str, Any], ctype: str) -> bool:

@@ -30,6 +30,7 @@ same term: the loser gets 409 Conflict and stays a follower.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -37,6 +38,8 @@ from typing import Any
 
 from gpuplane.k8s.api import LEASES, ApiError, KubeApi
 from gpuplane.model.fields import lenient_timestamp
+
+log = logging.getLogger(__name__)
 
 
 def micro_time(ts: float) -> str:
@@ -82,7 +85,22 @@ class LeaderElector:
         return spec
 
     def try_acquire_or_renew(self) -> bool:
-        """One election step; returns whether this replica leads now."""
+        """One election step; returns whether this replica leads now. A change is logged (INFO)."""
+        was = self.is_leader
+        leads = self._step()
+        if leads != was:
+            lease = f"{self.namespace}/{self.name}"
+            what = "acquired" if leads else "lost"
+            log.info(
+                "leadership %s: %s holds lease %s",
+                what,
+                self.identity if leads else "another replica (or none)",
+                lease,
+                extra={"event": f"leadership_{what}", "lease": lease, "identity": self.identity},
+            )
+        return leads
+
+    def _step(self) -> bool:
         now = self.clock()
         try:
             lease = self.api.get(LEASES, self.name, self.namespace)
@@ -134,3 +152,10 @@ class LeaderElector:
         except ApiError:
             pass
         self.is_leader = False
+        held = f"{self.namespace}/{self.name}"
+        log.info(
+            "leadership released: lease %s given up by %s",
+            held,
+            self.identity,
+            extra={"event": "leadership_released", "lease": held, "identity": self.identity},
+        )
