@@ -41,17 +41,30 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
 
 RUN_SECONDS = "e2e.gpuplane.dev/run-seconds"  # how long the pod's work takes (virtual seconds)
+STARTUP_SECONDS = "e2e.gpuplane.dev/startup-seconds"  # idle time before the work starts, each run
 EXIT_CODE = "e2e.gpuplane.dev/exit-code"  # how it ends (0: Succeeded, otherwise Failed)
 CHECKPOINT_SECONDS = "e2e.gpuplane.dev/checkpoint-seconds"  # work saved every so many seconds
+STATELESS = "e2e.gpuplane.dev/stateless"  # "true": all work done is kept when the pod is killed
 
 ENDED = ("Succeeded", "Failed")
 
 
-def run_annotations(seconds: float, exit_code: int = 0, checkpoint: float | None = None) -> dict[str, str]:
+def run_annotations(
+    seconds: float,
+    exit_code: int = 0,
+    checkpoint: float | None = None,
+    *,
+    startup: float = 0.0,
+    stateless: bool = False,
+) -> dict[str, str]:
     """The pod-template annotations that tell :class:`FakeKubelet` how a pod runs."""
-    out = {RUN_SECONDS: str(seconds), EXIT_CODE: str(exit_code)}
+    out = {RUN_SECONDS: repr(float(seconds)), EXIT_CODE: str(exit_code)}
     if checkpoint:
-        out[CHECKPOINT_SECONDS] = str(checkpoint)
+        out[CHECKPOINT_SECONDS] = repr(float(checkpoint))
+    if startup:
+        out[STARTUP_SECONDS] = repr(float(startup))
+    if stateless:
+        out[STATELESS] = "true"
     return out
 
 
@@ -69,12 +82,43 @@ def _work_key(pod: dict[str, Any]) -> tuple[str, str, str]:
 
 
 @dataclass
-class _Running:
-    started: float  # wall clock
-    need: float  # virtual seconds of work left when it started
-    exit_code: int
-    checkpoint: float | None
-    work: tuple[str, str, str]  # what a restarted pod continues (:func:`_work_key`)
+class Run:
+    """One pod's run, as the kubelet saw it (times on the wall clock, work in virtual seconds)."""
+
+    pod: str  # "ns/name"
+    work_key: tuple[str, str, str]  # what a restarted pod continues (:func:`_work_key`)
+    started: float
+    progress: float  # work already done (kept from earlier runs) when it started
+    work: float  # the whole work
+    startup: float
+    exit_code: int = 0
+    checkpoint: float | None = None
+    stateless: bool = False
+    ended: float | None = None
+    phase: str = "Running"  # then Succeeded, Failed, or Killed (deleted before its work was done)
+
+    def need(self) -> float:
+        """Virtual seconds from its start to its end: the startup, then the work left."""
+        return self.startup + max(0.0, self.work - self.progress)
+
+    def computed(self, until: float, speedup: float) -> float:
+        """Virtual seconds of work it did by wall time ``until`` (its startup does no work)."""
+        return min(max(0.0, (until - self.started) * speedup - self.startup), self.work - self.progress)
+
+
+def _run_of(pod: dict[str, Any], now: float, kept: float) -> Run:
+    annotations = pod["metadata"].get("annotations") or {}
+    return Run(
+        pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
+        work_key=_work_key(pod),
+        started=now,
+        progress=kept,
+        work=float(annotations.get(RUN_SECONDS, "inf")),
+        startup=float(annotations.get(STARTUP_SECONDS, "0")),
+        exit_code=int(annotations.get(EXIT_CODE, "0")),
+        checkpoint=float(annotations[CHECKPOINT_SECONDS]) if CHECKPOINT_SECONDS in annotations else None,
+        stateless=annotations.get(STATELESS) == "true",
+    )
 
 
 class FakeKubelet:
@@ -94,11 +138,13 @@ class FakeKubelet:
         self.speedup = speedup
         self.interval = interval
         self.clock = clock
-        self.running: dict[str, _Running] = {}  # pod uid -> its run
+        self.running: dict[str, Run] = {}  # pod uid -> its run
+        self.runs: list[Run] = []  # every run, in the order they started
         self.started: dict[str, float] = {}  # "ns/name" -> wall time it started running
         self.ended: dict[str, tuple[str, float]] = {}  # "ns/name" -> (phase, wall time)
         self.kept: dict[tuple[str, str, str], float] = {}  # work saved by killed pods (virtual s)
         self.errors = 0
+        self.lock = threading.Lock()  # held while a look changes what it recorded
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
 
@@ -129,11 +175,12 @@ class FakeKubelet:
     def sync(self) -> None:
         """One look at every pod: start the bound ones, end the ones whose time is up, remove the
         ones being deleted."""
-        now = self.clock()
         pods = self._pods()
-        seen = {pod["metadata"]["uid"] for pod in pods}
-        for uid in [uid for uid in self.running if uid not in seen]:
-            self._killed(uid, now)  # deleted at once (grace period 0): its containers stop now
+        now = self.clock()
+        with self.lock:
+            seen = {pod["metadata"]["uid"] for pod in pods}
+            for uid in [uid for uid in self.running if uid not in seen]:
+                self._killed(uid, now)  # deleted at once (grace period 0): its containers stop now
         for pod in pods:
             meta, status = pod["metadata"], pod.get("status") or {}
             if not (pod.get("spec") or {}).get("nodeName"):
@@ -152,12 +199,23 @@ class FakeKubelet:
         body = {"status": status, "metadata": {"resourceVersion": meta["resourceVersion"]}}
         self.api.patch(k8s.PODS, meta["name"], body, meta["namespace"], sub="status")
 
+    @staticmethod
+    def _containers(pod: dict[str, Any], state: dict[str, Any], running: bool) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": c["name"],
+                "ready": running,
+                "started": running,
+                "restartCount": 0,
+                "image": "fake",
+                "imageID": "fake",
+                "state": state,
+            }
+            for c in pod["spec"].get("containers", [])
+        ]
+
     def _run(self, pod: dict[str, Any], now: float) -> None:
-        annotations = pod["metadata"].get("annotations") or {}
-        need = float(annotations.get(RUN_SECONDS, "inf"))
-        checkpoint = float(annotations[CHECKPOINT_SECONDS]) if CHECKPOINT_SECONDS in annotations else None
-        need = max(0.0, need - self.kept.get(_work_key(pod), 0.0))
-        containers = [c["name"] for c in pod["spec"].get("containers", [])]
+        run = _run_of(pod, now, self.kept.get(_work_key(pod), 0.0))
         stamp = _stamp(now)
         status = {
             "phase": "Running",
@@ -166,85 +224,56 @@ class FakeKubelet:
                 {"type": t, "status": "True", "lastTransitionTime": stamp}
                 for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
             ],
-            "containerStatuses": [
-                {
-                    "name": name,
-                    "ready": True,
-                    "started": True,
-                    "restartCount": 0,
-                    "image": "fake",
-                    "imageID": "fake",
-                    "state": {"running": {"startedAt": stamp}},
-                }
-                for name in containers
-            ],
+            "containerStatuses": self._containers(pod, {"running": {"startedAt": stamp}}, True),
         }
         self._write_status(pod, status)
-        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-        self.running[pod["metadata"]["uid"]] = _Running(
-            now, need, int(annotations.get(EXIT_CODE, "0")), checkpoint, _work_key(pod)
-        )
-        self.started[key] = now
+        with self.lock:
+            self.running[pod["metadata"]["uid"]] = run
+            self.runs.append(run)
+            self.started[run.pod] = now
 
     def _maybe_end(self, pod: dict[str, Any], now: float) -> None:
         run = self.running.get(pod["metadata"]["uid"])
         if run is None:  # running before this kubelet started: time it from now
-            self._adopt(pod, now)
+            run = _run_of(pod, now, self.kept.get(_work_key(pod), 0.0))
+            with self.lock:
+                self.running[pod["metadata"]["uid"]] = run
+                self.runs.append(run)
             return
-        if (now - run.started) * self.speedup < run.need:
+        if (now - run.started) * self.speedup < run.need():
             return
         phase = "Succeeded" if run.exit_code == 0 else "Failed"
         stamp = _stamp(now)
-        containers = [c["name"] for c in pod["spec"].get("containers", [])]
+        terminated = {
+            "exitCode": run.exit_code,
+            "reason": "Completed" if run.exit_code == 0 else "Error",
+            "finishedAt": stamp,
+        }
         status = {
             "phase": phase,
             "conditions": [
                 {"type": t, "status": "False", "lastTransitionTime": stamp, "reason": "PodCompleted"}
                 for t in ("ContainersReady", "Ready")
             ],
-            "containerStatuses": [
-                {
-                    "name": name,
-                    "ready": False,
-                    "started": False,
-                    "restartCount": 0,
-                    "image": "fake",
-                    "imageID": "fake",
-                    "state": {
-                        "terminated": {
-                            "exitCode": run.exit_code,
-                            "reason": "Completed" if run.exit_code == 0 else "Error",
-                            "finishedAt": stamp,
-                        }
-                    },
-                }
-                for name in containers
-            ],
+            "containerStatuses": self._containers(pod, {"terminated": terminated}, False),
         }
         self._write_status(pod, status)
-        self.running.pop(pod["metadata"]["uid"], None)
-        self.kept.pop(_work_key(pod), None)
-        self.ended[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = (phase, now)
-
-    def _adopt(self, pod: dict[str, Any], now: float) -> None:
-        annotations = pod["metadata"].get("annotations") or {}
-        self.running[pod["metadata"]["uid"]] = _Running(
-            now,
-            float(annotations.get(RUN_SECONDS, "inf")),
-            int(annotations.get(EXIT_CODE, "0")),
-            None,
-            _work_key(pod),
-        )
+        with self.lock:
+            self.running.pop(pod["metadata"]["uid"], None)
+            self.kept.pop(run.work_key, None)
+            run.ended, run.phase = now, phase
+            self.ended[run.pod] = (phase, now)
 
     def _terminate(self, pod: dict[str, Any], now: float) -> None:
-        """A pod being deleted: its containers stop (what it had checkpointed is kept for the next
-        pod of its job), and once its grace period is over it is removed."""
+        """A pod being deleted: its containers stop once its grace period is over (what it had
+        saved is kept for the next pod of its job), and it is removed."""
         meta = pod["metadata"]
         grace = meta.get("deletionGracePeriodSeconds") or 0
         deleted = datetime.strptime(meta["deletionTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         if now < deleted.timestamp() - grace + grace / self.speedup:
             return  # still within its grace period
-        self._killed(meta["uid"], now)
+        with self.lock:
+            self._killed(meta["uid"], now)
         with contextlib.suppress(ApiError):  # 404: gone already
             self.api.delete(
                 k8s.PODS,
@@ -255,10 +284,19 @@ class FakeKubelet:
             )
 
     def _killed(self, uid: str, now: float) -> None:
-        """The pod ``uid`` stopped before its work was done: whole checkpoints it saved are kept for
-        the next pod of its job."""
+        """The pod ``uid`` stopped before its work was done: the work it saved (whole checkpoints,
+        or all of it when stateless) is kept for the next pod of its job. Called with the lock."""
         run = self.running.pop(uid, None)
-        if run is None or not run.checkpoint:
+        if run is None:
             return
-        done = min((now - run.started) * self.speedup, run.need)
-        self.kept[run.work] = self.kept.get(run.work, 0.0) + (done // run.checkpoint) * run.checkpoint
+        run.ended, run.phase = now, "Killed"
+        self.ended[run.pod] = ("Killed", now)
+        done = run.computed(now, self.speedup)
+        if run.stateless:
+            saved = done
+        elif run.checkpoint:
+            saved = (done // run.checkpoint) * run.checkpoint
+        else:
+            saved = 0.0
+        # The pods of one gang share the key and started from the same progress: the most saved.
+        self.kept[run.work_key] = max(self.kept.get(run.work_key, 0.0), run.progress + saved)
