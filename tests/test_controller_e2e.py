@@ -592,7 +592,7 @@ def test_fractional_and_mig_devices_are_read_back_after_a_restart_and_never_give
 ) -> None:
     """Devices recorded on bound pods, in an order a fresh first fit would not choose, are what a
     restarted controller counts: the newcomers get what is really free."""
-    scene.setup(nodes=1, gpus_per_node=2, quota={MIG: 2})
+    scene.setup(nodes=1, gpus_per_node=2, quota={MIG: 2, FRACTION: 2})
     scene.add_nodes(1, gpus=0, devices={MIG: 2})
     scene.job_controller()
     first = scene.controller(leader_election=False)
@@ -644,7 +644,7 @@ def test_the_devices_bound_are_the_devices_the_plan_chose_also_after_a_restart(s
     """Admission records every pod's node and devices on the Workload; the controller binds exactly
     those, also when a restarted replica binds what the one before it admitted."""
     placed = {"pair": 2, "half": 1, "third": 1, "one": 1}
-    scene.setup(nodes=2, gpus_per_node=4)
+    scene.setup(nodes=2, gpus_per_node=4, quota={FRACTION: 1})
     first = scene.controller(leader_election=False)
     scene.submit(
         scene.job("pair", pods=2, gpus=3),

@@ -64,7 +64,7 @@ def scenario(prefix: str = "", namespaces: Mapping[str, str] | None = None) -> l
         cohort(f"{p}research"),
         cluster_queue(f"{p}team-a")
         .cohort(f"{p}research")
-        .flavor(f"{p}h100", cpu="200", gpu=12)
+        .flavor(f"{p}h100", cpu="200", gpu=12, gpu_fraction=2)
         .set("spec.resourceGroups[0].flavors[0].resources[1].lendingLimit", 8),
         cluster_queue(f"{p}team-b").cohort(f"{p}research").flavor(f"{p}h100", cpu="200", gpu=4),
         cluster_queue(f"{p}inference").flavor(

@@ -13,8 +13,10 @@ How workloads are expressed (``sharing`` on):
   fraction its share, a MIG instance its compute slices x 1000 / 7. Each team's nominal quota per
   pool is its floor share of the pool; with borrowing the rest of the cohort may be borrowed.
 * device requests: ``nvidia.com/gpu`` for whole GPUs, the ``gpuplane.dev/gpu-fraction`` annotation
-  for a fraction, ``nvidia.com/mig-<profile>`` for a MIG instance. Device counts are given quotas
-  no team can exhaust, so milli-GPU is the only quota that binds.
+  for a fraction (charged under ``gpuplane.dev/gpu-fraction`` as well, see
+  :mod:`gpuplane.model.gpu_share`), ``nvidia.com/mig-<profile>`` for a MIG instance. Device counts
+  and the fraction charge are given quotas no team can exhaust (a pool's GPUs), so milli-GPU is the
+  only quota that binds.
 * the backfill tier gets the low priority; every queue may preempt lower priorities in itself,
   reclaim borrowed quota from the cohort (``reclaimWithinCohort: Any``) and, while borrowing,
   preempt the backfill tier of other queues (``borrowWithinCohort``).
@@ -41,6 +43,7 @@ from gpuplane.core.session import (
 )
 from gpuplane.insight.eta import Capacity
 from gpuplane.model import labels as keys
+from gpuplane.model.gpu_share import FRACTION_RESOURCE
 from gpuplane.model.objects import (
     ClusterQueue,
     ClusterState,
@@ -156,7 +159,7 @@ class GpuplaneModel:
         )
 
     def _resources(self) -> tuple[str, ...]:
-        names = {GPU_MILLI, GPU}
+        names = {GPU_MILLI, GPU, FRACTION_RESOURCE} if self.options.sharing else {GPU_MILLI, GPU}
         for node in self.cluster.nodes:
             if self._mig_on(node):
                 assert node.mig_layout is not None
@@ -187,6 +190,8 @@ class GpuplaneModel:
             for res in resources:
                 if res == GPU_MILLI:
                     quotas[res] = ResourceQuota(milli, borrowing_limit)
+                elif res == FRACTION_RESOURCE:
+                    quotas[res] = ResourceQuota(totals.get(GPU, 0) * MILLI)
                 else:
                     quotas[res] = ResourceQuota(totals.get(res, 0))
             flavors.append(FlavorQuotas(pool, frozen_map(quotas)))
