@@ -19,11 +19,12 @@ from rich.table import Table
 
 from gpuplane.cli.schedule import OutputFormat, default_now
 from gpuplane.core.session import config_from_kueue, schedule
-from gpuplane.insight.why import Explanation, NotFoundError, explain, resolve
+from gpuplane.insight.bypass import bypassed_job_message
+from gpuplane.insight.why import Explanation, NotFoundError, explain, resolve, split_reference
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import timestamp
 from gpuplane.model.loader import load_files
-from gpuplane.model.objects import ClusterState
+from gpuplane.model.objects import ClusterState, Workload
 
 
 def _read(path: str) -> bytes:
@@ -37,6 +38,29 @@ def _cluster_state(kubeconfig: str, context: str | None) -> ClusterState:
     from gpuplane.k8s.state import read_state  # noqa: PLC0415
 
     return read_state(KubeApi(load_api_client(kubeconfig, context)))
+
+
+def _resolve(
+    state: ClusterState, name: str, namespace: str, kubeconfig: str | None, context: str | None
+) -> Workload:
+    """:func:`resolve`; on a live cluster, a job that has no Workload because it went around
+    gpuplane (queued, but created unsuspended) is said to have done so, with the fix."""
+    try:
+        return resolve(state, name, namespace)
+    except NotFoundError:
+        if not kubeconfig:
+            raise
+        from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415
+        from gpuplane.k8s.guardrails import bypassed_job  # noqa: PLC0415
+
+        kind, short = split_reference(name)
+        try:
+            found = bypassed_job(KubeApi(load_api_client(kubeconfig, context)), kind, short, namespace)
+        except Exception:  # the hint is extra: when it cannot be had, the plain answer stands
+            found = None
+        if found is None:
+            raise
+        raise NotFoundError(bypassed_job_message(found.kind, found.key, found.queue)) from None
 
 
 def print_explanation(found: Explanation, console: Console) -> None:
@@ -101,7 +125,7 @@ def run_why(
         else:
             state = load_files(files, read=_read)
             at = default_now(state) if now is None else timestamp(now, "--now")
-        wl = resolve(state, name, namespace)
+        wl = _resolve(state, name, namespace, kubeconfig, context)
         config = config_from_kueue(state.configuration)
         plan = schedule(state, config, at, cycles=None)
         found = explain(state, plan, at, wl.key, config)

@@ -32,6 +32,7 @@ from gpuplane.core.inventory import pod_needs
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig, config_from_kueue
+from gpuplane.insight import bypass
 from gpuplane.insight.aftermath import world_after
 from gpuplane.insight.idle import DATA_STALL_CONDITION
 from gpuplane.insight.queue_eta import (
@@ -349,6 +350,13 @@ def _explain_one(ctx: _Context, key: str) -> Explanation:
         else Estimate(None, None, None, message)
     )
     fix = "nothing to fix"
+    foreign = bypass.foreign_bindings(ctx.state, wl) if reason == Reason.ADMITTED else []
+    if foreign:  # admitted, but gpuplane did not place its pods: the webhook is missing
+        blockers = tuple(Blocker("Pod", b.pod.key, b.detail) for b in foreign)
+        message = bypass.foreign_bindings_message(foreign)
+        return Explanation(
+            key, cq, lq, None, None, eta, bypass.BOUND_ELSEWHERE, message, blockers, bypass.WEBHOOK_FIX
+        )
     stall = wl.condition(DATA_STALL_CONDITION)
     if reason == Reason.ADMITTED and stall is not None and stall.status:
         # The reaper's data-stall hint (insight.idle): running, but starved of input, not of GPUs.

@@ -686,6 +686,7 @@ def parse_pod(doc: Doc, version: str) -> Pod:
         template=pod_template(spec, "spec", meta),
         node_name=f.get_str(spec, "nodeName", "spec"),
         phase=f.get_str(status, "phase", "status") or "Pending",
+        scheduler_name=f.get_str(spec, "schedulerName", "spec"),
     )
 
 

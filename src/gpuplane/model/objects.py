@@ -426,6 +426,7 @@ class Pod:
     template: PodTemplate
     node_name: str | None = None
     phase: str = "Pending"
+    scheduler_name: str | None = None  # spec.schedulerName; None where the document gives none
 
     @property
     def key(self) -> str:
