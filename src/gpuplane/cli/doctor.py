@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from gpuplane.insight.doctor import diagnose
+from gpuplane.insight import webhook_doctor
+from gpuplane.insight.doctor import Finding, diagnose
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import load_files, state_from_objects
 from gpuplane.model.objects import ClusterState
@@ -37,6 +38,31 @@ def _live_state(kubeconfig: str | None, context: str | None) -> ClusterState:
     return state_from_objects(objects, source="cluster")
 
 
+def _webhook_findings(kubeconfig: str | None, context: str | None, namespace: str) -> list[Finding]:
+    """Whether gpuplane's webhook is registered and answers (:mod:`gpuplane.insight.webhook_doctor`)."""
+    from gpuplane.k8s import api as k8s  # noqa: PLC0415 - the client is only needed for a live cluster
+    from gpuplane.k8s.guardrails import probe_webhook, registered_webhooks  # noqa: PLC0415
+
+    client = k8s.KubeApi(k8s.load_api_client(kubeconfig, context))
+    try:
+        configs = registered_webhooks(client)
+    except k8s.ApiError as err:
+        problem = f"cannot list MutatingWebhookConfigurations ({err.status} {err.reason})"
+        return [
+            Finding(
+                "warning",
+                "webhook-not-probed",
+                ("MutatingWebhookConfiguration",),
+                problem,
+                "run doctor with rights to list them",
+            )
+        ]
+    found = webhook_doctor.registration_findings(configs)
+    if any(f.check == "webhook-not-registered" for f in found):
+        return found
+    return found + webhook_doctor.probe_findings(configs, probe_webhook(client, namespace))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("doctor")
     def doctor_command(
@@ -46,8 +72,13 @@ def register(app: typer.Typer) -> None:
         ] = None,
         kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig of the cluster to check.")] = None,
         context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
+        probe_namespace: Annotated[
+            str,
+            typer.Option(help="Namespace of the dry-run pod and Job that check the webhook answers."),
+        ] = "default",
     ) -> None:
-        """Check GPU nodes, flavors, MIG and topology labels; one finding per line."""
+        """Check GPU nodes, flavors, MIG and topology labels, and on a live cluster gpuplane's
+        webhook; one finding per line."""
         try:
             state = (
                 load_files(file, read=lambda p: Path(p).read_bytes())
@@ -61,6 +92,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: cannot read the cluster: {type(err).__name__}: {err}", err=True)
             raise typer.Exit(2) from None
         findings = diagnose(state)
+        if not file:
+            findings += _webhook_findings(kubeconfig, context, probe_namespace)
         for finding in findings:
             typer.echo(finding.line())
         if not findings:

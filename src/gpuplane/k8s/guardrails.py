@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gpuplane.insight.webhook_doctor import WebhookProbe
 from gpuplane.k8s import integrations
 from gpuplane.k8s.api import JOBS, PODS, ApiError, KubeApi, Resource
 from gpuplane.model import labels as keys
@@ -91,17 +92,6 @@ def registered_webhooks(api: KubeApi) -> list[dict[str, Any]]:
     return list(api.list(MUTATING_WEBHOOKS).get("items", []))
 
 
-@dataclass(frozen=True, slots=True)
-class WebhookProbe:
-    """What the API server did with a dry-run queued pod and a dry-run queued Job in ``namespace``:
-    whether gpuplane's webhook changed each one (None: not learnt, ``problem`` says why)."""
-
-    namespace: str
-    pod_mutated: bool | None
-    job_suspended: bool | None
-    problem: str = ""
-
-
 PROBE_NAME = "gpuplane-doctor-probe"
 
 
@@ -126,8 +116,11 @@ def probe_webhook(api: KubeApi, namespace: str) -> WebhookProbe:
     try:
         created_pod = api.request("POST", PODS.path(namespace), {"dryRun": "All"}, body=pod)
         created_job = api.request("POST", JOBS.path(namespace), {"dryRun": "All"}, body=job)
-    except ApiError as err:  # e.g. a failurePolicy Fail webhook that does not answer fails the create
-        return WebhookProbe(namespace, None, None, _message(err))
+    except ApiError as err:
+        if err.status in (401, 403, 404):  # not allowed to, or no such namespace: nothing learnt
+            return WebhookProbe(namespace, None, None, _message(err))
+        # e.g. a failurePolicy Fail webhook that does not answer fails the create
+        return WebhookProbe(namespace, None, None, _message(err), refused=True)
     return WebhookProbe(
         namespace,
         (created_pod.get("spec") or {}).get("schedulerName") == keys.SCHEDULER_NAME,
