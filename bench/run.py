@@ -74,6 +74,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="eta_floor.py",
         description="the ETA error no predictor avoids: the load-1.5 week forked into futures at predictions",
     ),
+    "sim-vs-real": Benchmark(
+        script="sim_vs_real.py",
+        description="the built-in scenario's arrivals through a real control plane, controller, webhook and "
+        "fake kubelet, beside the simulator on the same jobs: utilization, waits, finished, quota leaks",
+    ),
     "gang-fragmentation": Benchmark(
         script="gang_fragmentation.py",
         description="gang placement with churn, 256 nodes x 8 GPUs: allocation, fragmentation by profile",

@@ -640,7 +640,8 @@ class RegisteredWebhook:
 
     NAME = "gpuplane-e2e"
 
-    def __init__(self, kubeconfig: str, directory: Path) -> None:
+    def __init__(self, kubeconfig: str, directory: Path, name: str = NAME) -> None:
+        self.name = name  # another name registers a second configuration beside the tests' own
         self.api = KubeApi(load_api_client(kubeconfig), qps=None)
         self.certs = testca.issue(directory)
         self.port = _free_port()
@@ -669,7 +670,7 @@ class RegisteredWebhook:
         body = {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": self.NAME},
+            "metadata": {"name": self.name},
             "webhooks": [
                 self._entry("pods.gpuplane.dev", [k8s.PODS]),
                 self._entry(
@@ -679,7 +680,7 @@ class RegisteredWebhook:
             ],
         }
         with contextlib.suppress(ApiError):
-            self.api.delete(WEBHOOKS, self.NAME)
+            self.api.delete(WEBHOOKS, self.name)
         self.api.create(WEBHOOKS, body)
         self._wait_effective()
         return self
@@ -754,7 +755,7 @@ class RegisteredWebhook:
     def stop(self) -> None:
         # The server may be gone already (a control plane stopped before this): nothing to undo there.
         with contextlib.suppress(ApiError, HTTPError, OSError):
-            self.api.delete(WEBHOOKS, self.NAME)
+            self.api.delete(WEBHOOKS, self.name)
         if self.process is not None:
             self.process.terminate()
             try:

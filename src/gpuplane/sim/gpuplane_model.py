@@ -211,6 +211,11 @@ class GpuplaneModel:
             preemption=preemption,
         )
 
+    def kueue_state(self) -> ClusterState:
+        """The Kueue objects and nodes this configuration schedules on, before anything is submitted
+        (what a real cluster would hold to run the same configuration)."""
+        return self._state()
+
     def _state(self) -> ClusterState:
         resources = self._resources()
         teams = [t.name for t in self.cluster.teams]
@@ -284,6 +289,10 @@ class GpuplaneModel:
             pod_sets=(PodSet("main", job.pods, self._template(job)),),
             queue_name=BACKFILL if self._backfill(job) else LOCAL_QUEUE,
         )
+
+    def workload_of(self, job: Job) -> Workload:
+        """The Workload this configuration submits for ``job`` (its queue, priority and pod set)."""
+        return self._workload(job)
 
     @staticmethod
     def key(job: Job) -> str:
