@@ -262,6 +262,40 @@ def test_printer_columns_show_cohort_queue_and_admitting_cluster_queue() -> None
         assert ".status.admission.clusterQueue" in paths
 
 
+# Where a CRD keeps fields its schema does not spell out: only inside Workloads (pod templates,
+# topology requests and assignments, admission-check updates), which gpuplane writes in shapes of
+# both Kueue versions. Everywhere else an unknown field is pruned, as Kueue's CRDs prune it, so
+# kubectl's Strict field validation rejects a typo (tests/test_crd_schema_realkube.py).
+PRESERVING_KINDS = {"Workload"}
+
+
+def _preserving_paths(schema: object, path: str = "") -> list[str]:
+    if not isinstance(schema, dict):
+        return []
+    found = [path] if schema.get("x-kubernetes-preserve-unknown-fields") else []
+    for name, sub in (schema.get("properties") or {}).items():
+        found += _preserving_paths(sub, f"{path}.{name}")
+    found += _preserving_paths(schema.get("items"), f"{path}[]")
+    return found
+
+
+def test_crds_prune_unknown_fields_as_kueue_does() -> None:
+    for crd in _crds():
+        if crd["spec"]["names"]["kind"] in PRESERVING_KINDS:
+            continue
+        for version in crd["spec"]["versions"]:
+            paths = _preserving_paths(version["schema"]["openAPIV3Schema"])
+            assert paths == [], f"{crd['metadata']['name']} {version['name']} keeps unknown fields at {paths}"
+
+
+def test_queue_printer_columns_show_the_counts() -> None:
+    by_kind = {c["spec"]["names"]["kind"]: c for c in _crds()}
+    for kind, first in (("ClusterQueue", "Cohort"), ("LocalQueue", "ClusterQueue")):
+        for version in by_kind[kind]["spec"]["versions"]:
+            shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+            assert shown == [first, "Pending Workloads", "Admitted Workloads", "Age"], (kind, version["name"])
+
+
 def test_structural_check_catches_what_the_api_server_rejects() -> None:
     assert structural_problems({"type": "object", "properties": {"x": {}}})
     assert structural_problems({"type": "array"})

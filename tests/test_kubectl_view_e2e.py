@@ -60,8 +60,9 @@ def test_queue_status_counts_and_kubectl_columns(scene: Scene, kubectl: Kubectl)
     cq = scene.setup(nodes=1)
     scene.job_controller()
     scene.controller(leader_election=False)
-    scene.submit(scene.job("fits", gpus=6), scene.job("waits", gpus=4))
+    scene.submit(scene.job("fits", gpus=6))
     wait_until(lambda: scene.bound("fits", 1), 20, "the first job bound")
+    scene.submit(scene.job("waits", gpus=4))  # 4 more GPUs do not fit in 8
 
     def cq_status() -> dict[str, Any]:
         return scene.api.get(k8s.CLUSTER_QUEUES, cq)
