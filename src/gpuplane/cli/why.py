@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -33,11 +34,16 @@ def _read(path: str) -> bytes:
     return Path(path).read_bytes()
 
 
-def _cluster_state(kubeconfig: str, context: str | None) -> ClusterState:
+def _cluster_state(
+    kubeconfig: str, context: str | None, namespace: str, unreadable: list[str]
+) -> ClusterState:
+    """The cluster as these credentials may read it: a team member's token that may not list a
+    kind cluster-wide reads it in ``namespace``, and what it cannot read is named in ``unreadable``."""
     from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - the client loads only when asked
     from gpuplane.k8s.state import read_state  # noqa: PLC0415
 
-    return read_state(KubeApi(load_api_client(kubeconfig, context)))
+    api = KubeApi(load_api_client(kubeconfig, context))
+    return read_state(api, namespace=namespace, unreadable=unreadable)
 
 
 def _resolve(
@@ -63,13 +69,44 @@ def _resolve(
         raise NotFoundError(bypassed_job_message(found.kind, found.key, found.queue)) from None
 
 
+# Without these the core cannot decide for the workload (its queue, quota and flavors are unknown).
+BLIND_WITHOUT = frozenset(("clusterqueues", "resourceflavors"))
+UNKNOWN = "unknown"
+
+
+def as_recorded(wl: Workload, found: Explanation) -> Explanation:
+    """What the Workload itself says, for credentials that cannot read the queue configuration:
+    the reason the controller recorded in its ``QuotaReserved`` condition, or its admission. The
+    core's own decision would be made on a cluster with no queues, and say so wrongly."""
+    cond = wl.condition("QuotaReserved")
+    if wl.admission is not None:
+        reason, message = "Admitted", f"quota reserved in ClusterQueue {wl.admission.cluster_queue}"
+    elif cond is not None and not cond.status and cond.reason:
+        reason, message = cond.reason, f"{cond.message} (recorded by the controller on the Workload)"
+    else:
+        reason, message = "Pending", "the controller has recorded no reason on the Workload yet"
+    basis = f"{UNKNOWN}: the queue configuration cannot be read with these credentials"
+    return replace(
+        found,
+        cluster_queue=wl.admission.cluster_queue if wl.admission is not None else found.cluster_queue,
+        position_in_cluster_queue=None,
+        position_in_local_queue=None,
+        eta=replace(found.eta, seconds=None, low=None, high=None, basis=basis),
+        reason=reason,
+        message=message,
+        blockers=(),
+        fix="for the full answer (position, ETA, what blocks it) ask an admin to let you read "
+        "ClusterQueues and ResourceFlavors, or to run `gpuplane why` for you",
+    )
+
+
 def print_explanation(found: Explanation, console: Console) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     eta = found.eta
     if eta.seconds is None:
-        when = "never by itself"
+        when = UNKNOWN if eta.basis.startswith(UNKNOWN) else "never by itself"
     else:
         when = f"in {eta.seconds:.0f}s (between {eta.low:.0f}s and {eta.high:.0f}s)"
     rows = [
@@ -114,10 +151,11 @@ def run_why(
     if bool(files) == bool(kubeconfig):
         err.print("error: give either -f STATE or --kubeconfig K", markup=False)
         return 2
+    unreadable: list[str] = []
     try:
         if kubeconfig:
             try:
-                state = _cluster_state(kubeconfig, context)
+                state = _cluster_state(kubeconfig, context, namespace, unreadable)
             except Exception as problem:  # any transport or configuration failure is one line
                 err.print(f"error: cannot read the cluster: {problem}".splitlines()[0], markup=False)
                 return 2
@@ -129,11 +167,23 @@ def run_why(
         config = config_from_kueue(state.configuration)
         plan = schedule(state, config, at, cycles=None)
         found = explain(state, plan, at, wl.key, config)
+        if BLIND_WITHOUT & set(unreadable):
+            found = as_recorded(wl, found)
     except (InputError, NotFoundError, OSError) as problem:
         err.print(f"error: {problem}", markup=False)
         return 2
+    if unreadable:
+        err.print(
+            "note: these credentials may not read "
+            + ", ".join(unreadable)
+            + "; the answer comes from what they can read (ask an admin for the rest)",
+            markup=False,
+        )
     if output is OutputFormat.json:
-        sys.stdout.write(json.dumps(found.to_json(), indent=1) + "\n")
+        answer = found.to_json()
+        if unreadable:
+            answer["unreadable"] = unreadable
+        sys.stdout.write(json.dumps(answer, indent=1) + "\n")
     else:
         print_explanation(found, Console(highlight=False))
     return 0

@@ -22,6 +22,7 @@ from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
 
 Items = Callable[[str], list[dict[str, Any]]]
+FORBIDDEN = 403  # the credentials may not read it
 
 # What a decision reads, in the order a state file lists it.
 READ = (
@@ -79,13 +80,45 @@ def state_objects(items: Items, *, unqueued_jobs: bool = False) -> list[dict[str
     return objects
 
 
-def read_cluster(api: KubeApi) -> dict[str, list[dict[str, Any]]]:
+def read_cluster(
+    api: KubeApi, *, namespace: str | None = None, unreadable: list[str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """Every object of the kinds in :data:`READ`, by kind, listed once (a kind that is not served,
-    e.g. a Kueue CRD that is not installed, is empty). Only GET requests."""
+    e.g. a Kueue CRD that is not installed, is empty). Only GET requests.
+
+    With ``unreadable`` (a list to fill), credentials that may not list a kind cluster-wide (403) do
+    not fail the read: a namespaced kind is listed in ``namespace`` alone, the Namespace object is
+    read by name, and what still cannot be read counts as empty (a Namespace as one without labels)
+    and is named in ``unreadable`` (``nodes``, ``pods in team-a``). Without it a 403 is raised.
+    """
     listed: dict[str, list[dict[str, Any]]] = {}
     for res in READ:
-        listed[res.kind] = _list(api, res)
+        try:
+            listed[res.kind] = _list(api, res)
+        except ApiError as err:
+            if err.status != FORBIDDEN or unreadable is None:
+                raise
+            listed[res.kind] = _readable_part(api, res, namespace, unreadable)
     return listed
+
+
+def _readable_part(
+    api: KubeApi, res: Resource, namespace: str | None, unreadable: list[str]
+) -> list[dict[str, Any]]:
+    """What of ``res`` a namespace-scoped user may read, after a cluster-wide list was refused."""
+    try:
+        if res.namespaced and namespace:
+            return list(api.list(res, namespace).get("items", []))
+        if res is k8s.NAMESPACES and namespace:
+            return [api.get(res, namespace)]
+    except ApiError as err:
+        if err.status not in (FORBIDDEN, 404):
+            raise
+    if res is k8s.NAMESPACES and namespace:
+        unreadable.append(f"namespace {namespace} (its labels)")
+        return [{"metadata": {"name": namespace}}]
+    unreadable.append(f"{res.plural} in {namespace}" if res.namespaced and namespace else res.plural)
+    return []
 
 
 def _list(api: KubeApi, res: Resource) -> list[dict[str, Any]]:

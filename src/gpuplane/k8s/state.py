@@ -6,7 +6,7 @@
 controller's snapshot it keeps finished Workloads (their runtimes teach the ETA) and every
 pod (``gpuplane why pod/NAME`` looks pending pods up), and it derives no Workload from a Job. A kind
 whose CRD is not installed counts as empty; an object the loader refuses is skipped and reported in
-``skipped``.
+``skipped``. Credentials scoped to one namespace read what they may (``namespace``, ``unreadable``).
 """
 
 from __future__ import annotations
@@ -23,16 +23,26 @@ from gpuplane.model.objects import ClusterState
 READ_KINDS = tuple(res.kind for res in READ if res.kind != "Job")
 
 
-def read_objects(api: KubeApi) -> list[dict[str, Any]]:
-    """Every object of :data:`READ_KINDS`, with ``kind`` and ``apiVersion`` filled in."""
-    listed = read_cluster(api)
+def read_objects(
+    api: KubeApi, *, namespace: str | None = None, unreadable: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every object of :data:`READ_KINDS`, with ``kind`` and ``apiVersion`` filled in; with
+    ``unreadable``, what the credentials may read (see :func:`read_cluster`)."""
+    listed = read_cluster(api, namespace=namespace, unreadable=unreadable)
     return [typed(obj, kind) for kind in READ_KINDS for obj in listed[kind]]
 
 
-def read_state(api: KubeApi, skipped: list[InputError] | None = None) -> ClusterState:
+def read_state(
+    api: KubeApi,
+    skipped: list[InputError] | None = None,
+    *,
+    namespace: str | None = None,
+    unreadable: list[str] | None = None,
+) -> ClusterState:
     """The cluster's state as the core sees it (see the module docstring).
 
     A live cluster always holds some object the loader refuses (a LocalQueue whose ClusterQueue
     was just deleted): it is left out, as the controller leaves it out, and added to ``skipped``.
     """
-    return state_from_objects(read_objects(api), source="cluster", skipped=[] if skipped is None else skipped)
+    objects = read_objects(api, namespace=namespace, unreadable=unreadable)
+    return state_from_objects(objects, source="cluster", skipped=[] if skipped is None else skipped)
