@@ -161,11 +161,11 @@ def test_eta_with_declared_runtimes_equals_a_hand_computation(tmp_path: Path) ->
     assert code == 0, err
     doc = json.loads(out)
     assert doc["reason"] == "WaitingForQuota"
-    assert (doc["positionInClusterQueue"], doc["positionInLocalQueue"]) == (1, 1)
+    assert (doc["positionInClusterQueue"], doc["positionInLocalQueue"]) == (2, 2)  # 1 is next
     assert (doc["eta"]["low"], doc["eta"]["seconds"], doc["eta"]["high"]) == (2100.0, 2100.0, 2100.0)
     code, out, _ = run_why(tmp_path, text, "p1", "-o", "json", "--now", _rfc(NOW))
     first = json.loads(out)
-    assert first["positionInClusterQueue"] == 0
+    assert first["positionInClusterQueue"] == 1
     assert first["eta"]["seconds"] == 900.0
 
 

@@ -100,6 +100,12 @@ def as_recorded(wl: Workload, found: Explanation) -> Explanation:
     )
 
 
+def _from_one(position: int | None) -> int | None:
+    """A position as people count it: 1 is next. The insight (and Kueue's visibility API, which
+    serves it) counts from 0; every output for people (``why``, Events, the console) counts from 1."""
+    return None if position is None else position + 1
+
+
 def print_explanation(found: Explanation, console: Console) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
@@ -117,8 +123,8 @@ def print_explanation(found: Explanation, console: Console) -> None:
             "position",
             "-"
             if found.position_in_cluster_queue is None
-            else f"{found.position_in_cluster_queue} in ClusterQueue, "
-            f"{found.position_in_local_queue} in LocalQueue (0 is next)",
+            else f"{_from_one(found.position_in_cluster_queue)} in ClusterQueue, "
+            f"{_from_one(found.position_in_local_queue)} in LocalQueue (1 is next)",
         ),
         ("reason", found.reason),
         ("message", found.message),
@@ -181,6 +187,8 @@ def run_why(
         )
     if output is OutputFormat.json:
         answer = found.to_json()
+        for field in ("positionInClusterQueue", "positionInLocalQueue"):
+            answer[field] = _from_one(answer[field])
         if unreadable:
             answer["unreadable"] = unreadable
         sys.stdout.write(json.dumps(answer, indent=1) + "\n")
