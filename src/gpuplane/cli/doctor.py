@@ -9,12 +9,15 @@ import typer
 
 from gpuplane.insight import webhook_doctor
 from gpuplane.insight.doctor import Finding, diagnose
+from gpuplane.insight.queue_doctor import queue_findings
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import load_files, state_from_objects
 from gpuplane.model.objects import ClusterState
 
 
-def _live_state(kubeconfig: str | None, context: str | None) -> ClusterState:
+def _live_state(kubeconfig: str | None, context: str | None, skipped: list[InputError]) -> ClusterState:
+    """The cluster's nodes and queueing objects; one the loader refuses is left out and added to
+    ``skipped`` (reported on its own: one bad object must not stop the checks of the rest)."""
     from gpuplane.k8s import api as k8s  # noqa: PLC0415 - the client is only needed for a live cluster
 
     client = k8s.KubeApi(k8s.load_api_client(kubeconfig, context))
@@ -23,9 +26,12 @@ def _live_state(kubeconfig: str | None, context: str | None) -> ClusterState:
         k8s.NAMESPACES,
         k8s.NODES,
         k8s.RESOURCE_FLAVORS,
+        k8s.COHORTS,
         k8s.CLUSTER_QUEUES,
+        k8s.LOCAL_QUEUES,
         k8s.TOPOLOGIES,
         k8s.NODE_POOLS,
+        k8s.WORKLOADS,
     )
     for res in kinds:
         try:
@@ -35,7 +41,21 @@ def _live_state(kubeconfig: str | None, context: str | None) -> ClusterState:
                 continue
             raise
         objects += [{**o, "kind": res.kind, "apiVersion": res.api_version} for o in items]
-    return state_from_objects(objects, source="cluster")
+    return state_from_objects(objects, source="cluster", skipped=skipped)
+
+
+def _invalid_objects(skipped: list[InputError]) -> list[Finding]:
+    """One finding per object the loader refused."""
+    return [
+        Finding(
+            "error",
+            "invalid-object",
+            (problem.obj or "?",),
+            f"{problem.field}: {problem.message}" if problem.field else problem.message,
+            "correct the field named; gpuplane leaves the object out until then",
+        )
+        for problem in skipped
+    ]
 
 
 def _webhook_findings(kubeconfig: str | None, context: str | None, namespace: str) -> list[Finding]:
@@ -77,13 +97,15 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Namespace of the dry-run pod and Job that check the webhook answers."),
         ] = "default",
     ) -> None:
-        """Check GPU nodes, flavors, MIG and topology labels, and on a live cluster gpuplane's
-        webhook; one finding per line."""
+        """Check GPU nodes, flavors, MIG and topology labels, queues (missing flavors, uncovered
+        resources, unknown cohorts), and on a live cluster each object and gpuplane's webhook; one
+        finding per line."""
+        skipped: list[InputError] = []
         try:
             state = (
                 load_files(file, read=lambda p: Path(p).read_bytes())
                 if file
-                else _live_state(kubeconfig, context)
+                else _live_state(kubeconfig, context, skipped)
             )
         except InputError as problem:
             typer.echo(f"error: {problem}", err=True)
@@ -91,7 +113,7 @@ def register(app: typer.Typer) -> None:
         except Exception as err:  # a cluster that cannot be reached is one line, not a traceback
             typer.echo(f"error: cannot read the cluster: {type(err).__name__}: {err}", err=True)
             raise typer.Exit(2) from None
-        findings = diagnose(state)
+        findings = _invalid_objects(skipped) + diagnose(state) + queue_findings(state)
         if not file:
             findings += _webhook_findings(kubeconfig, context, probe_namespace)
         for finding in findings:
