@@ -72,12 +72,15 @@ def _load(path: Path) -> list[Doc]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
 
 
+CRDS_KUSTOMIZATION = CRDS / "Kustomization"  # a name kustomize reads and `kubectl apply -f` skips
+
+
 def _kustomization() -> Doc:
     return _load(DEPLOY / "kustomization.yaml")[0]
 
 
 def _manifests() -> list[Doc]:
-    """Every object that `kubectl apply -k deploy` creates."""
+    """Every object that `kubectl apply -k deploy` creates (the CRDs are installed apart)."""
     return [doc for res in _kustomization()["resources"] for doc in _load(DEPLOY / res)]
 
 
@@ -88,7 +91,9 @@ def _one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
 
 
 def _crds() -> list[Doc]:
-    return [d for d in _manifests() if d["kind"] == "CustomResourceDefinition"]
+    """Every CRD that `kubectl apply -k deploy/crds` creates."""
+    listed = _load(CRDS_KUSTOMIZATION)[0]["resources"]
+    return [d for res in listed for d in _load(CRDS / res) if d["kind"] == "CustomResourceDefinition"]
 
 
 @pytest.mark.parametrize("path", _yaml_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
@@ -104,8 +109,18 @@ def test_kustomization_lists_every_manifest() -> None:
     assert kustomization["kind"] == "Kustomization"
     listed = set(kustomization["resources"])
     on_disk = {str(p.relative_to(DEPLOY)) for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml"}
-    on_disk |= {str(p.relative_to(DEPLOY)) for p in CRDS.glob("*.yaml")}
     assert listed == on_disk
+    crds = _load(CRDS_KUSTOMIZATION)[0]
+    assert crds["kind"] == "Kustomization"
+    assert set(crds["resources"]) == {p.name for p in CRDS.glob("*.yaml")}
+
+
+def test_uninstalling_gpuplane_keeps_the_crds() -> None:
+    # `kubectl delete -k deploy` deletes what deploy/kustomization.yaml lists: it must list no CRD
+    # (deleting one deletes every queue and workload of its kind); deploy/crds lists them all.
+    assert not [d for d in _manifests() if d["kind"] == "CustomResourceDefinition"]
+    assert not [r for r in _kustomization()["resources"] if r.startswith("crds")]
+    assert len(_crds()) == len({p.name for p in CRDS.glob("*.yaml")})
 
 
 # --- CRDs -----------------------------------------------------------------------------------------
@@ -761,11 +776,12 @@ def test_kubectl_kustomize_renders_every_object() -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed; `kubectl kustomize deploy` could not be tried")
-    out = subprocess.run(
-        [kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    rendered = sorted((d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out) if d)
-    assert rendered == sorted((d["kind"], d["metadata"]["name"]) for d in _manifests())
+    for directory, objects in ((DEPLOY, _manifests()), (CRDS, _crds())):
+        out = subprocess.run(
+            [kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
+        rendered = sorted((d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out) if d)
+        assert rendered == sorted((d["kind"], d["metadata"]["name"]) for d in objects)
 
 
 def _values() -> Doc:
@@ -816,7 +832,7 @@ def test_helm_template_renders_the_same_objects() -> None:
     result = _helm_template()
     assert result.returncode == 0, result.stderr
     rendered = [d for d in yaml.safe_load_all(result.stdout) if d]
-    plain = _manifests()
+    plain = _manifests() + _crds()  # `helm install` installs the chart's crds/ too
     kinds = sorted(d["kind"] for d in rendered)
     assert kinds == sorted(d["kind"] for d in plain if d["kind"] != "Namespace")
     for kind in ("ClusterRole", "Role"):
