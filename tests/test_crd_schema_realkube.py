@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def kube(real_kube: RealKube) -> RealKube:
-    real_kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "deploy" / "crds"))
+    real_kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crds"))
     for crd in ("clusterqueues", "localqueues", "cohorts", "resourceflavors", "topologies"):
         real_kube.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kueue.x-k8s.io", "--timeout=30s")
     return real_kube

@@ -21,7 +21,7 @@ from manifests import (
     resource_flavor,
     workload,
 )
-from realkube import RealKube
+from realkube import ROOT, RealKube
 
 GPU = "nvidia.com/gpu"
 
@@ -84,6 +84,9 @@ def test_two_queues_sharing_an_undeclared_cohort_are_fine() -> None:
 @pytest.mark.timeout(120)
 def test_doctor_reports_a_bad_object_and_checks_the_rest_on_a_real_cluster(real_kube: RealKube) -> None:
     kube = real_kube
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crds"))
+    for crd in ("cohorts", "clusterqueues"):
+        kube.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kueue.x-k8s.io", "--timeout=30s")
     ns = kube.namespace("doctor")
     cycle = [cohort(f"{ns}-a", parent=f"{ns}-b").to_dict(), cohort(f"{ns}-b", parent=f"{ns}-a").to_dict()]
     typo = cluster_queue(f"{ns}-cq").flavor(f"{ns}-missing", **{GPU: 1}).to_dict()

@@ -55,7 +55,9 @@ def team(real_kube: RealKube) -> tuple[RealKube, str, str]:
     """A namespace with a queue, a Workload that asks for more than the quota, and the reason the
     controller recorded on it; alice may read only that namespace's queue objects."""
     kube = real_kube
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "deploy" / "crds"))
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crds"))
+    for crd in ("workloads", "clusterqueues", "localqueues", "resourceflavors"):
+        kube.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kueue.x-k8s.io", "--timeout=30s")
     ns = kube.namespace("why-scoped")
     cq = f"{ns}-cq"
     objects = [
