@@ -6,8 +6,9 @@ Pure checks over a :class:`ClusterState`, each finding naming the objects and th
   exist; Kueue marks the queue inactive (``FlavorNotFound``) and it admits nothing;
 * ``cluster-queue-missing`` (error): a LocalQueue points at a ClusterQueue that does not exist; its
   workloads stay pending (Kueue: ``ClusterQueueDoesNotExist``);
-* ``resource-uncovered`` (error): a workload queued to a ClusterQueue requests a resource that the
-  queue's resource groups do not cover; Kueue never admits it;
+* ``resource-uncovered`` (error): a workload queued to a ClusterQueue is charged for a resource that
+  the queue's resource groups do not cover (a request, or ``gpuplane.dev/gpu-fraction`` for a share
+  of a GPU); Kueue never admits it;
 * ``cohort-unknown`` (warning): a ClusterQueue names a cohort that no Cohort object defines and no
   other queue names. Kueue then makes the cohort implicitly, so a typo leaves the queue alone in a
   cohort of its own, with nobody to borrow from or lend to.
@@ -94,7 +95,9 @@ def _uncovered_requests(state: ClusterState) -> list[Finding]:
         if cq is None:
             continue
         covered = _covered(cq)
-        for resource in sorted({r for ps in wl.pod_sets for r, q in ps.template.requests.items() if q > 0}):
+        for resource in sorted(
+            {r for ps in wl.pod_sets for r, q in ps.template.quota_requests.items() if q > 0}
+        ):
             if resource not in covered and resource not in _NEVER_COUNTED:
                 uncovered[cq.name][resource].append(wl.key)
     out = []
