@@ -515,8 +515,17 @@ class JobController:
                 want = 0
             if self.pod_limit is not None:
                 want = min(want, self.pod_limit)
+            # An Indexed Job gives each new pod the lowest completion index no live pod has.
+            index_key = "batch.kubernetes.io/job-completion-index"
+            taken = {
+                (p["metadata"].get("annotations") or {}).get(index_key)
+                for p in live
+                if (p.get("status") or {}).get("phase") != "Failed"
+            }
+            free = (str(i) for i in range(completions) if str(i) not in taken)
             for _ in range(want - len(running)):
-                self.api.create(k8s.PODS, self._pod(obj), self.namespace)
+                index = next(free, None) if obj["spec"].get("completionMode") == "Indexed" else None
+                self.api.create(k8s.PODS, self._pod(obj, index), self.namespace)
 
     def _ended(self, obj: dict[str, Any], succeeded: int, failed: int, active: int) -> bool:
         """Write the Job's status as the Job controller would (counts, and ``Complete`` once its
@@ -551,7 +560,7 @@ class JobController:
                 self.api.replace(k8s.JOBS, {**obj, "status": status}, sub="status")
         return ended
 
-    def _pod(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def _pod(self, obj: dict[str, Any], index: str | None = None) -> dict[str, Any]:
         meta, template = obj["metadata"], obj["spec"]["template"]
         counter = self._counters.setdefault(meta["uid"], itertools.count())
         labels = {
@@ -567,7 +576,10 @@ class JobController:
                 "name": f"{meta['name']}-{next(counter)}",
                 "namespace": self.namespace,
                 "labels": labels,
-                "annotations": dict(template.get("metadata", {}).get("annotations") or {}),
+                "annotations": {
+                    **(template.get("metadata", {}).get("annotations") or {}),
+                    **({"batch.kubernetes.io/job-completion-index": index} if index is not None else {}),
+                },
                 "ownerReferences": [
                     {
                         "apiVersion": "batch/v1",

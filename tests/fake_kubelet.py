@@ -40,7 +40,7 @@ from urllib3.exceptions import HTTPError
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
 
-RUN_SECONDS = "e2e.gpuplane.dev/run-seconds"  # how long the pod's work takes (virtual seconds)
+RUN_SECONDS = "e2e.gpuplane.dev/run-seconds"  # the pod's work (virtual seconds; by index: "1,1,600")
 STARTUP_SECONDS = "e2e.gpuplane.dev/startup-seconds"  # idle time before the work starts, each run
 EXIT_CODE = "e2e.gpuplane.dev/exit-code"  # how it ends (0: Succeeded, otherwise Failed)
 CHECKPOINT_SECONDS = "e2e.gpuplane.dev/checkpoint-seconds"  # work saved every so many seconds
@@ -106,6 +106,14 @@ class Run:
         return min(max(0.0, (until - self.started) * speedup - self.startup), self.work - self.progress)
 
 
+def _work(annotations: dict[str, str]) -> float:
+    """The pod's work: :data:`RUN_SECONDS`, or for an Indexed Job's pod a comma-separated list of
+    them by completion index."""
+    values = annotations.get(RUN_SECONDS, "inf").split(",")
+    index = int(annotations.get("batch.kubernetes.io/job-completion-index", "0"))
+    return float(values[min(index, len(values) - 1)])
+
+
 def _run_of(pod: dict[str, Any], now: float, kept: float) -> Run:
     annotations = pod["metadata"].get("annotations") or {}
     return Run(
@@ -113,7 +121,7 @@ def _run_of(pod: dict[str, Any], now: float, kept: float) -> Run:
         work_key=_work_key(pod),
         started=now,
         progress=kept,
-        work=float(annotations.get(RUN_SECONDS, "inf")),
+        work=_work(annotations),
         startup=float(annotations.get(STARTUP_SECONDS, "0")),
         exit_code=int(annotations.get(EXIT_CODE, "0")),
         checkpoint=float(annotations[CHECKPOINT_SECONDS]) if CHECKPOINT_SECONDS in annotations else None,

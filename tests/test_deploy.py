@@ -343,6 +343,7 @@ CONTROLLER_WRITES: set[Perm] = {
     (k8s_api.KUEUE, "workloads", "patch"),  # ETA annotations on pending Workloads
     ("authorization.k8s.io", "subjectaccessreviews", "create"),  # the visibility API's authorization
     (k8s_api.KUEUE, "workloads", "update"),  # checkpoint-request annotations; deactivation by a check
+    (k8s_api.KUEUE, "workloads", "delete"),  # the Workload of a job that is gone
     (k8s_api.KUEUE, "provisioningrequestconfigs", "get"),  # the ProvisioningRequest check's parameters
     ("autoscaling.x-k8s.io", "provisioningrequests", "list"),
     ("autoscaling.x-k8s.io", "provisioningrequests", "create"),  # one per gang and attempt

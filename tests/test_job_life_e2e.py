@@ -18,7 +18,7 @@ import pytest
 from apiserver.fixtures import Cluster, Kubectl
 from controller_harness import Scene, wait_until
 from controller_harness import scene as make_scene
-from fake_kubelet import run_annotations
+from fake_kubelet import RUN_SECONDS, run_annotations
 from manifests import Manifest
 
 pytestmark = pytest.mark.timeout(90)
@@ -165,3 +165,30 @@ def _run_for(kubelet: Any) -> list[float]:
     """Wall seconds each running pod has run so far."""
     now = kubelet.clock()
     return [now - r.started for r in list(kubelet.running.values())]
+
+
+def test_pods_of_a_running_job_that_will_not_run_again_give_their_gpus_back(scene: Scene) -> None:
+    # An Indexed Job of three completions, two at a time, 4 GPUs a pod, in an 8-GPU queue: once
+    # indexes 0 and 1 have succeeded only index 2 is left to run, so one pod's 4 GPUs are
+    # reclaimable (Kueue's reclaimablePods) and the 4-GPU job queued behind runs beside it.
+    scene.setup(nodes=1, gpus_per_node=8)
+    scene.job_controller()
+    scene.kubelet()
+    scene.controller(leader_election=False)
+    trio = scene.job("trio", pods=2, gpus=4, annotations={RUN_SECONDS: "3,3,600"})
+    trio.set("spec.completions", 3).set("spec.completionMode", "Indexed").set("spec.backoffLimit", 0)
+    scene.submit(trio, running_job(scene, "waiter", 1, gpus=4))
+
+    wait_until(lambda: scene.bound("trio", 2), 30, "two pods of the trio bound")
+    assert not scene.admitted("waiter")
+    wait_until(
+        lambda: finished(scene.workloads().get("waiter")), 40, "the small job ran beside the trio's last pod"
+    )
+    trio_wl = scene.workloads()["trio"]
+    assert not finished(trio_wl), "the trio still runs its last index"
+    assert trio_wl["status"].get("reclaimablePods") == [{"name": "main", "count": 1}]
+    wait_until(
+        lambda: [p for p in scene.pods("trio") if (p.get("status") or {}).get("phase") == "Running"],
+        20,
+        "the trio's last pod bound and running beside the waiter's",
+    )

@@ -795,12 +795,18 @@ class Cluster:
             self._learn(request, 1)
 
     def hold_planned(
-        self, owner: str, pod_sets: Sequence[GangPodSet], planned: Mapping[str, Sequence[tuple[str, str]]]
+        self,
+        owner: str,
+        pod_sets: Sequence[GangPodSet],
+        planned: Mapping[str, Sequence[tuple[str, str]]],
+        ended: Mapping[str, int] | None = None,
     ) -> bool:
         """Hold exactly the ``(node, devices)`` a recorded plan gave each pod of an admitted gang
         (:func:`gpuplane.core.plan.recorded_placement`), less what ``owner``'s bound pods hold
-        already; all or nothing. ``False`` (and nothing taken) when the plan does not match the
-        gang's pod sets or a planned device is no longer free: the world changed."""
+        already, and less ``ended[pod set]`` of the slots no bound pod holds (pods that ended and
+        will not run again: their devices are free); all or nothing. ``False`` (and nothing taken)
+        when the plan does not match the gang's pod sets or a planned device is no longer free:
+        the world changed."""
         self._record(owner, pod_sets)
         held = Counter(
             (name, ",".join(g.describe() for g in grants)) for name, _, grants in self.owners.get(owner, [])
@@ -810,9 +816,13 @@ class Cluster:
             slots = planned.get(ps.name, ())
             if len(slots) != ps.count:
                 return False
+            spare = (ended or {}).get(ps.name, 0)
             for node, devices in slots:
                 if held[(node, devices)] > 0:
                     held[(node, devices)] -= 1
+                    continue
+                if spare > 0:
+                    spare -= 1
                     continue
                 state = self.nodes.get(node)
                 if state is None:

@@ -91,8 +91,11 @@ def admitted_usage(wl: Workload, priority: int, now: float) -> AdmittedWorkload 
     for psa in admission.pod_set_assignments:
         for res, flavor in psa.flavors.items():
             flavors.add((flavor, res))
-        for res, q in psa.resource_usage.items():
+        # Pods that ended and will not run again give their share back (Kueue's reclaimablePods).
+        ended = min(wl.reclaimable.get(psa.name, 0), psa.count)
+        for res, total in psa.resource_usage.items():
             flavor_name = psa.flavors.get(res)
+            q = total - total * ended // psa.count if ended and psa.count else total
             if flavor_name is None or q == 0:
                 continue
             fr = (flavor_name, res)

@@ -220,7 +220,8 @@ def gang_plan(
     """The bindings a gang needs: none while no pod waits; while pods are missing, a wait notice
     for each waiting pod not ``noted`` yet; once all are there, each waiting pod (by name) takes the
     next planned slot of its pod set that no bound pod fills. A bound pod fills its own slot: the
-    one with its devices, else one on its node."""
+    one with its devices, else one on its node; a pod that ended fills none (the pods an Indexed
+    Job starts after the first ones succeeded take their slots)."""
     workload = object_key(wl)
     expected = sum(int(psa.get("count", 0)) for psa in admission.get("podSetAssignments", []))
     live = [p for p in ours(pods) if not p["metadata"].get("deletionTimestamp")]
@@ -236,8 +237,8 @@ def gang_plan(
     targets = planned_slots(wl, admission)
     for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
         node = pod.get("spec", {}).get("nodeName")
-        if not node:
-            continue
+        if not node or (pod.get("status") or {}).get("phase") in ENDED_PHASES:
+            continue  # not bound, or ended: its slot is free for the pod that follows it
         slots = targets.get(_podset(pod), [])
         devices = (pod["metadata"].get("annotations") or {}).get(keys.DEVICES_ANNOTATION, "")
         same = [i for i, slot in enumerate(slots) if slot[0] == node]

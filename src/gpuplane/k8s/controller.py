@@ -72,6 +72,7 @@ from gpuplane.k8s.plan_writes import (
     Verb,
     Write,
     admission_writes,
+    copy_object,
     eviction_writes,
     finished_workload,
     pending_writes,
@@ -384,6 +385,8 @@ class Controller:
                 continue
             if owner is not None:
                 ended = jobs.outcome(*owner)
+                if ended is None and wl.get("status", {}).get("admission"):
+                    finishes += self._reclaim(wl, jobs.reclaimable_pods(*owner))
             elif not wl["metadata"].get("ownerReferences") and wl.get("status", {}).get("admission"):
                 expected = sum(int(ps.get("count", 1)) for ps in wl.get("spec", {}).get("podSets", []))
                 ended = jobs.pods_outcome(self._pods_of(wl), expected)
@@ -393,6 +396,35 @@ class Controller:
                 body = finished_workload(wl, ended.succeeded, ended.message, now)
                 finishes.append(partial(self._write_finished, body, ended.succeeded, ended.message))
         self._each(finishes)
+
+    def _reclaim(self, wl: dict[str, Any], counts: dict[str, int]) -> list[Callable[[], None]]:
+        """The write of ``status.reclaimablePods`` when the job's ended pods differ from it: the
+        quota and devices of pods that will not run again go back before the job finishes."""
+        recorded = {
+            str(item.get("name")): int(item.get("count") or 0)
+            for item in wl.get("status", {}).get("reclaimablePods") or []
+            if int(item.get("count") or 0) > 0
+        }
+        if recorded == counts:
+            return []
+        body = copy_object(wl)
+        body["status"]["reclaimablePods"] = [{"name": n, "count": c} for n, c in sorted(counts.items())]
+        return [partial(self._write_reclaimable, body)]
+
+    def _write_reclaimable(self, body: dict[str, Any]) -> None:
+        try:
+            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
+        except ApiError as err:
+            if not err.not_found:
+                self.counters.add("write_failures")
+            return
+        self.cache.upsert("Workload", written)
+        self.counters.add("reclaimed_pods")
+        log.info(
+            "workload %s: pods that ended give their quota back: %s",
+            object_key(body),
+            body["status"]["reclaimablePods"],
+        )
 
     def _write_finished(self, body: dict[str, Any], succeeded: bool, message: str) -> None:
         key = object_key(body)

@@ -196,3 +196,23 @@ def pods_outcome(pods: list[dict[str, Any]], expected: int) -> Outcome | None:
     if failed:
         return Outcome(False, f"{failed} of {len(phases)} pods failed")
     return Outcome(True, f"all {len(phases)} pods succeeded")
+
+
+def reclaimable_pods(kind: str, obj: dict[str, Any]) -> dict[str, int]:
+    """Pods of a running job that ended and will not run again, by pod set, as Kueue counts them
+    (``status.reclaimablePods``): for a batch Job with more than one pod in parallel, the succeeded
+    pods beyond what its remaining completions still need. Other kinds report none."""
+    if kind != "Job":
+        return {}
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    parallelism = spec.get("parallelism")
+    parallelism = 1 if parallelism is None else int(parallelism)
+    succeeded = int(status.get("succeeded") or 0)
+    if parallelism <= 1 or succeeded == 0:
+        return {}
+    completions = spec.get("completions")
+    remaining = (parallelism if completions is None else int(completions)) - succeeded
+    if remaining >= parallelism:
+        return {}
+    (pod_set,) = batch_job(obj)
+    return {pod_set.name: parallelism - max(0, remaining)}

@@ -94,6 +94,15 @@ def _true(obj: Mapping[str, Any], ctype: str) -> bool:
     )
 
 
+def _reclaimable(status: Mapping[str, Any]) -> dict[str, int]:
+    """``status.reclaimablePods`` as pod set name -> count (unchecked: a raw object's view)."""
+    return {
+        str(item.get("name")): int(item.get("count") or 0)
+        for item in status.get("reclaimablePods") or []
+        if isinstance(item, Mapping) and int(item.get("count") or 0) > 0
+    }
+
+
 def _holds_devices(pod: Mapping[str, Any] | None) -> bool:
     """Whether the cluster state counts the pod (bound to a node, not terminated)."""
     return (
@@ -284,6 +293,9 @@ class LiveSession:
             raise Rebuild(f"the cluster {'shows' if admitted else 'lacks'} an admission: {key}")
         if admitted and _true(obj, "Evicted"):
             raise Rebuild(f"workload evicted: {key}")
+        known = self._workloads.get(key)
+        if admitted and known is not None and _reclaimable(status) != dict(known.reclaimable):
+            raise Rebuild(f"pods of an admitted workload ended: {key}")  # its quota and devices shrink
         # A pending one whose status alone changed (the pending condition the controller wrote):
         # nothing to tell the session.
         return admitted or key not in self._workloads or self._specs.get(key) != _spec_of(obj)

@@ -617,7 +617,27 @@ def parse_workload(doc: Doc, version: str, priorities: Mapping[str, int]) -> Wor
         labels=frozen_map(f.string_map(meta, "labels", "metadata")),
         annotations=frozen_map(f.string_map(meta, "annotations", "metadata")),
         check_states=workload_check_states(status),
+        reclaimable=frozen_map(_reclaimable(status, pod_sets)),
     )
+
+
+def _reclaimable(status: Mapping[str, Any], pod_sets: Sequence[PodSet]) -> dict[str, int]:
+    """``status.reclaimablePods``: per pod set, how many of its pods will not run again (at most
+    the pod set's count)."""
+    counts = {ps.name: ps.count for ps in pod_sets}
+    out: dict[str, int] = {}
+    for i, item in enumerate(f.get_list(status, "reclaimablePods", "status")):
+        path = f"status.reclaimablePods[{i}]"
+        entry = f.as_map(item, path)
+        name = f.req_str(entry, "name", path)
+        count = f.get_int(entry, "count", path, required=True)
+        if name not in counts:
+            raise InputError(f"no pod set named {name!r}", field=f.join(path, "name"))
+        if count is None or count < 0:
+            raise InputError("must be at least 0", field=f.join(path, "count"))
+        if count:
+            out[name] = min(count, counts[name])
+    return out
 
 
 def parse_configuration(doc: Doc, version: str) -> KueueConfiguration:

@@ -25,6 +25,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
+NO_COUNTS: Mapping[str, int] = MappingProxyType({})
 WARM_NODES_ANNOTATION = keys.WARM_NODES_ANNOTATION
 WARM_NODE_GPUS_ANNOTATION = keys.WARM_NODE_GPUS_ANNOTATION
 WARM_BUFFER_LABEL = keys.WARM_BUFFER_LABEL  # on placeholder pods: the flavor they keep warm
@@ -232,6 +233,9 @@ class Workload:
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     check_states: tuple[CheckStatus, ...] = ()  # status.admissionChecks
+    # status.reclaimablePods: pods of a pod set that ended and will not run again (Kueue's field);
+    # an admitted workload's quota and devices for them go back before the workload finishes.
+    reclaimable: Mapping[str, int] = field(default_factory=lambda: NO_COUNTS)
 
     @property
     def key(self) -> str:

@@ -71,11 +71,16 @@ class NodePlacement(SchedulerState):
             )
         return out
 
-    def _admission_gang(self, wl: Workload) -> list[GangPodSet]:
-        """The gang as ``status.admission`` assigned it: counts and flavors per pod set."""
+    def _admission_gang(self, wl: Workload, *, less_ended: bool = False) -> list[GangPodSet]:
+        """The gang as ``status.admission`` assigned it: counts and flavors per pod set (with
+        ``less_ended``, less the pods that ended and will not run again)."""
         assert wl.admission is not None
         by_name = {a.name: a for a in wl.admission.pod_set_assignments}
         counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in wl.pod_sets]
+        if less_ended:
+            counts = [
+                max(0, c - wl.reclaimable.get(ps.name, 0)) for c, ps in zip(counts, wl.pod_sets, strict=True)
+            ]
         flavors = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in wl.pod_sets]
         return self._gang(wl, counts, flavors)
 
@@ -89,7 +94,7 @@ class NodePlacement(SchedulerState):
         planned = recorded_placement(wl.annotations.get(PLACEMENT_ANNOTATION))
         if planned is not None:
             try:
-                if self.cluster.hold_planned(wl.key, self._admission_gang(wl), planned):
+                if self.cluster.hold_planned(wl.key, self._admission_gang(wl), planned, wl.reclaimable):
                     return
             except ValueError as err:
                 self.notes.append(f"admitted workload {wl.key}: {err}")
@@ -97,7 +102,7 @@ class NodePlacement(SchedulerState):
         if wl.key in self.cluster.owners:
             return
         try:
-            result = self.cluster.place(wl.key, self._admission_gang(wl))
+            result = self.cluster.place(wl.key, self._admission_gang(wl, less_ended=True))
         except ValueError as err:
             self.notes.append(f"admitted workload {wl.key}: {err}")
             return
