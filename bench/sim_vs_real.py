@@ -60,6 +60,7 @@ from gpuplane.k8s import api as k8s  # noqa: E402
 from gpuplane.k8s.api import ApiError, KubeApi, load_api_client  # noqa: E402
 from gpuplane.model import labels as keys  # noqa: E402
 from gpuplane.model.objects import ClusterQueue, ClusterState, Node, PodTemplate  # noqa: E402
+from gpuplane.model.quantity import parse_quantity  # noqa: E402
 from gpuplane.sim.experiment import GPUPLANE_VARIANTS, SimInput, run_named, scenario_input  # noqa: E402
 from gpuplane.sim.gpuplane_model import GpuplaneModel  # noqa: E402
 from gpuplane.sim.metrics import percentile  # noqa: E402
@@ -462,7 +463,7 @@ GPU_MILLI = "gpuplane.dev/gpu-milli"
 def _usage_milli(wl: Mapping[str, Any]) -> int:
     total = 0
     for ps in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
-        total += int(str((ps.get("resourceUsage") or {}).get(GPU_MILLI, "0")))
+        total += int(parse_quantity(str((ps.get("resourceUsage") or {}).get(GPU_MILLI, "0"))))
     return total
 
 
@@ -546,7 +547,9 @@ def _pod_milli(pod: Mapping[str, Any]) -> int:
     total = 0
     for c in pod["spec"].get("containers", []):
         res = c.get("resources") or {}
-        total += int(str((res.get("requests") or res.get("limits") or {}).get(GPU_MILLI, "0")))
+        total += int(
+            parse_quantity(str((res.get("requests") or res.get("limits") or {}).get(GPU_MILLI, "0")))
+        )
     return total
 
 

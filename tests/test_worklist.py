@@ -121,6 +121,28 @@ def test_a_changed_job_or_pod_makes_its_workload_a_candidate_again() -> None:
     assert work.to_bind == {f"{NS}/w"}, "a removed pod names the Workload it was tied to"
 
 
+def test_a_job_that_changed_stays_a_finishing_candidate_whatever_the_release_step_drops() -> None:
+    # The release step drops settled Workloads from its own candidates; a job that completed in the
+    # same pass must still be looked at by the finishing step (before, it shared that set and a
+    # completion noted between the two steps was dropped for good).
+    cache = Cache()
+    cache.upsert("Workload", workload("w", uid="u1", owner="j", admitted=True))
+    cache.upsert("Job", job("j", "u1"))
+    work = swept(cache)
+    cache.take_changes()
+    assert work.to_finish == {f"{NS}/w"}, "every Workload after a sweep"
+    work.to_finish.clear()
+    work.to_bind.clear()
+    cache.upsert("Job", job("j", "u1"))  # its status changed: Complete
+    caught_up(cache, work)
+    work.to_bind.discard(f"{NS}/w")  # released and bound: nothing to bind
+    assert work.to_finish == {f"{NS}/w"}
+    work.to_finish.clear()
+    cache.upsert("Pod", pod("x", workload="w"))
+    caught_up(cache, work)
+    assert work.to_finish == {f"{NS}/w"}, "a pod of it changed: it may have ended"
+
+
 def test_jobs_and_groups_become_candidates_for_a_workload_and_ownership_follows_the_workloads() -> None:
     cache = Cache()
     work = Worklist(("Job",))

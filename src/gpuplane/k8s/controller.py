@@ -370,7 +370,9 @@ class Controller:
         self._catch_up()
         now = micro_time(self.clock())
         finishes: list[Callable[[], None]] = []
-        for key in sorted(self.work.to_bind):
+        candidates = sorted(self.work.to_finish)
+        self.work.to_finish.clear()  # a change of the Workload, its job or a pod makes it one again
+        for key in candidates:
             wl = self.cache.get("Workload", key)
             if wl is None or _condition(wl, ConditionType.FINISHED):
                 continue
@@ -417,6 +419,7 @@ class Controller:
         except ApiError as err:
             if not err.not_found:
                 self.counters.add("write_failures")
+                self.work.to_finish.add(object_key(body))  # looked at again next pass
             return
         self.cache.upsert("Workload", written)
         self.counters.add("reclaimed_pods")
@@ -433,7 +436,8 @@ class Controller:
         except ApiError as err:
             if not err.not_found:
                 self.counters.add("write_failures")
-            return  # retried when the Workload or its job changes again
+                self.work.to_finish.add(key)  # looked at again next pass
+            return
         self.cache.upsert("Workload", written)
         self._pending_written.pop(key, None)
         self.counters.add("finished")
@@ -451,6 +455,7 @@ class Controller:
         except ApiError as err:
             if not err.not_found and not err.conflict:
                 self.counters.add("write_failures")
+                self.work.to_finish.add(object_key(wl))  # looked at again next pass
             return
         self.cache.remove("Workload", wl)
         self.counters.add("orphans_deleted")

@@ -126,6 +126,9 @@ class Worklist:
     pods_on: dict[str, set[str]] = field(default_factory=dict)
     evicted: set[str] = field(default_factory=set)  # admitted Workloads marked Evicted
     to_bind: set[str] = field(default_factory=set)  # Workloads that may need a release or bindings
+    # Workloads whose job or pods changed: they may have ended (the finishing step's own set, which
+    # the release step's discards never empty).
+    to_finish: set[str] = field(default_factory=set)
     to_create: set[tuple[str, str]] = field(default_factory=set)  # (kind, key) of jobs
     groups: set[tuple[str, str]] = field(default_factory=set)  # gated pod groups
     placeholders: set[str] = field(default_factory=set)  # warm-buffer placeholder pods
@@ -151,11 +154,11 @@ class Worklist:
             self._set_pod(object_key(pod), pod)
             if gated(pod):
                 self.groups.add(pod_group(pod))
-        self.to_bind = set()
+        self.to_bind, self.to_finish = set(), set()
         for wl in items("Workload"):
             key = object_key(wl)
             self._set_workload(key, wl)
-            self.to_bind.add(key)
+            self._candidates((key,))
         self.to_create = {(kind, object_key(job)) for kind in self.job_kinds for job in items(kind)}
         self.sweep_due = False
 
@@ -175,16 +178,22 @@ class Worklist:
             if wl is None:
                 self.sweep_due = True  # its job may need a Workload again
             self._set_workload(key, wl)
-            self.to_bind.add(key)
+            self._candidates((key,))
         for kind in self.job_kinds:
             for key in changes.get(kind, ()):
                 self.to_create.add((kind, key))
                 ns, _, name = key.rpartition("/")
-                self.to_bind.update(self._by_tie.get(("owner", ns, name), ()))
+                self._candidates(self._by_tie.get(("owner", ns, name), ()))
                 job = get(kind, key)
                 uid = (job or {}).get("metadata", {}).get("uid")
                 if uid:
-                    self.to_bind.update(self._by_tie.get(("uid", str(uid)), ()))
+                    self._candidates(self._by_tie.get(("uid", str(uid)), ()))
+
+    def _candidates(self, keys: Iterable[str]) -> None:
+        """Workloads that may need work: a release or bindings, and a look at whether they ended."""
+        for key in keys:
+            self.to_bind.add(key)
+            self.to_finish.add(key)
 
     def _pod_changed(self, key: str, pod: dict[str, Any] | None) -> None:
         old = self._pod_entry.get(key)
@@ -197,9 +206,9 @@ class Worklist:
             self.groups.add(group)
             for ns, tie, value in ties:
                 if tie == "workload":
-                    self.to_bind.add(f"{ns}/{value}")
+                    self._candidates((f"{ns}/{value}",))
                 else:  # plain pods and pod groups: the Workload whose job-uid label is the value
-                    self.to_bind.update(
+                    self._candidates(
                         k for k in self._by_tie.get(("uid", value), ()) if k.startswith(f"{ns}/")
                     )
 
