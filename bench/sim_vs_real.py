@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,7 @@ def simulated(sim: SimInput) -> dict[str, Any]:
     _ledger, doc = run_named(CONFIGURATION, sim)
     return {
         "gpuBusyOfCapacity": doc["gpuBusyOfCapacity"],
+        "gpuAllocatedOfCapacity": doc["gpuAllocatedShare"],
         "waitP50Seconds": doc["waitP50Seconds"],
         "waitP95Seconds": doc["waitP95Seconds"],
         "finished": doc["completed"],
@@ -385,6 +387,9 @@ def real(sim: SimInput, args: argparse.Namespace, workdir: Path, console: Consol
                     run.runs = list(kubelet.runs)
                 run.ledger = settled_ledger(api, namespaces)
             run.controller_log = (workdir / "controller.log").read_text(errors="replace")[-4000:]
+            if args.logs:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(workdir / "controller.log", args.logs / "controller.log")
         finally:
             webhook.stop()
             if args.kubeconfig:  # a cluster we did not start: leave it as we found it
@@ -467,30 +472,11 @@ def _usage_milli(wl: Mapping[str, Any]) -> int:
     return total
 
 
-def measured(sim: SimInput, run: RealRun, speedup: float) -> dict[str, Any]:
-    """The real run's figures, measured as the simulator measures its own."""
-    jobs = {f"{j.team}/{j.name}": j for j in sim.workloads.jobs}
-    horizon = (run.end - run.t0) * speedup  # virtual seconds from the first arrival
-    first_start: dict[str, float] = {}
-    busy = 0.0
-    for r in run.runs:
-        ns, owner, _ = r.work_key
-        key = f"{ns}/{owner}"
-        job = jobs.get(key)
-        if job is None:
-            continue
-        first_start[key] = min(first_start.get(key, r.started), r.started)
-        until = min(r.ended if r.ended is not None else run.end, run.end)
-        p0 = r.progress
-        p1 = p0 + r.computed(until, speedup)
-        rate = min(job.request.share, job.activity)
-        busy += rate * job.active_between(p0, p1)
-    waits = []
-    for key, job in jobs.items():
-        started = first_start.get(key)
-        waits.append(
-            (started - run.t0) * speedup - job.submit if started is not None else horizon - job.submit
-        )
+def _outcomes(
+    run: RealRun, jobs: Mapping[str, Job], latest: Mapping[str, Run], speedup: float
+) -> tuple[int, int, list[str]]:
+    """The Workloads finished as succeeded and as failed at the window's end, and the jobs stuck:
+    admitted with no pod running, or running past the end of their latest run's work."""
     finished = 0
     failed = 0
     stuck: list[str] = []
@@ -519,14 +505,52 @@ def measured(sim: SimInput, run: RealRun, speedup: float) -> dict[str, Any]:
         if job is None or admitted is None:
             continue
         since = _parse_time(admitted["lastTransitionTime"])
-        budget = (job.startup + job.work) / speedup + GRACE_SECONDS / speedup + 5.0
-        if key not in first_start and run.end - since > 5.0:
+        current = latest.get(key)
+        if (current is None or current.ended is not None) and run.end - since > 5.0:
             stuck.append(f"{key}: admitted {run.end - since:.0f} s ago, no pod running")
-        elif key in first_start and run.end - first_start[key] > budget and not job.is_session:
-            stuck.append(f"{key}: running {run.end - first_start[key]:.0f} s, its work takes {budget:.0f} s")
+        elif current is not None and current.ended is None:
+            # Its latest run (a preempted job runs again from its checkpoint) is past its own end.
+            budget = current.need() / speedup + 5.0
+            if run.end - current.started > budget:
+                stuck.append(
+                    f"{key}: running {run.end - current.started:.0f} s, its work takes {budget:.0f} s"
+                )
+    return finished, failed, stuck
+
+
+def measured(sim: SimInput, run: RealRun, speedup: float) -> dict[str, Any]:
+    """The real run's figures, measured as the simulator measures its own."""
+    jobs = {f"{j.team}/{j.name}": j for j in sim.workloads.jobs}
+    horizon = (run.end - run.t0) * speedup  # virtual seconds from the first arrival
+    first_start: dict[str, float] = {}
+    latest: dict[str, Run] = {}  # each job's latest pod run
+    busy = allocated = 0.0
+    for r in run.runs:
+        ns, owner, _ = r.work_key
+        key = f"{ns}/{owner}"
+        job = jobs.get(key)
+        if job is None:
+            continue
+        first_start[key] = min(first_start.get(key, r.started), r.started)
+        if key not in latest or r.started >= latest[key].started:
+            latest[key] = r
+        until = min(r.ended if r.ended is not None else run.end, run.end)
+        p0 = r.progress
+        p1 = p0 + r.computed(until, speedup)
+        rate = min(job.request.share, job.activity)
+        busy += rate * job.active_between(p0, p1)
+        allocated += job.request.share * max(0.0, until - r.started) * speedup
+    waits = []
+    for key, job in jobs.items():
+        started = first_start.get(key)
+        waits.append(
+            (started - run.t0) * speedup - job.submit if started is not None else horizon - job.submit
+        )
+    finished, failed, stuck = _outcomes(run, jobs, latest, speedup)
     capacity = sim.cluster.gpus * horizon
     return {
         "gpuBusyOfCapacity": round(busy / capacity, 4) if capacity else None,
+        "gpuAllocatedOfCapacity": round(allocated / capacity, 4) if capacity else None,
         "waitP50Seconds": _round(percentile(waits, 50)),
         "waitP95Seconds": _round(percentile(waits, 95)),
         "finished": finished,
@@ -537,6 +561,8 @@ def measured(sim: SimInput, run: RealRun, speedup: float) -> dict[str, Any]:
         "submitLateSeconds": round(run.late, 3),
         "podRuns": len(run.runs),
         "killedPodRuns": sum(r.phase == "Killed" for r in run.runs),
+        # A gang's pods killed together count once, as the simulator counts a preemption.
+        "preemptions": len({(r.work_key, round(r.ended or 0.0)) for r in run.runs if r.phase == "Killed"}),
         "wallSeconds": round(run.end - run.t0, 1),
         "stuck": stuck,
         **run.ledger,
@@ -641,7 +667,8 @@ def table(doc: Mapping[str, Any]) -> Table:
     out.add_column("")
     out.add_column("real", justify="right")
     out.add_column("simulated", justify="right")
-    for name in ("gpuBusyOfCapacity", "waitP50Seconds", "waitP95Seconds", "finished", "started", "submitted"):
+    names = ("gpuBusyOfCapacity", "gpuAllocatedOfCapacity", "waitP50Seconds", "waitP95Seconds")
+    for name in (*names, "finished", "started", "submitted", "preemptions"):
         out.add_row(name, str(doc["real"].get(name)), str(doc["simulated"].get(name)))
     out.add_row("quotaLeakGpus", str(doc["quotaLeakGpus"]), "")
     out.add_row("stuckJobs", str(len(doc["real"]["stuck"])), "")
@@ -668,6 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", choices=("table", "json"), default="table")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON document here")
+    parser.add_argument("--logs", type=Path, default=None, help="keep the controller's log in this folder")
     args = parser.parse_args(argv)
     nodes = dict(DEFAULT_NODES)
     if args.ci:
