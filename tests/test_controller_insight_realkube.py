@@ -141,15 +141,20 @@ def test_labels_etas_and_metrics_of_a_running_controller(
     assert attached.eta_writer is not None
     assert attached.eta_writer.written == written  # nothing moved: nothing rewritten
 
-    # gpuplane why on the same cluster, by the names a user knows
+    # gpuplane why on the same cluster, by the names a user knows. No webhook runs here, so the
+    # job's pods keep the default scheduler's name: why says so (whoever bound them, kube-scheduler
+    # may take the next one), and names the fix.
     pod = pods[0]["metadata"]["name"]
-    for target, want in (("job/train", "Admitted"), (f"pod/{pod}", "Admitted"), ("next", "WaitingForQuota")):
+    foreign = "BoundByAnotherScheduler"
+    for target, want in (("job/train", foreign), (f"pod/{pod}", foreign), ("next", "WaitingForQuota")):
         run = CliRunner().invoke(
             build_app(), ["why", target, "-n", ns, "--kubeconfig", str(kube.kubeconfig), "-o", "json"]
         )
         assert run.exit_code == 0, run.stderr
         doc = json.loads(run.stdout)
         assert doc["reason"] == want, (target, doc)
+        if want == foreign:
+            assert "webhook" in doc["fix"], doc
         if want == "WaitingForQuota":
             holders = {b["name"] for b in doc["blockers"] if b["kind"] == "Workload"}
             assert any(h.startswith(f"{ns}/job-train-") for h in holders), doc["blockers"]
