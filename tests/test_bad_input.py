@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import load_files
@@ -754,3 +755,29 @@ def test_cli_warns_about_borrowing_limit_without_cohort_and_goes_on(
 
     assert run.returncode == 0, run.stderr
     assert f"{path}: document 1: ClusterQueue/q: {QUOTA}.borrowingLimit" in run.stderr
+
+
+HUGE_GPUS = "9999999999999999999999999999999999999999999999999999999999999999999999Ei"
+
+
+def test_a_node_with_an_absurd_device_count_is_refused_in_a_moment(
+    tmp_path: Path, schedule_command: tuple[str, ...]
+) -> None:
+    # A broken device plugin's count used to make the core build that many devices: minutes, and
+    # memory without bound. Now one line, exit 2, well under a second of scheduling.
+    huge = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "huge"},
+        "status": {"allocatable": {"cpu": "64", "pods": "110", "nvidia.com/gpu": HUGE_GPUS}},
+    }
+    (path,) = write_files(tmp_path, [("cluster.yaml", yaml.safe_dump(huge))])
+    started = time.perf_counter()
+    run = run_schedule(schedule_command, [path])
+    elapsed = time.perf_counter() - started
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert (run.returncode, len(lines)) == (2, 1), run.stderr
+    assert "Node/huge" in lines[0]
+    assert "status.allocatable[nvidia.com/gpu]" in lines[0]
+    assert "not schedulable" in lines[0]
+    assert elapsed < 10.0, "the process starts and stops; the refusal itself is immediate"

@@ -356,3 +356,20 @@ def test_the_reasons_pending_changes_reports_add_up_to_every_pending_reason() ->
     check()
     assert driver.live.rebuilds == 1
     assert len(seen) >= 3
+
+
+def test_a_node_the_core_refuses_is_left_out_and_the_rest_schedules() -> None:
+    # A device count no node has (a broken device plugin) would hang the core; the controller's
+    # session leaves that Node out, keeps the error for its log, and schedules on the others.
+    cache = _cache(nodes=1)
+    huge = _node("huge")
+    huge["status"]["allocatable"]["nvidia.com/gpu"] = "9999999999999999999999999999999999999Ei"
+    cache.upsert("Node", huge)
+    cache.upsert("Workload", _wl("w", gpu=8))
+    driver = Driver(cache)
+    plan = driver.drain()
+    assert [d.workload for d in plan.admitted] == [f"{NS}/w"]
+    (pod_set,) = plan.admitted[0].pod_sets
+    assert {p.node for p in pod_set.placement or ()} == {"node-0"}
+    assert [err.obj for err in driver.live.skipped] == ["Node/huge"]
+    assert "not schedulable" in str(driver.live.skipped[0])

@@ -28,6 +28,10 @@ from gpuplane.model.objects import Node, PodTemplate, Taint
 from gpuplane.model.quantity import parse_resource_quantity
 
 MILLI = 1000
+# More accelerators than any node has (16 GPUs, each cut in up to 7 MIG instances or shared by a few
+# dozen time slices, stays far below): a count above it is a broken device plugin or a typo, and
+# building that many devices would hang the scheduler. Such a node's accelerators are refused.
+MAX_DEVICES_PER_NODE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,8 +491,23 @@ def _int_label(labels: Mapping[str, str], key: str) -> int | None:
         return None
 
 
+def _check_device_counts(node: Node, config: DeviceConfig) -> None:
+    """Refuse a node that advertises more devices than any node has (:data:`MAX_DEVICES_PER_NODE`),
+    naming the resource, before anything is built for it."""
+    for res, count in sorted(node.allocatable.items()):
+        if count > MAX_DEVICES_PER_NODE and config.is_device_resource(res):
+            raise InputError(
+                f"{count} devices of {res} on one node, more than the {MAX_DEVICES_PER_NODE} gpuplane "
+                "accepts: its accelerators are not schedulable (a broken device plugin?)",
+                obj=f"Node/{node.name}",
+                field=f"status.allocatable[{res}]",
+            )
+
+
 def node_state(node: Node, config: DeviceConfig) -> NodeState:
-    """Build a node's device inventory from allocatable, GFD labels and annotations."""
+    """Build a node's device inventory from allocatable, GFD labels and annotations (raises
+    :class:`InputError` for a node that advertises more devices than any node has)."""
+    _check_device_counts(node, config)
     labels = node.labels
     model = labels.get(config.model_label, "")
     memory = _int_label(labels, config.memory_label) or 0

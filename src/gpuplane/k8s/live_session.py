@@ -201,7 +201,7 @@ class LiveSession:
         skipped: list[InputError] = []
         state = state_from_objects(state_objects(items), skipped=skipped)
         self.skipped = skipped
-        self.session = Session(state, self.config_for(state), now, track_reasons=False)
+        self.session, state = self._session_without_bad_nodes(state, now)
         self._base = replace(state, workloads=(), pods=(), nodes=())
         self._workloads = {wl.key: wl for wl in state.workloads}
         self._specs = {object_key(wl): _spec_of(wl) for wl in items("Workload")}
@@ -216,6 +216,19 @@ class LiveSession:
         self.rebuild_reasons[_kind_of(why)] += 1
         log.debug("scheduling session rebuilt: %s", why)
         return self.session
+
+    def _session_without_bad_nodes(self, state: ClusterState, now: float) -> tuple[Session, ClusterState]:
+        """A session on ``state``; a Node the core refuses (a device count no node has, a MIG layout
+        that cannot be) is left out, its error kept in :attr:`skipped`, and the rest is scheduled."""
+        while True:
+            try:
+                return Session(state, self.config_for(state), now, track_reasons=False), state
+            except InputError as err:
+                bad = (err.obj or "").removeprefix("Node/")
+                if not (err.obj or "").startswith("Node/") or all(n.name != bad for n in state.nodes):
+                    raise
+                self.skipped.append(err)
+                state = replace(state, nodes=tuple(n for n in state.nodes if n.name != bad))
 
     # --- feeding -------------------------------------------------------------------------------
 
