@@ -34,6 +34,7 @@ import gpuplane
 from apiserver.fixtures import E2E_KUBECONFIG
 from gpuplane.cli.app import build_app
 from gpuplane.k8s import api as k8s_api
+from gpuplane.k8s import clusterstate as k8s_clusterstate
 from gpuplane.k8s import controller as k8s_controller
 from gpuplane.k8s import eta_writer, integrations, leader, visibility
 from gpuplane.k8s import informer as k8s_informer
@@ -368,7 +369,7 @@ OWNER_FINALIZERS: set[Perm] = {
 
 def _informer_resources() -> list[Resource]:
     kinds = k8s_controller.ControllerConfig().integrations
-    return [*k8s_controller.STATE_RESOURCES, *(integrations.INTEGRATIONS[k].resource for k in kinds)]
+    return [*k8s_clusterstate.STATE_RESOURCES, *(integrations.INTEGRATIONS[k].resource for k in kinds)]
 
 
 def _informer_perms() -> set[Perm]:

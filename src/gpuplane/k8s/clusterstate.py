@@ -40,6 +40,21 @@ READ = (
     k8s.JOBS,
     k8s.PODS,
 )
+# What the controller (and the console on a live cluster) watches to keep its view of the cluster;
+# the job kinds it integrates come on top.
+STATE_RESOURCES = (
+    k8s.NAMESPACES,
+    k8s.NODES,
+    k8s.PODS,
+    k8s.CLUSTER_QUEUES,
+    k8s.LOCAL_QUEUES,
+    k8s.RESOURCE_FLAVORS,
+    k8s.COHORTS,
+    k8s.WORKLOADS,
+    k8s.PRIORITY_CLASSES,
+    k8s.TOPOLOGIES,
+    k8s.ADMISSION_CHECKS,
+)
 _PLAIN_KINDS: tuple[str, ...] = ("Namespace", "Node", "ResourceFlavor", "Cohort", "ClusterQueue")
 _PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology", "AdmissionCheck", "NodePool")
 _VERSIONS = {res.kind: res.api_version for res in READ}

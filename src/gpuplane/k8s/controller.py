@@ -65,6 +65,7 @@ from gpuplane.k8s.bind_writes import (
     waiting,
     workload_create_writes,
 )
+from gpuplane.k8s.clusterstate import STATE_RESOURCES
 from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.leader import LeaderElector, micro_time
 from gpuplane.k8s.live_session import LiveSession
@@ -96,20 +97,6 @@ log = logging.getLogger(__name__)
 
 DEVICES_ANNOTATION = keys.DEVICES_ANNOTATION
 HOSTNAME = keys.HOSTNAME_LABEL
-
-STATE_RESOURCES = (
-    k8s.NAMESPACES,
-    k8s.NODES,
-    k8s.PODS,
-    k8s.CLUSTER_QUEUES,
-    k8s.LOCAL_QUEUES,
-    k8s.RESOURCE_FLAVORS,
-    k8s.COHORTS,
-    k8s.WORKLOADS,
-    k8s.PRIORITY_CLASSES,
-    k8s.TOPOLOGIES,
-    k8s.ADMISSION_CHECKS,
-)
 
 
 @dataclass

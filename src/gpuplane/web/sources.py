@@ -26,7 +26,7 @@ from typing import Any
 from gpuplane.core.session import config_from_kueue
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi
-from gpuplane.k8s.controller import STATE_RESOURCES
+from gpuplane.k8s.clusterstate import STATE_RESOURCES
 from gpuplane.k8s.informer import Cache, Informer
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import lenient_timestamp
