@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_scale import LABELS, run_alone  # a sibling script, found through the path above
+from sim_scale import LABELS, run_alone, timing_table  # a sibling script, found through the path above
 
 from gpuplane.sim.experiment import run_experiment, scenario_input
 from gpuplane.sim.parallel import default_jobs
@@ -67,27 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     for label in LABELS:
         console.print(f"{label}: running ...")
         results[label] = run_alone(label, scenario, outcome=True, fresh=not args.same_process)
-    base = results["baseline"]["wallSeconds"]
-    table = Table(title=f"sim-saturated: load {args.load:g}, {len(sim.workloads.jobs):,} workloads")
-    table.add_column("model")
-    columns: tuple[str, ...] = ("wall s", "CPU s", "events", "events/s", "cycles", "x baseline wall")
-    columns += ("p95 wait s", "ETA err p50")
-    for key in columns:
-        table.add_column(key, justify="right")
-    for label, row in results.items():
-        ratio = row["wallSeconds"] / base if base else 0.0
-        row["ratioToBaseline"] = round(ratio, 2)
-        table.add_row(
-            label,
-            f"{row['wallSeconds']:.1f}",
-            f"{row['cpuSeconds']:.1f}",
-            f"{row['events']:,}",
-            f"{row['eventsPerSecond']:,.0f}",
-            f"{row['cycles']:,}",
-            f"{ratio:.1f}",
-            f"{row['waitP95Seconds'] or 0:,.0f}",
-            "" if row["etaRelativeErrorP50"] is None else f"{row['etaRelativeErrorP50']:.0%}",
-        )
+    table = timing_table(
+        f"sim-saturated: load {args.load:g}, {len(sim.workloads.jobs):,} workloads",
+        results,
+        (
+            ("p95 wait s", lambda row: f"{row['waitP95Seconds'] or 0:,.0f}"),
+            (
+                "ETA err p50",
+                lambda row: "" if row["etaRelativeErrorP50"] is None else f"{row['etaRelativeErrorP50']:.0%}",
+            ),
+        ),
+    )
     console.print(table)
     both = results["stock"]["wallSeconds"] + results["gpuplane"]["wallSeconds"]
     console.print(f"stock + gpuplane, each timed alone: {both:.1f} s")

@@ -164,6 +164,36 @@ def run_alone(label: str, scenario: Scenario, *, outcome: bool = False, fresh: b
         return pool.submit(run_model, label, scenario, outcome=outcome).result()
 
 
+def timing_table(
+    title: str,
+    results: dict[str, dict[str, Any]],
+    extra: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (),
+) -> Table:
+    """One row a model: wall and CPU time, events, cycles and the ratio to the baseline's wall time
+    (stored in each row as ``ratioToBaseline``), then the ``extra`` columns (a header and how to
+    show a row)."""
+    base = results["baseline"]["wallSeconds"]
+    table = Table(title=title)
+    table.add_column("model")
+    columns = ("wall s", "CPU s", "events", "events/s", "scheduling passes/cycles", "x baseline wall")
+    for key in (*columns, *(header for header, _ in extra)):
+        table.add_column(key, justify="right")
+    for label, row in results.items():
+        ratio = row["wallSeconds"] / base if base else 0.0
+        row["ratioToBaseline"] = round(ratio, 2)
+        table.add_row(
+            label,
+            f"{row['wallSeconds']:.1f}",
+            f"{row['cpuSeconds']:.1f}",
+            f"{row['events']:,}",
+            f"{row['eventsPerSecond']:,.0f}",
+            f"{row['cycles']:,}",
+            f"{ratio:.1f}",
+            *(show(row) for _, show in extra),
+        )
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=float, default=30.0)
@@ -192,23 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     for label in LABELS:
         console.print(f"{label}: running ...")
         results[label] = run_alone(label, scenario, fresh=not args.same_process)
-    base = results["baseline"]["wallSeconds"]
-    table = Table(title=f"sim-scale: {jobs:,} workloads, {gpus:,} GPUs")
-    table.add_column("model")
-    for key in ("wall s", "CPU s", "events", "events/s", "scheduling passes/cycles", "x baseline wall"):
-        table.add_column(key, justify="right")
-    for label, row in results.items():
-        ratio = row["wallSeconds"] / base if base else 0.0
-        row["ratioToBaseline"] = round(ratio, 2)
-        table.add_row(
-            label,
-            f"{row['wallSeconds']:.1f}",
-            f"{row['cpuSeconds']:.1f}",
-            f"{row['events']:,}",
-            f"{row['eventsPerSecond']:,.0f}",
-            f"{row['cycles']:,}",
-            f"{ratio:.1f}",
-        )
+    table = timing_table(f"sim-scale: {jobs:,} workloads, {gpus:,} GPUs", results)
     console.print(table)
     gp = results["gpuplane"]["wallSeconds"]
     target = TARGET_SECONDS if args.load is None else TARGET_SATURATED_SECONDS
