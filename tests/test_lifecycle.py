@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpuplane.core import admission_checks, flavors, preemption, spot
 from gpuplane.core.lifecycle import (
     CONDITIONS,
     TERMINAL,
@@ -137,17 +136,6 @@ def test_time_never_runs_backwards() -> None:
 @pytest.mark.parametrize(
     ("module", "name", "want"),
     [
-        (flavors, "EXCEEDS_MAX_QUOTA", "ExceedsMaxQuota"),
-        (flavors, "NO_MATCHING_FLAVOR", "NoMatchingFlavor"),
-        (preemption, "IN_CLUSTER_QUEUE", "InClusterQueue"),
-        (preemption, "IN_COHORT_RECLAMATION", "InCohortReclamation"),
-        (preemption, "IN_COHORT_FAIR_SHARING", "InCohortFairSharing"),
-        (preemption, "IN_COHORT_RECLAIM_WHILE_BORROWING", "InCohortReclaimWhileBorrowing"),
-        (spot, "SPOT_WITHOUT_FALLBACK", "SpotWithoutOnDemandFallback"),
-        (spot, "NODE_INTERRUPTED", "NodeInterrupted"),
-        (admission_checks, "EVICTED_BY_CHECK", "AdmissionCheck"),
-        (admission_checks, "REJECTED_BY_CHECK", "AdmissionCheckRejected"),
-        (admission_checks, "WAITING_FOR_CHECKS", "WaitingForAdmissionChecks"),
         (reaper_loop, "IDLE_REASON", "IdleReclaimed"),
         (sim_engine, "PREEMPTED", "Preempted"),
         (sim_engine, "NODE_FAILURE", "NodeFailures"),

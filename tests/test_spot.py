@@ -10,8 +10,9 @@ import pytest
 
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
+from gpuplane.core.lifecycle import Reason
 from gpuplane.core.scheduler import schedule
-from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, WORKLOAD_CLASS
+from gpuplane.core.spot import WORKLOAD_CLASS
 from gpuplane.k8s.spot import interruption
 from gpuplane.model.loader import load_state
 from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
@@ -61,7 +62,7 @@ CASES = [
     Case(
         "serving-waits-on-spot-only",
         [queue("spot"), job("web", serving=True)],
-        want_pending={"default/web": SPOT_WITHOUT_FALLBACK},
+        want_pending={"default/web": Reason.SPOT_WITHOUT_FALLBACK},
     ),
     Case("training-uses-spot-only", [queue("spot"), job("train")], want_flavor={"default/train": "spot"}),
     Case(
@@ -81,7 +82,7 @@ CASES = [
             .podset(gpu=8)
             .set("spec.podSets[0].template.metadata.labels", {WORKLOAD_CLASS: "serving"}),
         ],
-        want_pending={"default/web": SPOT_WITHOUT_FALLBACK},
+        want_pending={"default/web": Reason.SPOT_WITHOUT_FALLBACK},
     ),
 ]
 

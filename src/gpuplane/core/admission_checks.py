@@ -27,13 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuplane.core.lifecycle import Reason
 from gpuplane.model.admission_checks import CheckState, CheckStatus
 from gpuplane.model.objects import ClusterQueue, ClusterState, Workload
-
-EVICTED_BY_CHECK = Reason.ADMISSION_CHECK
-REJECTED_BY_CHECK = Reason.ADMISSION_CHECK_REJECTED
-WAITING_FOR_CHECKS = Reason.WAITING_FOR_CHECKS
 
 
 class Verdict(StrEnum):

@@ -29,9 +29,7 @@ G_NO_FIT, G_NO_CANDIDATES, G_PREEMPT, G_RECLAIM, G_FIT = range(5)
 _COARSE = {G_NO_FIT: NO_FIT, G_NO_CANDIDATES: PREEMPT, G_PREEMPT: PREEMPT, G_RECLAIM: PREEMPT, G_FIT: FIT}
 
 # Why a workload does not fit (most severe last).
-EXCEEDS_MAX_QUOTA = Reason.EXCEEDS_MAX_QUOTA
-NO_MATCHING_FLAVOR = Reason.NO_MATCHING_FLAVOR
-_SEVERITY = {"": 0, Reason.WAITING_FOR_QUOTA: 2, EXCEEDS_MAX_QUOTA: 3, NO_MATCHING_FLAVOR: 4}
+_SEVERITY = {"": 0, Reason.WAITING_FOR_QUOTA: 2, Reason.EXCEEDS_MAX_QUOTA: 3, Reason.NO_MATCHING_FLAVOR: 4}
 
 
 def most_severe(a: str, b: str) -> str:
@@ -330,7 +328,7 @@ class FlavorAssigner:
         group_for = self.cq.group_for
         group = group_for(res)
         if group is None:
-            return None, [f"resource {res} unavailable in ClusterQueue"], NO_MATCHING_FLAVOR, None
+            return None, [f"resource {res} unavailable in ClusterQueue"], Reason.NO_MATCHING_FLAVOR, None
         covered = [r for r in order if group_for(r) is group]
         template = self.pending.workload.pod_sets[ps_index].template
         ff = self.cq.spec.flavor_fungibility
@@ -372,7 +370,7 @@ class FlavorAssigner:
         if why is None:
             return True
         scan.reasons.append(why)
-        scan.attempt_reasons.append(NO_MATCHING_FLAVOR)
+        scan.attempt_reasons.append(Reason.NO_MATCHING_FLAVOR)
         return False
 
     def _flavor_mode(
@@ -438,7 +436,7 @@ class FlavorAssigner:
                 f"({format_quantity(res, assumed)}) + current podset request "
                 f"({format_quantity(res, request)}) > maximum capacity ({format_quantity(res, max_capacity)})"
             )
-            return G_NO_FIT, 0, (msg,), EXCEEDS_MAX_QUOTA
+            return G_NO_FIT, 0, (msg,), Reason.EXCEEDS_MAX_QUOTA
         borrow, may_reclaim = lowest_subtree_that_fits(cq, fr, value)
         available = cq.available(fr)
         if value <= available:

@@ -35,18 +35,13 @@ from gpuplane.core.quota import (
 )
 from gpuplane.core.workloads import PendingWorkload
 
-IN_CLUSTER_QUEUE = Reason.IN_CLUSTER_QUEUE
-IN_COHORT_RECLAMATION = Reason.IN_COHORT_RECLAMATION
-IN_COHORT_FAIR_SHARING = Reason.IN_COHORT_FAIR_SHARING
-IN_COHORT_RECLAIM_WHILE_BORROWING = Reason.IN_COHORT_RECLAIM_WHILE_BORROWING
-
 # Candidate variants (classical preemption).
 NEVER, WITHIN_CQ, HIERARCHICAL_RECLAIM, RECLAIM_WITHOUT_BORROWING, RECLAIM_WHILE_BORROWING = range(5)
 _VARIANT_REASON = {
-    WITHIN_CQ: IN_CLUSTER_QUEUE,
-    HIERARCHICAL_RECLAIM: IN_COHORT_RECLAMATION,
-    RECLAIM_WITHOUT_BORROWING: IN_COHORT_RECLAMATION,
-    RECLAIM_WHILE_BORROWING: IN_COHORT_RECLAIM_WHILE_BORROWING,
+    WITHIN_CQ: Reason.IN_CLUSTER_QUEUE,
+    HIERARCHICAL_RECLAIM: Reason.IN_COHORT_RECLAMATION,
+    RECLAIM_WITHOUT_BORROWING: Reason.IN_COHORT_RECLAMATION,
+    RECLAIM_WHILE_BORROWING: Reason.IN_COHORT_RECLAIM_WHILE_BORROWING,
 }
 
 
@@ -651,11 +646,11 @@ class Preemptor:
             if target is ctx.cq:
                 wl = ordering.pop(target)
                 own_targets = True
-                if take(wl, IN_CLUSTER_QUEUE):
+                if take(wl, Reason.IN_CLUSTER_QUEUE):
                     return True, retry, own_targets
                 continue
             if within_nominal:
-                if take(ordering.pop(target), IN_COHORT_RECLAMATION):
+                if take(ordering.pop(target), Reason.IN_COHORT_RECLAMATION):
                     return True, retry, own_targets
                 continue
             preemptor_new, target_old = ordering.shares(target)
@@ -672,7 +667,7 @@ class Preemptor:
                 else:
                     passed = compare_drs(preemptor_new, target_old) < 0
                 if passed:
-                    if take(wl, IN_COHORT_FAIR_SHARING):
+                    if take(wl, Reason.IN_COHORT_FAIR_SHARING):
                         return True, retry, own_targets
                     break
                 retry.append(wl)
@@ -689,7 +684,7 @@ class Preemptor:
             preemptor_new, target_old = ordering.shares(target)
             passed = compare_drs(preemptor_new, target_old) < 0
             wl = ordering.pop(target)
-            if passed and take(wl, IN_COHORT_FAIR_SHARING):
+            if passed and take(wl, Reason.IN_COHORT_FAIR_SHARING):
                 return True
             ordering.drop(target)
         return False

@@ -8,25 +8,22 @@ that keeps serving off spot unless it can fall back.
   (a label the user sets).
 - A serving workload is admitted to a spot flavor only when its ClusterQueue also offers an
   on-demand flavor for the same resources: when spot capacity is taken back, it moves there. With
-  spot only, it waits (reason :data:`SPOT_WITHOUT_FALLBACK`).
+  spot only, it waits (reason ``Reason.SPOT_WITHOUT_FALLBACK``).
 
 Training workloads use spot freely; the controller's interruption handling
 (:mod:`gpuplane.k8s.spot`) gives them a checkpoint grace, evicts them, and requeues them at the
-head of their queue with their checkpoint time kept (:data:`NODE_INTERRUPTED`).
+head of their queue with their checkpoint time kept (``Reason.NODE_INTERRUPTED``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuplane.core.lifecycle import Reason
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterQueue, ResourceFlavor, Workload
 
 WORKLOAD_CLASS = keys.WORKLOAD_CLASS_LABEL
 SERVING = "serving"
-SPOT_WITHOUT_FALLBACK = Reason.SPOT_WITHOUT_FALLBACK
-NODE_INTERRUPTED = Reason.NODE_INTERRUPTED  # Evicted reason: its node is being taken back
 
 SPOT_LABELS: Mapping[str, tuple[str, ...]] = {
     "karpenter.sh/capacity-type": ("spot",),

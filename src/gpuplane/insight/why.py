@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuplane.core import flavors as core_flavors
 from gpuplane.core import gang as core_gang
 from gpuplane.core.gang import GangPlacement, GangPodSet
 from gpuplane.core.inventory import pod_needs
@@ -80,8 +79,8 @@ KIND_ALIASES = {
 }
 NEVER = frozenset(
     {
-        core_flavors.EXCEEDS_MAX_QUOTA,
-        core_flavors.NO_MATCHING_FLAVOR,
+        Reason.EXCEEDS_MAX_QUOTA,
+        Reason.NO_MATCHING_FLAVOR,
         Reason.NO_NODE_ADVERTISES,
         Reason.NO_NODE_MATCHES_SELECTOR,
         Reason.UNTOLERATED_TAINT,
@@ -516,7 +515,7 @@ def _quota(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Block
     need = sum(ps.template.quota_requests.get(resource, 0) * ps.count for ps in wl.pod_sets)
     blockers: list[Blocker] = []
     nominal = sum(cq.quota_for(fr).nominal for fr in frs)
-    if p.reason == core_flavors.EXCEEDS_MAX_QUOTA:
+    if p.reason == Reason.EXCEEDS_MAX_QUOTA:
         most = sum(cq.potential_available(fr) for fr in frs)
         blockers.append(
             Blocker(
@@ -857,7 +856,7 @@ def _capacity(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[Bl
 _Diagnosis = Callable[[_Context, PendingDecision, Workload], tuple[tuple[Blocker, ...], str]]
 _DIAGNOSES: dict[str, _Diagnosis] = {
     Reason.WAITING_FOR_QUOTA: _quota,
-    core_flavors.EXCEEDS_MAX_QUOTA: _quota,
+    Reason.EXCEEDS_MAX_QUOTA: _quota,
     Reason.NO_NODE_ADVERTISES: lambda ctx, _p, wl: _not_advertised(ctx, wl),
     Reason.UNTOLERATED_TAINT: lambda ctx, _p, wl: _taints(ctx, wl),
     Reason.NO_NODE_MATCHES_SELECTOR: lambda ctx, _p, wl: _selector(ctx, wl),
@@ -865,5 +864,5 @@ _DIAGNOSES: dict[str, _Diagnosis] = {
     Reason.WAITING_FOR_GANG_CAPACITY: _capacity,
     Reason.EXCEEDS_CLUSTER: _capacity,
     Reason.WAITING_FOR_PREEMPTED: _preempting,
-    core_flavors.NO_MATCHING_FLAVOR: _no_matching_flavor,
+    Reason.NO_MATCHING_FLAVOR: _no_matching_flavor,
 }

@@ -22,7 +22,7 @@ from gpuplane.core.scheduling.state import (
     SchedulerState,
     Status,
 )
-from gpuplane.core.spot import SPOT_WITHOUT_FALLBACK, serving_block
+from gpuplane.core.spot import serving_block
 from gpuplane.core.workloads import PendingWorkload
 
 
@@ -69,7 +69,7 @@ class Nomination(SchedulerState):
                 return Status(Reason.MISCONFIGURED, str(err))
         spot_only = serving_block(pending.workload, cq.spec, self.flavors)
         if spot_only is not None:
-            return Status(SPOT_WITHOUT_FALLBACK, spot_only)
+            return Status(Reason.SPOT_WITHOUT_FALLBACK, spot_only)
         assignment, targets = self._assignments(pending, cq)
         entry = Entry(pending, cq, assignment, targets)
         entry.message = assignment.message()
