@@ -12,6 +12,7 @@ from gpuplane.insight import usage as insight_usage
 from gpuplane.k8s import controller as k8s_controller
 from gpuplane.k8s import integrations, provisioning
 from gpuplane.model import labels
+from gpuplane.model.errors import InputError
 from gpuplane.model.jobs import workload_name
 from gpuplane.model.kinds import parse_workload, workload_from_job
 from gpuplane.reaper import cluster as reaper_cluster
@@ -26,8 +27,10 @@ def batch_job(
     completions: int | None = None,
     queue_in: str = "label",
     priority_class: str | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {}, "annotations": {}}
+    meta["annotations"].update(annotations or {})
     if uid is not None:
         meta["uid"] = uid
     meta["labels" if queue_in == "label" else "annotations"][labels.QUEUE_NAME_LABEL] = "team"
@@ -80,6 +83,63 @@ def test_cli_and_controller_derive_the_same_workload(case: Case) -> None:
         assert got.pod_sets[0].template.requests == from_file.pod_sets[0].template.requests
     assert len(from_file.name) <= 63
     assert from_file.name.startswith("job-")
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "completions", "min_parallelism"),
+    [(4, None, "2"), (4, 4, "1"), (6, 3, "3"), (4, None, "4")],
+)
+def test_both_paths_honour_job_min_parallelism(
+    parallelism: int, completions: int | None, min_parallelism: str
+) -> None:
+    job = batch_job(
+        parallelism=parallelism,
+        completions=completions,
+        annotations={labels.MIN_PARALLELISM: min_parallelism},
+    )
+    from_file = workload_from_job(job, {})
+    document = integrations.workload_for("Job", job, {})
+    assert from_file is not None
+    assert document is not None
+    assert document["spec"]["podSets"][0]["minCount"] == int(min_parallelism)
+    from_controller = parse_workload(document, "v1beta2", {})
+    assert from_controller.key == from_file.key
+    assert from_controller.pod_sets == from_file.pod_sets
+    assert from_file.pod_sets[0].min_count == int(min_parallelism)
+
+
+@pytest.mark.parametrize("value", ["0", "5", "-1", "two", ""])
+def test_an_invalid_min_parallelism_is_an_error_in_a_file_and_ignored_by_the_controller(value: str) -> None:
+    job = batch_job(parallelism=4, annotations={labels.MIN_PARALLELISM: value})
+    with pytest.raises(InputError) as raised:
+        workload_from_job(job, {})
+    assert raised.value.field == f"metadata.annotations[{labels.MIN_PARALLELISM}]"
+    document = integrations.workload_for("Job", job, {})
+    assert document is not None
+    assert "minCount" not in document["spec"]["podSets"][0]
+    assert integrations.released_job("Job", job, "wl", {}, counts={"main": 4})["spec"]["parallelism"] == 4
+
+
+def test_a_partially_admitted_job_runs_the_admitted_count_and_gets_its_own_back_when_stopped() -> None:
+    job = batch_job(parallelism=4, completions=4, annotations={labels.MIN_PARALLELISM: "2"})
+    released = integrations.released_job("Job", job, "wl", {}, counts={"main": 2})
+    assert released["spec"]["parallelism"] == 2
+    assert released["spec"]["completions"] == 4, "completions follow only with the opt-in annotation"
+    assert job["spec"]["parallelism"] == 4, "the observed job is left as it was"
+    stopped = integrations.suspended_job("Job", released, {"main": 4})
+    assert (stopped["spec"]["parallelism"], stopped["spec"]["suspend"]) == (4, True)
+
+    job["metadata"]["annotations"][labels.COMPLETIONS_EQUAL_PARALLELISM] = "true"
+    released = integrations.released_job("Job", job, "wl", {}, counts={"main": 2})
+    assert (released["spec"]["parallelism"], released["spec"]["completions"]) == (2, 2)
+    stopped = integrations.suspended_job("Job", released, {"main": 4})
+    assert (stopped["spec"]["parallelism"], stopped["spec"]["completions"]) == (4, 4)
+
+
+def test_a_job_without_partial_admission_keeps_its_parallelism() -> None:
+    job = batch_job(parallelism=4)
+    assert integrations.released_job("Job", job, "wl", {}, counts={"main": 2})["spec"]["parallelism"] == 4
+    assert integrations.suspended_job("Job", job, {"main": 2})["spec"]["parallelism"] == 4
 
 
 def test_names_differ_by_uid_or_namespace() -> None:

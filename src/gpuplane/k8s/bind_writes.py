@@ -117,7 +117,8 @@ def release_writes(
     flavors: Mapping[str, Mapping[str, Any]],
 ) -> list[Write]:
     """The writes that release an admitted Workload: its job (``owner``: kind and job as observed)
-    with templates stamped for the admission and unsuspended; or, for plain pods and pod groups
+    with templates stamped for the admission, set to run the admitted pod counts (a partially
+    admitted batch Job), and unsuspended; or, for plain pods and pod groups
     (no owner), each of its ``pods`` still behind the admission gate with the gate lifted.
     ``Write(RELEASE)``: ``kind`` is the job's kind or "Pod", ``body`` the object to replace.
     Nothing when the job is released already (or no pod is gated)."""
@@ -127,14 +128,19 @@ def release_writes(
         if not jobs.is_suspended(kind, job) and kind != "LeaderWorkerSet":
             return []
         labels: dict[str, dict[str, str]] = {}
+        counts: dict[str, int] = {}
         for psa in admission.get("podSetAssignments", []):
+            if psa.get("count") is not None:
+                counts[psa["name"]] = int(psa["count"])
             node_labels: dict[str, str] = {}
             for flavor in set(psa.get("flavors", {}).values()):
                 node_labels.update((flavors.get(flavor) or {}).get("spec", {}).get("nodeLabels", {}) or {})
             labels[psa["name"]] = node_labels
         released = annotated_templates(
             kind,
-            jobs.released_job(kind, job, wl["metadata"]["name"], labels, queue_labels(wl, admission)),
+            jobs.released_job(
+                kind, job, wl["metadata"]["name"], labels, queue_labels(wl, admission), counts=counts
+            ),
             wl,
         )
         return [] if released == job else [Write(Verb.RELEASE, workload, released, kind=kind)]

@@ -632,8 +632,12 @@ class Controller:
             kind, job = owner
             if not jobs.is_suspended(kind, job) and jobs.INTEGRATIONS[kind].suspend is not None:
                 try:
+                    counts = {
+                        str(ps.get("name")): int(ps.get("count", 1))
+                        for ps in (wl.get("spec") or {}).get("podSets") or []
+                    }
                     written = self.api.replace(
-                        jobs.INTEGRATIONS[kind].resource, jobs.suspended_job(kind, job)
+                        jobs.INTEGRATIONS[kind].resource, jobs.suspended_job(kind, job, counts)
                     )
                 except ApiError:
                     self.counters.add("write_failures")

@@ -11,7 +11,7 @@ job is released.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from gpuplane.model import labels as keys
 from gpuplane.model.jobs import (
     Path,
     PodSetRef,
+    admitted_job_counts,
     batch_job,
     jobset,
     leader_worker_set,
@@ -68,19 +69,23 @@ def workload_for(kind: str, obj: dict[str, Any], priorities: dict[str, int]) -> 
     return workload_document(kind, obj, priorities, INTEGRATIONS[kind].resource.api_version)
 
 
-def released_job(
+def released_job(  # noqa: PLR0913  the job and its admission's parts; the counts keyword-only
     kind: str,
     obj: dict[str, Any],
     workload: str,
     flavor_labels: dict[str, dict[str, str]],
     queue_labels: dict[str, str] | None = None,
+    *,
+    counts: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The job with templates stamped for its admitted workload and unsuspended.
 
     ``flavor_labels`` maps pod set name to the node labels of its assigned flavor;
-    ``queue_labels`` (Kueue's cluster- and local-queue name labels) go on every pod.
+    ``queue_labels`` (Kueue's cluster- and local-queue name labels) go on every pod;
+    ``counts`` maps pod set name to its admitted pod count: a partially admitted batch Job runs
+    that many pods (:func:`gpuplane.model.jobs.admitted_job_counts`).
     """
-    out = copy.deepcopy(obj)
+    out = _with_counts(kind, copy.deepcopy(obj), counts)
     integration = INTEGRATIONS[kind]
     for ps in integration.pod_sets(obj):
         if kind == "TrainJob":
@@ -117,8 +122,20 @@ def is_suspended(kind: str, obj: dict[str, Any]) -> bool:
         return False
 
 
-def suspended_job(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
+def _with_counts(kind: str, obj: dict[str, Any], counts: Mapping[str, int] | None) -> dict[str, Any]:
+    """``obj`` (changed in place) set to run ``counts`` pods per pod set, where its kind supports
+    partial admission: a batch Job with a job-min-parallelism annotation."""
+    if kind == "Job" and counts:
+        (pod_set,) = batch_job(obj)
+        if pod_set.name in counts:
+            obj.setdefault("spec", {}).update(admitted_job_counts(obj, counts[pod_set.name]))
+    return obj
+
+
+def suspended_job(kind: str, obj: dict[str, Any], counts: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The job suspended; ``counts`` (pod set name to its Workload's pod count) restores what a
+    partial admission changed, as Kueue does when it stops a job."""
+    out = _with_counts(kind, copy.deepcopy(obj), counts)
     integration = INTEGRATIONS[kind]
     if integration.suspend is not None:
         parent: dict[str, Any] = out

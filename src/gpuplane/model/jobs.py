@@ -8,6 +8,11 @@ Each supported kind knows where it keeps its pod templates and how many pods eac
 (:data:`POD_SETS`). Objects are decoded JSON (plain mappings); this module reads them leniently
 (a missing count is 1) and never changes them. Strict checking with located errors, for input
 files, is :func:`gpuplane.model.kinds.workload_from_job`, which builds on the same pieces.
+
+Partial admission of a batch Job follows Kueue: ``kueue.x-k8s.io/job-min-parallelism`` gives the
+pod set's ``minCount`` (:func:`job_min_count`); once admitted, the Job runs the admitted count as
+its parallelism, and its completions too when ``kueue.x-k8s.io/job-completions-equal-parallelism``
+is true (:func:`admitted_job_counts`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplane.model import labels as keys
+from gpuplane.model.errors import InputError
 
 Path = tuple[str | int, ...]
 # Kueue keeps a workload name within 63 characters: a prefix, a dash and a 5-character hash.
@@ -28,11 +34,13 @@ _HASH_LENGTH = 5
 
 @dataclass(frozen=True, slots=True)
 class PodSetRef:
-    """One pod set of a job: its name, its pod count, and where its pod template lives."""
+    """One pod set of a job: its name, its pod count, where its pod template lives, and the fewest
+    pods it may be admitted with (``None``: all of them)."""
 
     name: str
     count: int
     template: Path
+    min_count: int | None = None
 
 
 def get_path(obj: Any, path: Path) -> Any:
@@ -58,8 +66,59 @@ def _job_pods(spec: Mapping[str, Any]) -> int:
     return job_pod_count(parallelism, None if completions is None else _int(completions, parallelism))
 
 
+def job_min_count(annotations: Mapping[str, Any], count: int) -> int | None:
+    """A batch Job's ``minCount`` for partial admission: ``kueue.x-k8s.io/job-min-parallelism``, an
+    integer from 1 to the Job's pod ``count``; ``None`` when the annotation is absent.
+
+    Raises :class:`InputError`, located at the annotation, when it is anything else (Kueue's webhook
+    rejects such a Job at creation).
+    """
+    if keys.MIN_PARALLELISM not in annotations:
+        return None
+    field = f"metadata.annotations[{keys.MIN_PARALLELISM}]"
+    try:
+        min_count = int(annotations[keys.MIN_PARALLELISM])
+    except (TypeError, ValueError):
+        raise InputError("expected an integer", field=field) from None
+    if not 0 < min_count <= count:
+        raise InputError(
+            f"must be between 1 and the job's pod count ({count})", field=field, invalid_value=True
+        )
+    return min_count
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata") or {}
+    return meta.get("annotations") or {}
+
+
 def batch_job(obj: Mapping[str, Any]) -> list[PodSetRef]:
-    return [PodSetRef("main", _job_pods(obj.get("spec", {})), ("spec", "template"))]
+    """The one pod set of a batch Job; a job-min-parallelism annotation that is not valid (see
+    :func:`job_min_count`) is ignored."""
+    count = _job_pods(obj.get("spec", {}))
+    try:
+        min_count = job_min_count(_annotations(obj), count)
+    except InputError:
+        min_count = None
+    return [PodSetRef("main", count, ("spec", "template"), min_count)]
+
+
+def admitted_job_counts(obj: Mapping[str, Any], count: int) -> dict[str, int]:
+    """The spec fields a batch Job that may be partially admitted runs ``count`` pods with, as
+    Kueue sets them when it releases the Job (and restores them when it stops it): ``parallelism``,
+    and ``completions`` too when ``kueue.x-k8s.io/job-completions-equal-parallelism`` is true.
+    Nothing for a Job without a (valid) job-min-parallelism annotation: it runs as written."""
+    (pod_set,) = batch_job(obj)
+    if pod_set.min_count is None:
+        return {}
+    out = {"parallelism": count}
+    if str(_annotations(obj).get(keys.COMPLETIONS_EQUAL_PARALLELISM, "")).strip().lower() in (
+        "true",
+        "1",
+        "t",
+    ):
+        out["completions"] = count
+    return out
 
 
 def jobset(obj: Mapping[str, Any]) -> list[PodSetRef]:
@@ -180,14 +239,16 @@ def workload_document(
     queue = queue_name(labels, meta.get("annotations", {}) or {})
     if not queue:
         return None
-    pod_sets = [
-        {
+    pod_sets: list[dict[str, Any]] = []
+    for ps in POD_SETS[kind](obj):
+        pod_set: dict[str, Any] = {
             "name": ps.name,
             "count": ps.count,
             "template": _template_for_workload(get_path(obj, ps.template), kind),
         }
-        for ps in POD_SETS[kind](obj)
-    ]
+        if ps.min_count is not None:
+            pod_set["minCount"] = ps.min_count
+        pod_sets.append(pod_set)
     spec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets}
     spec.update(_priority_fields(labels.get(keys.PRIORITY_CLASS_LABEL), priorities))
     namespace = meta.get("namespace", "default")

@@ -17,7 +17,6 @@ from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import cluster_queue_checks, workload_check_states
 from gpuplane.model.errors import InputError
 from gpuplane.model.labels import (
-    MIN_PARALLELISM,
     PREFERRED_TOPOLOGY,
     PRIORITY_CLASS_LABEL,
     REQUIRED_TOPOLOGY,
@@ -743,8 +742,8 @@ def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | Non
     """Derive the Workload Kueue creates for a batch/v1 Job with a queue-name label.
 
     Returns ``None`` for a Job that Kueue does not manage (no queue-name label). The name, pod
-    count and queue follow :mod:`gpuplane.model.jobs`, as the controller's do; this function adds
-    strict checks with located errors.
+    count, minCount (job-min-parallelism) and queue follow :mod:`gpuplane.model.jobs`, as the
+    controller's do; this function adds strict checks with located errors.
     """
     meta = f.get_map(doc, "metadata", "", required=True)
     name = metadata_name(doc)
@@ -759,20 +758,7 @@ def workload_from_job(doc: Doc, priorities: Mapping[str, int]) -> Workload | Non
         raise InputError("must not be negative", field="spec.parallelism", invalid_value=True)
     count = jobs.job_pod_count(parallelism, f.get_int(spec, "completions", "spec"))
     template = _template(f.get_map(spec, "template", "spec", required=True), "spec.template")
-    min_count = None
-    if MIN_PARALLELISM in annotations:
-        try:
-            min_count = int(annotations[MIN_PARALLELISM])
-        except ValueError:
-            raise InputError(
-                "expected an integer", field=f"metadata.annotations[{MIN_PARALLELISM}]"
-            ) from None
-        if not 0 < min_count <= count:
-            raise InputError(
-                f"must be between 1 and the job's pod count ({count})",
-                field=f"metadata.annotations[{MIN_PARALLELISM}]",
-                invalid_value=True,
-            )
+    min_count = jobs.job_min_count(annotations, count)
     pc_name = labels.get(PRIORITY_CLASS_LABEL)
     if pc_name is not None and pc_name not in priorities:
         raise InputError(

@@ -19,6 +19,8 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of the job th
 CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"  # on an admitted job's pods
 LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"  # on an admitted job's pods
 MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"  # annotation: a Job's minCount
+# Annotation: a partially admitted Job's completions follow its admitted parallelism.
+COMPLETIONS_EQUAL_PARALLELISM = "kueue.x-k8s.io/job-completions-equal-parallelism"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"  # pod template annotation
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"  # pod template annotation
 # On a pod: the Workload (same namespace) it belongs to. The core reads it to tie a bound pod
