@@ -207,3 +207,22 @@ def test_a_list_keeps_copies_newer_than_itself_and_drops_the_rest() -> None:
     assert [o["metadata"]["resourceVersion"] for o in cache.items("Workload")] == ["7", "6", "8"]
     cache.replace_all("Workload", [versioned("b", 6)], "9")  # a and new deleted since: gone
     assert [o["metadata"]["name"] for o in cache.items("Workload")] == ["b"]
+
+
+def with_uid(obj: dict[str, object], uid: str) -> dict[str, object]:
+    meta = dict(obj["metadata"])  # type: ignore[call-overload]
+    return {**obj, "metadata": {**meta, "uid": uid}}
+
+
+def test_a_late_event_of_a_deleted_object_does_not_bring_it_back() -> None:
+    cache = Cache()
+    cache.upsert("Workload", with_uid(versioned("w", 3), "u1"))
+    cache.remove("Workload", with_uid(versioned("w", 5), "u1"))  # DELETED, at version 5
+    cache.upsert("Workload", with_uid(versioned("w", 4), "u1"))  # a late MODIFIED of the same object
+    assert cache.get("Workload", "ns/w") is None, "the tombstone keeps it deleted"
+    cache.upsert("Workload", with_uid(versioned("w", 9), "u2"))  # created again: another object
+    assert cache.get("Workload", "ns/w") == with_uid(versioned("w", 9), "u2")
+    cache.remove("Workload", with_uid(versioned("w", 10), "u2"))
+    cache.replace_all("Workload", [with_uid(versioned("w", 8), "u2")], "11")  # a list is the truth
+    assert cache.get("Workload", "ns/w") is not None
+    assert not cache.tombstones

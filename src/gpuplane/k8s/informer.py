@@ -43,6 +43,13 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{ns}/{meta['name']}" if ns else str(meta["name"])
 
 
+TOMBSTONES = 100_000  # deleted objects remembered at most (each a few dozen bytes)
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
 def rv_of(obj: dict[str, Any]) -> int:
     try:
         return int(obj.get("metadata", {}).get("resourceVersion", "0"))
@@ -83,6 +90,10 @@ class Cache:
     # Keys upserted, removed, assumed or forgotten, or changed by a relist, by kind, since the
     # last take_changes().
     touched: dict[str, set[str]] = field(default_factory=dict)
+    # Deleted objects, (kind, key) -> (uid, resourceVersion at deletion): a watch event of the same
+    # object that arrives late (an older version, delivered after the deletion was recorded) must not
+    # bring it back. A relist of the kind clears them; the oldest go beyond TOMBSTONES.
+    tombstones: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
 
     def take_changes(self) -> dict[str, set[str]]:
         """The keys changed since the last call, by kind."""
@@ -119,6 +130,8 @@ class Cache:
                 ):
                     self._touch(kind, key)
             self.objects[kind] = listed
+            for tomb in [t for t in self.tombstones if t[0] == kind]:
+                del self.tombstones[tomb]  # the list says what exists now
             self.changed.set()
 
     def upsert(self, kind: str, obj: dict[str, Any]) -> None:
@@ -132,6 +145,11 @@ class Cache:
             current = self.objects.setdefault(kind, {}).get(key)
             if current is not None and 0 < rv_of(obj) < rv_of(current):
                 return
+            tomb = self.tombstones.get((kind, key))
+            if tomb is not None:
+                if _uid(obj) == tomb[0] and rv_of(obj) <= tomb[1]:
+                    return  # a late event of an object already deleted
+                del self.tombstones[(kind, key)]
             self.objects[kind][key] = obj
             shadow = self.assumed.get((kind, key))
             if shadow is not None and rv_of(obj) >= rv_of(shadow):
@@ -142,9 +160,13 @@ class Cache:
             self.changed.set()
 
     def remove(self, kind: str, obj: dict[str, Any]) -> None:
+        """Drop a deleted object, and keep its tombstone (see :attr:`tombstones`)."""
         with self.lock:
             key = object_key(obj)
-            self.objects.setdefault(kind, {}).pop(key, None)
+            known = self.objects.setdefault(kind, {}).pop(key, None)
+            self.tombstones[(kind, key)] = (_uid(obj), max(rv_of(obj), rv_of(known) if known else 0))
+            if len(self.tombstones) > TOMBSTONES:
+                del self.tombstones[next(iter(self.tombstones))]
             self.assumed.pop((kind, key), None)
             self._touch(kind, key)
             self.changed.set()
