@@ -22,9 +22,11 @@ from apiserver.fixtures import Cluster, Kubectl
 from apiserver.server import ApiServerDouble
 from controller_harness import Scene, wait_until
 from controller_harness import scene as make_scene
+from gpuplane.core.session import PLACEMENT_ANNOTATION
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi, load_api_client
 from gpuplane.k8s.controller import Controller, ControllerConfig
+from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.ratelimit import RateLimiter
 from gpuplane.k8s.webhook import serve
 from testca import issue
@@ -218,3 +220,41 @@ def test_a_silent_client_neither_stalls_the_webhook_nor_keeps_its_connection(tmp
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_the_placement_patch_is_refused_when_the_workload_changed_since_it_was_observed(scene: Scene) -> None:
+    """The plan's placement annotation goes out with the observed resourceVersion as a precondition:
+    a Workload another writer changed meanwhile (another replica admitting it, say) keeps what that
+    writer recorded, and this admission is forgotten and tried again."""
+    scene.setup(nodes=1)
+    scene.submit(scene.job("j", gpus=1))
+    other = scene.api
+
+    class RacedWrites(KubeApi):
+        raced = False
+
+        def patch(self, res: Any, name: str, patch: Any, namespace: str | None = None, **kw: Any) -> Any:
+            if res is k8s.WORKLOADS and PLACEMENT_ANNOTATION in str(patch) and not self.raced:
+                self.raced = True  # another writer gets there first
+                other.patch(k8s.WORKLOADS, name, {"metadata": {"annotations": {"other": "x"}}}, namespace)
+            return super().patch(res, name, patch, namespace, **kw)
+
+    api = RacedWrites(load_api_client(scene.kubeconfig))
+    controller = Controller(api, ControllerConfig(leader_election=False))
+    controller.start()
+    try:
+        wait_until(lambda: controller.cache.items("Job"), 10, "the job cached")
+        controller.reconcile()  # creates the Workload, then admits it: the placement patch races
+        assert api.raced
+        assert controller.counters.write_failures >= 1
+        (wl,) = scene.list(k8s.WORKLOADS)
+        annotations = wl["metadata"].get("annotations") or {}
+        assert annotations.get("other") == "x"
+        assert PLACEMENT_ANNOTATION not in annotations, "not written over a newer version"
+        assert not (wl.get("status") or {}).get("admission")
+        assert controller.cache.assumed == {}
+        wait_until(lambda: controller.cache.get("Workload", object_key(wl)), 10, "seen again")
+        wait_until(lambda: (controller.reconcile(), scene.admitted("j"))[1], 10, "admitted on a later pass")
+    finally:
+        controller.stop()
+        api.api_client.close()  # type: ignore[no-untyped-call]

@@ -510,7 +510,11 @@ class Controller:
         try:
             if planned != write.recorded:
                 meta = updated["metadata"]
-                patch = {"metadata": {"annotations": {PLACEMENT_ANNOTATION: planned}}}
+                # The observed version is a precondition: a Workload changed meanwhile (admitted by
+                # another replica, say) keeps its own placement, and this admission is retried.
+                patch: dict[str, Any] = {"metadata": {"annotations": {PLACEMENT_ANNOTATION: planned}}}
+                if meta.get("resourceVersion"):
+                    patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
                 patched = self.api.patch(k8s.WORKLOADS, meta["name"], patch, meta.get("namespace"))
                 meta["resourceVersion"] = patched["metadata"]["resourceVersion"]
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
