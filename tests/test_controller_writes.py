@@ -20,10 +20,11 @@ import pytest
 
 from apiserver.fixtures import Cluster, Kubectl
 from apiserver.server import ApiServerDouble
-from controller_harness import Scene, wait_until
+from controller_harness import JobController, Scene, wait_until
 from controller_harness import scene as make_scene
 from gpuplane.core.session import PLACEMENT_ANNOTATION
 from gpuplane.k8s import api as k8s
+from gpuplane.k8s import controller as controller_module
 from gpuplane.k8s.api import KubeApi, load_api_client
 from gpuplane.k8s.controller import Controller, ControllerConfig
 from gpuplane.k8s.informer import object_key
@@ -255,6 +256,56 @@ def test_the_placement_patch_is_refused_when_the_workload_changed_since_it_was_o
         assert controller.cache.assumed == {}
         wait_until(lambda: controller.cache.get("Workload", object_key(wl)), 10, "seen again")
         wait_until(lambda: (controller.reconcile(), scene.admitted("j"))[1], 10, "admitted on a later pass")
+    finally:
+        controller.stop()
+        api.api_client.close()  # type: ignore[no-untyped-call]
+
+
+def test_a_pass_that_fails_while_fitting_a_gang_sends_the_whole_gangs_and_forgets_the_part(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gangs fitted before the failure are sent whole; the gang that failed part way leaves no pod
+    assumed as bound, and is bound whole on a later pass."""
+    scene.setup(nodes=2)
+    jc = scene.job_controller()
+    assert isinstance(jc, JobController)
+    jc.held = {"a", "b"}  # no pods until both gangs are admitted
+    scene.submit(scene.job("a", pods=2, gpus=4), scene.job("b", pods=2, gpus=4))
+    real = controller_module.binding_writes
+    armed = {"calls": 0, "on": False}
+
+    def flaky(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        armed["calls"] += armed["on"]
+        for i, bind in enumerate(real(*args, **kwargs)):
+            if armed["on"] and armed["calls"] == 2 and i == 1:
+                raise RuntimeError("a bug while fitting the second pod of the second gang")
+            yield bind
+
+    monkeypatch.setattr(controller_module, "binding_writes", flaky)
+    api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
+    controller = Controller(api, ControllerConfig(leader_election=False))
+    controller.start()
+    try:
+        wait_until(lambda: len(controller.cache.items("Job")) == 2, 10, "the jobs cached")
+        wait_until(
+            lambda: (controller.reconcile(), scene.admitted("a") and scene.admitted("b"))[1],
+            10,
+            "both admitted",
+        )
+        jc.held = set()
+        wait_until(lambda: len(controller.cache.items("Pod")) == 4, 10, "the four pods cached")
+        armed["on"] = True
+        with pytest.raises(RuntimeError, match="second gang"):
+            controller.reconcile()
+        bound = [p for p in scene.pods() if p["spec"].get("nodeName")]
+        sent = sorted(p["metadata"]["labels"]["job-name"] for p in bound)
+        assert sent in (["a", "a"], ["b", "b"]), "the first gang was sent whole, the second not at all"
+        assumed = {key for _, key in controller.cache.assumed}
+        assert assumed <= {object_key(p) for p in bound}, "only pods really bound may still be assumed"
+        armed["on"] = False
+        wait_until(
+            lambda: (controller.reconcile(), scene.bound("a", 2) and scene.bound("b", 2))[1], 10, "both whole"
+        )
     finally:
         controller.stop()
         api.api_client.close()  # type: ignore[no-untyped-call]

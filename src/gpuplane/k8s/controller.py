@@ -740,8 +740,14 @@ class Controller:
             releases += release
         self._each(partial(self._write, w.kind, w.body) for w in releases)
         bindings: list[Callable[[], None]] = []
-        for wl, admission in admitted:
-            bindings += self._bind_gang(wl, admission)
+        try:
+            for wl, admission in admitted:
+                bindings += self._bind_gang(wl, admission)
+        except BaseException:
+            # The gangs fitted before the failure are whole and assumed: send them, as planned;
+            # the failing gang has forgotten its own assumptions (see _bind_gang).
+            self._each(bindings)
+            raise
         self._each(bindings)
 
     def _write(self, kind: str, body: dict[str, Any]) -> None:
@@ -772,18 +778,30 @@ class Controller:
             return []
         config = (self.config.scheduler or SchedulerConfig()).devices
         writes: list[Callable[[], None]] = []
+        assumed: list[str] = []
         nodes: Counter[str] = Counter()
-        for bind in binding_writes(plan, self._node_view, config):
-            if bind.replanned:
-                self.counters.add("replanned_devices")
-                log.info("planned devices %s on %s are taken: fitting the pod again", bind.planned, bind.node)
-            if bind.binding is None or bind.bound is None:
-                self.counters.add("device_waits")
-                continue
-            self.cache.assume("Pod", bind.bound)
-            self.work.note({"Pod": [bind.pod]}, self.cache.get)  # the next gang is fitted beside it
-            writes.append(partial(self._write_binding, bind.pod, bind.binding))
-            nodes[bind.node] += 1
+        try:
+            for bind in binding_writes(plan, self._node_view, config):
+                if bind.replanned:
+                    self.counters.add("replanned_devices")
+                    log.info(
+                        "planned devices %s on %s are taken: fitting the pod again", bind.planned, bind.node
+                    )
+                if bind.binding is None or bind.bound is None:
+                    self.counters.add("device_waits")
+                    continue
+                self.cache.assume("Pod", bind.bound)
+                assumed.append(bind.pod)
+                self.work.note({"Pod": [bind.pod]}, self.cache.get)  # the next gang is fitted beside it
+                writes.append(partial(self._write_binding, bind.pod, bind.binding))
+                nodes[bind.node] += 1
+        except BaseException:
+            # Part of a gang is never sent: what it assumed is forgotten, and the gang is fitted
+            # again, whole, on a later pass.
+            for key in assumed:
+                self.cache.forget("Pod", key)
+            self.work.note({"Pod": assumed}, self.cache.get)
+            raise
         if writes:
             where = ", ".join(f"{n} on {node}" for node, n in sorted(nodes.items()))
             _log_workload("binding", object_key(wl), f"{len(writes)} pods: {where}")
