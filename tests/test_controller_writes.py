@@ -309,3 +309,47 @@ def test_a_pass_that_fails_while_fitting_a_gang_sends_the_whole_gangs_and_forget
     finally:
         controller.stop()
         api.api_client.close()  # type: ignore[no-untyped-call]
+
+
+def test_a_pass_that_fails_after_the_session_reported_reasons_loses_none_of_them(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session reports a pending reason once; a pass that fails before writing it must not lose
+    it: the next pass starts from the cluster again and writes it."""
+    scene.setup(nodes=1, quota_gpus=4)
+    scene.submit(scene.job("big", gpus=8))  # more than the queue's quota: pending for ever
+    api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
+    controller = Controller(api, ControllerConfig(leader_election=False))
+    real = controller._record_pending
+    failures = {"left": 1}
+
+    def broken(plan: Any) -> None:
+        if failures["left"] and any("big" in p.workload for p in plan.pending):
+            failures["left"] -= 1
+            raise RuntimeError("the connection broke before the pending reasons were written")
+        real(plan)
+
+    monkeypatch.setattr(controller, "_record_pending", broken)
+    controller.start()
+    try:
+        wait_until(lambda: controller.cache.items("Job"), 10, "the job cached")
+
+        def failed_once() -> bool:
+            with contextlib.suppress(RuntimeError):
+                controller.reconcile()
+            return failures["left"] == 0
+
+        wait_until(failed_once, 10, "a pass failed with the reason in hand")
+
+        def reason_written() -> bool:
+            controller.reconcile()
+            wl = scene.workloads().get("big") or {}
+            return any(
+                c["type"] == "QuotaReserved" and c["status"] == "False"
+                for c in (wl.get("status") or {}).get("conditions") or []
+            )
+
+        wait_until(reason_written, 10, "the pending reason written by a later pass")
+    finally:
+        controller.stop()
+        api.api_client.close()  # type: ignore[no-untyped-call]

@@ -242,6 +242,17 @@ class Controller:
     # --- one pass -----------------------------------------------------------------
 
     def reconcile(self) -> Plan | None:
+        """One pass (module docstring). A pass that fails part way leaves the next one to start
+        from the cluster again: the session is rebuilt and every object looked at, so nothing it
+        had taken in (changes fed, reasons reported, candidates dropped) is lost with it."""
+        try:
+            return self._pass()
+        except BaseException:
+            self.live.invalidate("the last pass failed")
+            self.work.sweep_due = True
+            raise
+
+    def _pass(self) -> Plan | None:
         if self.config.leader_election and not self.elector.try_acquire_or_renew():
             self.live.invalidate("not the leader")  # another leader may change anything meanwhile
             self.work.sweep_due = True
