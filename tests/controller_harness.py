@@ -390,8 +390,8 @@ class Scene:
             self.api.api_client.close()  # type: ignore[no-untyped-call]
 
 
-def scene(cluster: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
-    """Body of the tests' ``scene`` fixture: a Scene, cleaned up after the test."""
+def make_scene(cluster: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
+    """Body of the tests' ``scene`` fixtures: a Scene, cleaned up after the test."""
     built = Scene(cluster, kubectl)
     try:
         yield built
@@ -824,6 +824,17 @@ def registered_webhook(webhooks: Webhooks) -> RegisteredWebhook | None:
     None on the double, which calls no webhooks."""
     kubeconfig = os.environ.get(E2E_KUBECONFIG)
     return webhooks.ensure(kubeconfig) if kubeconfig else None
+
+
+@pytest.fixture
+def scene(
+    apiserver: Cluster, kubectl: Kubectl, registered_webhook: RegisteredWebhook | None
+) -> Iterator[Scene]:
+    """One test's :class:`Scene` on the ``apiserver`` fixture (the double, or a real server with the
+    webhook registered, which its API server then calls; the double calls none). A test module that
+    needs another variant (the double only, say) defines its own ``scene``."""
+    del registered_webhook
+    yield from make_scene(apiserver, kubectl)
 
 
 # --- the controller under test -------------------------------------------------------------------

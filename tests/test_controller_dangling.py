@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from apiserver.fixtures import Cluster, Kubectl
-from controller_harness import Scene, wait_until
-from controller_harness import scene as make_scene
+from controller_harness import Scene, make_scene, wait_until
 from gpuplane.k8s import api as k8s
 from manifests import cluster_queue, local_queue, workload
 

@@ -9,12 +9,11 @@ request log are skipped there, the rest still run.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from apiserver.fixtures import Cluster, Kubectl, manifest
+from apiserver.fixtures import Cluster, manifest
 from apiserver.server import ApiServerDouble
 from controller_harness import (
     JobController,
@@ -24,7 +23,6 @@ from controller_harness import (
     quota_violations,
     wait_until,
 )
-from controller_harness import scene as make_scene
 from gpuplane.core.plan import PLACEMENT_ANNOTATION, recorded_placement
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi, load_api_client
@@ -34,12 +32,6 @@ from gpuplane.model.topology import assigned_domains
 from manifests import GPU, Manifest, pod_spec
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
-    del registered_webhook  # on a real server the API server calls it; on the double, nothing does
-    yield from make_scene(apiserver, kubectl)
 
 
 def double_of(cluster: Cluster) -> ApiServerDouble | None:

@@ -16,8 +16,7 @@ import pytest
 
 from apiserver.fixtures import Cluster, Kubectl, manifest
 from apiserver.server import ApiServerDouble
-from controller_harness import Scene, quota_violations, wait_until
-from controller_harness import scene as make_scene
+from controller_harness import Scene, make_scene, quota_violations, wait_until
 from gpuplane.k8s import api as k8s
 from manifests import GPU, Manifest, pod_spec
 

@@ -34,10 +34,10 @@ from controller_harness import (
     admission_episodes,
     devices_overlap,
     double_bindings,
+    make_scene,
     quota_violations,
     wait_until,
 )
-from controller_harness import scene as make_scene
 from gpuplane.model.topology import assigned_domains
 from manifests import Manifest
 

@@ -11,26 +11,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from apiserver.fixtures import Cluster, Kubectl
+from apiserver.fixtures import Cluster
 from apiserver.server import ApiServerDouble
 from controller_harness import RunningController, Scene, wait_until
-from controller_harness import scene as make_scene
 from gpuplane.k8s import api as k8s
 
 pytestmark = pytest.mark.timeout(60)
 
 LEASE = 2.0  # seconds
 MARGIN = 1.0  # seconds a takeover may take beyond the lease: a few reconcile passes and a kubectl run
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
-    del registered_webhook  # on a real server the API server calls it; on the double, nothing does
-    yield from make_scene(apiserver, kubectl)
 
 
 class SteppedClock:

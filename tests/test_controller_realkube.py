@@ -23,8 +23,7 @@ import pytest
 import yaml
 
 from apiserver.fixtures import RealCluster
-from controller_harness import Scene, Webhooks, wait_until
-from controller_harness import scene as make_scene
+from controller_harness import Scene, Webhooks, make_scene, wait_until
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi, Resource, load_api_client
 from realkube import RealKube

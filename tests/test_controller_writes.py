@@ -20,8 +20,7 @@ import pytest
 
 from apiserver.fixtures import Cluster, Kubectl
 from apiserver.server import ApiServerDouble
-from controller_harness import JobController, Scene, wait_until
-from controller_harness import scene as make_scene
+from controller_harness import JobController, Scene, make_scene, wait_until
 from gpuplane.core.session import PLACEMENT_ANNOTATION
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import controller as controller_module

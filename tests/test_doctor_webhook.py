@@ -8,7 +8,6 @@ registered, where the dry-run probe goes through the API server's admission chai
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from apiserver.fixtures import Cluster, Kubectl
 from controller_harness import Scene
-from controller_harness import scene as make_scene
 from gpuplane.cli.app import build_app
 from gpuplane.insight.webhook_doctor import WebhookProbe, probe_findings, registration_findings
 
@@ -136,12 +133,6 @@ def test_probe(probe: WebhookProbe, want: list[tuple[str, str]]) -> None:
 
 
 # --- the live command ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
-    del registered_webhook  # registered on a real server; the double serves no webhook configurations
-    yield from make_scene(apiserver, kubectl)
 
 
 def doctor(scene: Scene, namespace: str) -> tuple[int, list[str]]:

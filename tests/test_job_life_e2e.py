@@ -10,24 +10,15 @@ devices back, so the jobs queued behind it start. Run unchanged on a real API se
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from apiserver.fixtures import Cluster, Kubectl
 from controller_harness import Scene, wait_until
-from controller_harness import scene as make_scene
 from fake_kubelet import RUN_SECONDS, run_annotations
 from manifests import Manifest
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
-    del registered_webhook  # on a real server the API server calls it; on the double, nothing does
-    yield from make_scene(apiserver, kubectl)
 
 
 def finished(wl: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -10,23 +10,15 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from apiserver.fixtures import Cluster, Kubectl
+from apiserver.fixtures import Kubectl
 from controller_harness import Scene, wait_until
-from controller_harness import scene as make_scene
 from gpuplane.k8s import api as k8s
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
-    del registered_webhook
-    yield from make_scene(apiserver, kubectl)
 
 
 def _counts(obj: dict[str, Any]) -> tuple[int, int, int]:

@@ -10,23 +10,14 @@ binds the pods the Job controller then starts. Run unchanged on a real API serve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from apiserver.fixtures import Cluster, Kubectl
 from controller_harness import Scene, wait_until
-from controller_harness import scene as make_scene
 from gpuplane.model.labels import COMPLETIONS_EQUAL_PARALLELISM, MIN_PARALLELISM
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
-    del registered_webhook  # on a real server the API server calls it; on the double, nothing does
-    yield from make_scene(apiserver, kubectl)
 
 
 def assignment(wl: dict[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 from apiserver.fixtures import RealCluster
-from controller_harness import POOL_LABEL, Scene, Webhooks, wait_until
-from controller_harness import scene as make_scene
+from controller_harness import POOL_LABEL, Scene, Webhooks, make_scene, wait_until
 from gpuplane.core.workloads import CHECKPOINT_ANNOTATION
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.spot import DEADLINE, GRACE, REQUESTED

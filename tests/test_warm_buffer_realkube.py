@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from apiserver.fixtures import RealCluster
-from controller_harness import Scene, Webhooks, wait_until
-from controller_harness import scene as make_scene
+from controller_harness import Scene, Webhooks, make_scene, wait_until
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError
 from gpuplane.model.objects import WARM_BUFFER_LABEL, WARM_NODES_ANNOTATION

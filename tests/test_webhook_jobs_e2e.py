@@ -11,26 +11,18 @@ webhook's own answer in-process.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from apiserver.fixtures import Cluster, Kubectl, manifest
+from apiserver.fixtures import Cluster, manifest
 from apiserver.server import ApiServerDouble
 from controller_harness import CONTROLLER_AGENT, Scene, wait_until, webhook_admit
-from controller_harness import scene as make_scene
 from gpuplane.k8s import api as k8s
 from gpuplane.model.labels import QUEUE_NAME_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
 from manifests import Manifest
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
-    del registered_webhook  # on a real server the API server calls it; on the double, Scene.submit
-    yield from make_scene(apiserver, kubectl)
 
 
 def plain_job(scene: Scene, name: str, *, pods: int, gpus: int, annotation: bool = False) -> Manifest:

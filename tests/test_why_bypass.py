@@ -5,15 +5,13 @@ cluster: the double, or the real control plane with ``GPUPLANE_E2E_KUBECONFIG``)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from apiserver.fixtures import Cluster, Kubectl, manifest
+from apiserver.fixtures import manifest
 from controller_harness import E2E_LABEL, Scene, wait_until
-from controller_harness import scene as make_scene
 from gpuplane.cli.app import build_app
 from gpuplane.core.plan import PLACEMENT_ANNOTATION
 from gpuplane.insight.bypass import BOUND_ELSEWHERE
@@ -111,12 +109,6 @@ def test_an_admitted_workload_whose_pods_another_scheduler_bound(
 
 
 # --- a queued job created unsuspended, on a live cluster --------------------------------------------
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl, registered_webhook: object) -> Iterator[Scene]:
-    del registered_webhook
-    yield from make_scene(apiserver, kubectl)
 
 
 @pytest.mark.timeout(90)
