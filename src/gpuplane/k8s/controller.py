@@ -400,43 +400,37 @@ class Controller:
     def _reclaim(self, wl: dict[str, Any], counts: dict[str, int]) -> list[Callable[[], None]]:
         """The write of ``status.reclaimablePods`` when the job's ended pods differ from it: the
         quota and devices of pods that will not run again go back before the job finishes."""
-        recorded = {
-            str(item.get("name")): int(item.get("count") or 0)
-            for item in wl.get("status", {}).get("reclaimablePods") or []
-            if int(item.get("count") or 0) > 0
-        }
-        if recorded == counts:
+        if jobs.recorded_reclaimable(wl) == counts:
             return []
         body = copy_object(wl)
         body["status"]["reclaimablePods"] = [{"name": n, "count": c} for n, c in sorted(counts.items())]
         return [partial(self._write_reclaimable, body)]
 
-    def _write_reclaimable(self, body: dict[str, Any]) -> None:
+    def _write_ended_status(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Write a Workload status the finishing step decided (cached on success); on failure the
+        Workload is a finishing candidate again next pass. None when it was not written."""
         try:
             written = self.api.replace(k8s.WORKLOADS, body, sub="status")
         except ApiError as err:
             if not err.not_found:
                 self.counters.add("write_failures")
-                self.work.to_finish.add(object_key(body))  # looked at again next pass
-            return
+                self.work.to_finish.add(object_key(body))
+            return None
         self.cache.upsert("Workload", written)
+        return written
+
+    def _write_reclaimable(self, body: dict[str, Any]) -> None:
+        if self._write_ended_status(body) is None:
+            return
         self.counters.add("reclaimed_pods")
-        log.info(
-            "workload %s: pods that ended give their quota back: %s",
-            object_key(body),
-            body["status"]["reclaimablePods"],
-        )
+        reclaimable = body["status"]["reclaimablePods"]
+        log.info("workload %s: pods that ended give their quota back: %s", object_key(body), reclaimable)
 
     def _write_finished(self, body: dict[str, Any], succeeded: bool, message: str) -> None:
-        key = object_key(body)
-        try:
-            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
-        except ApiError as err:
-            if not err.not_found:
-                self.counters.add("write_failures")
-                self.work.to_finish.add(key)  # looked at again next pass
+        written = self._write_ended_status(body)
+        if written is None:
             return
-        self.cache.upsert("Workload", written)
+        key = object_key(body)
         self._pending_written.pop(key, None)
         self.counters.add("finished")
         outcome = "succeeded" if succeeded else "failed"

@@ -233,3 +233,13 @@ def reclaimable_pods(kind: str, obj: dict[str, Any]) -> dict[str, int]:
         return {}
     (pod_set,) = batch_job(obj)
     return {pod_set.name: parallelism - max(0, remaining)}
+
+
+def recorded_reclaimable(workload: Mapping[str, Any]) -> dict[str, int]:
+    """A Workload object's ``status.reclaimablePods`` as pod set name -> count (counts above 0;
+    read leniently, as observed, not validated)."""
+    out: dict[str, int] = {}
+    for item in (workload.get("status") or {}).get("reclaimablePods") or []:
+        if isinstance(item, Mapping) and int(item.get("count") or 0) > 0:
+            out[str(item.get("name"))] = int(item["count"])
+    return out

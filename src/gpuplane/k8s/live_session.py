@@ -50,6 +50,7 @@ from typing import Any
 from gpuplane.core.session import Reason, SchedulerConfig, Session
 from gpuplane.k8s.clusterstate import state_objects, typed
 from gpuplane.k8s.informer import object_key
+from gpuplane.k8s.integrations import recorded_reclaimable
 from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
@@ -92,15 +93,6 @@ def _true(obj: Mapping[str, Any], ctype: str) -> bool:
         c.get("type") == ctype and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
     )
-
-
-def _reclaimable(status: Mapping[str, Any]) -> dict[str, int]:
-    """``status.reclaimablePods`` as pod set name -> count (unchecked: a raw object's view)."""
-    return {
-        str(item.get("name")): int(item.get("count") or 0)
-        for item in status.get("reclaimablePods") or []
-        if isinstance(item, Mapping) and int(item.get("count") or 0) > 0
-    }
 
 
 def _holds_devices(pod: Mapping[str, Any] | None) -> bool:
@@ -307,7 +299,7 @@ class LiveSession:
         if admitted and _true(obj, "Evicted"):
             raise Rebuild(f"workload evicted: {key}")
         known = self._workloads.get(key)
-        if admitted and known is not None and _reclaimable(status) != dict(known.reclaimable):
+        if admitted and known is not None and recorded_reclaimable(obj) != dict(known.reclaimable):
             raise Rebuild(f"pods of an admitted workload ended: {key}")  # its quota and devices shrink
         # A pending one whose status alone changed (the pending condition the controller wrote):
         # nothing to tell the session.
