@@ -49,7 +49,9 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "bench")]
+
+from processes import running  # noqa: E402 (a sibling module of this folder)
 
 from controller_harness import install_crds  # noqa: E402 (after the path set-up)
 from gpuplane.k8s import api as k8s  # noqa: E402
@@ -135,33 +137,18 @@ def tuned_scheduler(binary: Path, kubeconfig: str, directory: Path) -> Iterator[
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with (directory / "tuned-scheduler.log").open("w") as out:
-        process = subprocess.Popen(
-            [
-                str(binary),
-                "--config",
-                str(config),
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(port),
-                "--authentication-kubeconfig",
-                kubeconfig,
-                "--authorization-kubeconfig",
-                kubeconfig,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=20)
+    command = [
+        str(binary),
+        "--config",
+        str(config),
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        str(port),
+    ]
+    command += ["--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig]
+    with running(command, directory / "tuned-scheduler.log"):
+        yield
 
 
 # --- objects ------------------------------------------------------------------------------------------

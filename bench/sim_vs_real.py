@@ -53,7 +53,9 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "bench")]
+
+from processes import running  # noqa: E402 (a sibling module of this folder)
 
 from controller_harness import E2E_LABEL, RegisteredWebhook, install_crds, wait_until  # noqa: E402
 from fake_kubelet import FakeKubelet, Run, run_annotations  # noqa: E402
@@ -63,7 +65,7 @@ from gpuplane.model import labels as keys  # noqa: E402
 from gpuplane.model.objects import ClusterQueue, ClusterState, Node, PodTemplate  # noqa: E402
 from gpuplane.model.quantity import parse_quantity  # noqa: E402
 from gpuplane.sim.experiment import GPUPLANE_VARIANTS, SimInput, run_named, scenario_input  # noqa: E402
-from gpuplane.sim.gpuplane_model import GpuplaneModel  # noqa: E402
+from gpuplane.sim.gpuplane_model import GPU_MILLI, GpuplaneModel  # noqa: E402
 from gpuplane.sim.metrics import percentile  # noqa: E402
 from gpuplane.sim.scenario import Failures, Scenario, builtin_scenario  # noqa: E402
 from gpuplane.sim.workloads import Job  # noqa: E402
@@ -122,12 +124,8 @@ def simulated(sim: SimInput) -> dict[str, Any]:
 # --- the real side: the cluster's objects -----------------------------------------------------------
 
 
-def _quantity(value: int) -> str:
-    return str(value)  # every amount the scenario gives is a whole count (bytes, milli-GPU, devices)
-
-
 def node_manifest(node: Node) -> dict[str, Any]:
-    resources = {name: _quantity(v) for name, v in node.allocatable.items()}
+    resources = {name: str(v) for name, v in node.allocatable.items()}
     resources.setdefault("cpu", "64")
     resources.setdefault("memory", "512Gi")
     return {
@@ -150,9 +148,9 @@ def cluster_queue_manifest(cq: ClusterQueue) -> dict[str, Any]:
             quotas = []
             for name in group.covered_resources:
                 quota = flavor.resources[name]
-                entry: dict[str, Any] = {"name": name, "nominalQuota": _quantity(quota.nominal)}
+                entry: dict[str, Any] = {"name": name, "nominalQuota": str(quota.nominal)}
                 if quota.borrowing_limit is not None:
-                    entry["borrowingLimit"] = _quantity(quota.borrowing_limit)
+                    entry["borrowingLimit"] = str(quota.borrowing_limit)
                 quotas.append(entry)
             flavors.append({"name": flavor.name, "resources": quotas})
         groups.append({"coveredResources": list(group.covered_resources), "flavors": flavors})
@@ -171,7 +169,7 @@ def cluster_queue_manifest(cq: ClusterQueue) -> dict[str, Any]:
 
 
 def pod_template(template: PodTemplate, job: Job) -> dict[str, Any]:
-    resources = {name: _quantity(v) for name, v in template.requests.items()}
+    resources = {name: str(v) for name, v in template.requests.items()}
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": GRACE_SECONDS,
@@ -280,21 +278,6 @@ def control_plane(kubeconfig: str | None) -> Iterator[str]:
         )
 
 
-@contextlib.contextmanager
-def process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
-
-
 @dataclass
 class RealRun:
     """What the real run recorded (wall-clock times)."""
@@ -307,8 +290,6 @@ class RealRun:
     runs: list[Run] = field(default_factory=list)
     workloads: list[dict[str, Any]] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    controller_log: str = ""
     ledger: dict[str, Any] = field(default_factory=dict)  # quota against pods, once settled
 
 
@@ -361,7 +342,7 @@ def real(sim: SimInput, args: argparse.Namespace, workdir: Path, console: Consol
             kubelet = FakeKubelet(
                 KubeApi(load_api_client(kubeconfig), qps=None), namespaces, speedup=args.speedup, interval=0.1
             )
-            with process(command, workdir / "controller.log"):
+            with running(command, workdir / "controller.log", timeout=15.0):
                 kubelet.start()
                 run.t0 = time.time()
                 submitter = threading.Thread(
@@ -381,12 +362,10 @@ def real(sim: SimInput, args: argparse.Namespace, workdir: Path, console: Consol
                 # The state at the window's end, read before anything else moves.
                 run.workloads = _items(api, k8s.WORKLOADS, namespaces)
                 run.jobs = _items(api, k8s.JOBS, namespaces)
-                run.pods = _items(api, k8s.PODS, namespaces)
                 kubelet.stop()
                 with kubelet.lock:
                     run.runs = list(kubelet.runs)
                 run.ledger = settled_ledger(api, namespaces)
-            run.controller_log = (workdir / "controller.log").read_text(errors="replace")[-4000:]
             if args.logs:
                 args.logs.mkdir(parents=True, exist_ok=True)
                 shutil.copy(workdir / "controller.log", args.logs / "controller.log")
@@ -460,9 +439,6 @@ def _condition(obj: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
 def _owner(wl: Mapping[str, Any]) -> str:
     refs = wl["metadata"].get("ownerReferences") or [{"name": wl["metadata"]["name"]}]
     return f"{wl['metadata']['namespace']}/{refs[0]['name']}"
-
-
-GPU_MILLI = "gpuplane.dev/gpu-milli"
 
 
 def _usage_milli(wl: Mapping[str, Any]) -> int:
