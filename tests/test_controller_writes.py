@@ -352,3 +352,47 @@ def test_a_pass_that_fails_after_the_session_reported_reasons_loses_none_of_them
     finally:
         controller.stop()
         api.api_client.close()  # type: ignore[no-untyped-call]
+
+
+def test_queue_status_is_derived_again_only_when_what_it_is_derived_from_changed(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scene.setup(nodes=1)
+    scene.submit(scene.job("j", gpus=1))
+    real = controller_module.queue_status_writes
+    calls = {"n": 0}
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controller_module, "queue_status_writes", counted)
+    api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
+    controller = Controller(api, ControllerConfig(leader_election=False))
+    controller.start()
+    try:
+        wait_until(lambda: (controller.reconcile(), scene.admitted("j"))[1], 10, "admitted")
+        wait_until(
+            lambda: (
+                (controller.reconcile(), (scene.list(k8s.CLUSTER_QUEUES)[0].get("status") or {}))[1].get(
+                    "admittedWorkloads"
+                )
+                == 1
+            ),
+            10,
+            "the queue's status written",
+        )
+
+        def quiet() -> bool:  # once the watch has delivered the last writes: two passes, no work
+            seen = calls["n"]
+            controller.reconcile()
+            controller.reconcile()
+            return calls["n"] == seen
+
+        wait_until(quiet, 10, "nothing changed: nothing derived again")
+        before = calls["n"]
+        scene.submit(scene.job("k", gpus=1))
+        wait_until(lambda: (controller.reconcile(), calls["n"] > before)[1], 10, "a new job: derived again")
+    finally:
+        controller.stop()
+        api.api_client.close()  # type: ignore[no-untyped-call]

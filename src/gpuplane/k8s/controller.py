@@ -99,6 +99,12 @@ DEVICES_ANNOTATION = keys.DEVICES_ANNOTATION
 HOSTNAME = keys.HOSTNAME_LABEL
 
 
+# What the queues' status is derived from (:func:`gpuplane.k8s.queue_status.queue_status_writes`).
+_QUEUE_STATUS_INPUTS = frozenset(
+    ("ClusterQueue", "LocalQueue", "Workload", "ResourceFlavor", "Topology", "AdmissionCheck")
+)
+
+
 @dataclass
 class ControllerConfig:
     dry_run_preemption: bool = True
@@ -182,6 +188,7 @@ class Controller:
         self._events = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-event")
         self._pending_written: dict[str, tuple[str, str]] = {}
         self._gang_noted: set[str] = set()  # pods told (by an Event) that they wait for their gang
+        self._queues_dirty = True  # an object the queues' status is derived from changed
         # The pod index, and what a step may have to act on, kept from the cache's changes, so a
         # pass looks only at those (with a full sweep whenever the session is rebuilt).
         self.work = Worklist(tuple(self.config.integrations))
@@ -256,6 +263,7 @@ class Controller:
         if self.config.leader_election and not self.elector.try_acquire_or_renew():
             self.live.invalidate("not the leader")  # another leader may change anything meanwhile
             self.work.sweep_due = True
+            self._queues_dirty = True
             return None
         if not all(informer.synced.is_set() for informer in self.informers):
             # A cache that has not listed yet (or is relisting after 410 Gone) hides admitted
@@ -320,6 +328,8 @@ class Controller:
         changes = self.cache.take_changes()
         for kind, changed in changes.items():
             self._unfed.setdefault(kind, set()).update(changed)
+            if changed and kind in _QUEUE_STATUS_INPUTS:
+                self._queues_dirty = True
         if not self.work.sweep_due:
             self.work.note(changes, self.cache.get)
         if self.work.sweep_due:  # due before, or a Workload was deleted
@@ -849,7 +859,12 @@ class Controller:
 
     def _write_queue_statuses(self) -> None:
         """Bring every ClusterQueue's and LocalQueue's status (counts, flavor usage, Active) up to
-        date; only those that differ are written (:mod:`gpuplane.k8s.queue_status`)."""
+        date; only those that differ are written (:mod:`gpuplane.k8s.queue_status`). Nothing is
+        computed in a pass where none of the objects it is derived from changed."""
+        self._catch_up()
+        if not self._queues_dirty:
+            return
+        self._queues_dirty = False
         items = self.cache.items
         objects = QueueObjects(
             cluster_queues=items("ClusterQueue"),
@@ -872,6 +887,7 @@ class Controller:
         except ApiError as err:
             if not err.not_found:
                 self.counters.add("queue_status_failures")
+                self._queues_dirty = True  # computed and written again next pass
             return
         self.cache.upsert(write.kind, written)
 
