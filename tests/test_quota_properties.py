@@ -25,8 +25,8 @@ from gpuplane.core.flavors import FIT, PREEMPT
 from gpuplane.core.preemption import Preemptor
 from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduler import Scheduler, schedule
-from gpuplane.core.scheduling.queues import Queues
 from gpuplane.core.scheduling.state import Entry
+from gpuplane.core.scheduling.waker import Waker
 from gpuplane.core.session import Session
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.loader import load_state
@@ -294,7 +294,7 @@ def test_work_a_release_leaves_parked_could_not_be_admitted_even_alone(
     qs: list[QueueSpec], ws: list[WorkloadSpec], ends: list[int]
 ) -> None:
     """A finish wakes a workload parked for quota only where the freed quota could take it
-    (``Queues._still_short``). Each one it leaves parked is nominated right then, alone: it must
+    (``Waker.still_short``). Each one it leaves parked is nominated right then, alone: it must
     neither fit nor find victims."""
     state = load_state([("state.yaml", documents(*build(qs, ws, fair=False)))])
     now = default_now(state)
@@ -302,16 +302,16 @@ def test_work_a_release_leaves_parked_could_not_be_admitted_even_alone(
     session.drain(now)
     scheduler = session._scheduler
     kept: list[PendingWorkload] = []
-    original = Queues._still_short
+    original = Waker.still_short
 
-    def spy(self: Queues, pending: PendingWorkload, freed: frozenset[str], verdicts: Any) -> bool:
+    def spy(self: Waker, pending: PendingWorkload, freed: frozenset[str], verdicts: Any) -> bool:
         short: bool = original(self, pending, freed, verdicts)
         if short:
             kept.append(pending)
         return short
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Queues, "_still_short", spy)
+        patch.setattr(Waker, "still_short", spy)
         for step, pick in enumerate(ends, start=1):
             admitted = sorted(scheduler.admitted)
             if not admitted:

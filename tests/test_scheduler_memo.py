@@ -1,7 +1,7 @@
 """The core's remembered nomination outcomes change nothing but the time a pass takes.
 
 A workload parked on a cycle's starting state is remembered by its shape until the state
-changes (``Scheduler._shape``, ``state_version``). These tests run the same simulation with the
+changes (``Shapes.of``, ``state_version``). These tests run the same simulation with the
 memory and without it (every head nominated afresh) and want identical results, on a run that
 saturates the cluster so that long queues, preemption, gangs and node failures all occur.
 """
@@ -16,6 +16,9 @@ import pytest
 
 from calls import count_calls
 from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.scheduling.cycle import Cycle
+from gpuplane.core.scheduling.nominator import Nominator
+from gpuplane.core.scheduling.shapes import Shapes
 from gpuplane.core.scheduling.state import Kind, Parked
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import Workload
@@ -46,11 +49,11 @@ def test_remembered_outcomes_match_fresh_nominations(
     if load is not None:
         loaded = loaded.with_load(load)
     sim = scenario_input(loaded)
-    nominations = count_calls(monkeypatch, Scheduler, "nominate")
+    nominations = count_calls(monkeypatch, Nominator, "nominate")
     _, remembered = run_configuration("gpuplane", sim)
     with_memory = nominations["count"]
     nominations["count"] = 0
-    monkeypatch.setattr(Scheduler, "_shape", lambda *_: None)
+    monkeypatch.setattr(Shapes, "of", lambda *_: None)
     _, fresh = run_configuration("gpuplane", sim)
     assert _without_timings(remembered) == _without_timings(fresh)
     assert remembered["started"] > 0
@@ -73,7 +76,7 @@ def test_cycles_that_only_park_heads_run_in_one_call_with_the_same_outcome(
     _, merged = run_configuration("gpuplane", sim)
     merged_calls = calls["count"]
     calls["count"] = 0
-    monkeypatch.setattr(Scheduler, "_best_effort_only", lambda _self: False)
+    monkeypatch.setattr(Cycle, "best_effort_only", lambda _self: False)
     _, one_by_one = run_configuration("gpuplane", sim)
     assert _without_timings(merged) == _without_timings(one_by_one)
     assert one_by_one["schedulingCycles"] == calls["count"] > merged_calls

@@ -9,8 +9,9 @@ import pytest
 import test_admission_checks as checks
 from calls import count_calls
 from gpuplane.core.config import config_from_kueue
-from gpuplane.core.scheduler import Scheduler, schedule
-from gpuplane.core.scheduling.queues import Queues
+from gpuplane.core.scheduler import schedule
+from gpuplane.core.scheduling.nominator import Nominator
+from gpuplane.core.scheduling.waker import Waker
 from gpuplane.core.session import CycleOutcome, Reason, Session, WorkloadState
 from gpuplane.model.loader import load_state
 from gpuplane.model.objects import ClusterState, Node, Taint, Workload
@@ -441,12 +442,12 @@ def test_a_release_wakes_work_parked_for_quota_only_when_it_could_let_it_in(
     by flavor alone (the rule before sizes were looked at) makes the same decisions at one more
     nomination."""
     if not by_size:
-        monkeypatch.setattr(Queues, "_could_admit_on", lambda *_: True)  # no bound by size
+        monkeypatch.setattr(Waker, "could_admit_on", lambda *_: True)  # no bound by size
     s = session(_borrowing_pair())
     first = s.drain(T)
     assert sorted(a.workload for a in first.admitted) == ["default/a1", "default/b1", "default/b2"]
     assert {p.workload: p.reason for p in first.pending} == {"default/big": Reason.WAITING_FOR_QUOTA}
-    nominations = count_calls(monkeypatch, Scheduler, "nominate")
+    nominations = count_calls(monkeypatch, Nominator, "nominate")
     assert s.finish("default/a1", T + 10)
     second = s.drain(T + 10)
     assert second.admitted == ()
@@ -466,12 +467,12 @@ def test_a_release_wakes_work_parked_for_room_only_when_the_nodes_could_hold_it(
     nomination. ``r1`` ending frees the node, and ``big`` is admitted. Waking by flavor alone
     makes the same decisions at one more nomination."""
     if not by_size:
-        monkeypatch.setattr(Queues, "_could_admit_on", lambda *_: True)  # no bound by size
+        monkeypatch.setattr(Waker, "could_admit_on", lambda *_: True)  # no bound by size
     s = session(cluster(queued("r1", 1, gpu=6), queued("big", 2, gpu=8), queued("r2", 3, gpu=1), nodes=1))
     first = s.drain(T)
     assert sorted(a.workload for a in first.admitted) == ["default/r1", "default/r2"]
     assert {p.workload: p.reason for p in first.pending} == {"default/big": Reason.WAITING_FOR_GANG_CAPACITY}
-    nominations = count_calls(monkeypatch, Scheduler, "nominate")
+    nominations = count_calls(monkeypatch, Nominator, "nominate")
     assert s.finish("default/r2", T + 10)
     second = s.drain(T + 10)
     assert second.admitted == ()

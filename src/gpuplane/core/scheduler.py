@@ -18,25 +18,37 @@ wait aside until capacity is freed in their cohort.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 
+from gpuplane.core.admission_checks import CheckGate
 from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.flavors import EligibilityMemo
+from gpuplane.core.gang import Cluster
+from gpuplane.core.inventory import NeedsMemo
 from gpuplane.core.lifecycle import Reason
-from gpuplane.core.plan import AdmissionDecision, Plan
-from gpuplane.core.scheduling.admit import Admission
-from gpuplane.core.scheduling.order import Ordering
+from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
+from gpuplane.core.preemption import Preemptor
+from gpuplane.core.quota import QuotaTree
+from gpuplane.core.scheduling.cycle import Cycle
+from gpuplane.core.scheduling.decider import Decider
+from gpuplane.core.scheduling.evictor import Evictor
+from gpuplane.core.scheduling.nominator import Nominator
+from gpuplane.core.scheduling.placer import NodePlacer
+from gpuplane.core.scheduling.queue_manager import QueueManager
+from gpuplane.core.scheduling.reservations import CheckedReservations
+from gpuplane.core.scheduling.shapes import Shapes
 from gpuplane.core.scheduling.state import (
     WORKLOAD_LABEL,
     CycleResult,
-    CycleWork,
     Entry,
+    Ledger,
     ScanProgress,
     Status,
-    classical_key,
+    flavors_of,
 )
+from gpuplane.core.scheduling.waker import Waker
 from gpuplane.core.workloads import PendingWorkload
-from gpuplane.model.objects import ClusterState
+from gpuplane.model.objects import ClusterState, ResourceFlavor, Workload
 
 __all__ = [
     "WORKLOAD_LABEL",
@@ -53,37 +65,76 @@ __all__ = [
 ]
 
 
-class Scheduler(Admission, Ordering):
-    """Working state and the cycle, for one ``schedule`` call or one session's whole life.
+class Scheduler:
+    """The working state and the cycle, for one ``schedule`` call or one session's whole life.
 
-    The phases are layers (:mod:`gpuplane.core.scheduling`): queues, nominate, order, preempt,
-    nodes and admit. This class loads the cluster state into them and runs the cycle.
+    It builds the parts (:mod:`gpuplane.core.scheduling`), each holding the others it uses, loads
+    the cluster state into them, and delegates the driver's events and the cycle to them. What it
+    owns itself is only those parts; the attributes below read through to the part that owns each.
     """
 
     def __init__(self, state: ClusterState, config: SchedulerConfig, now: float) -> None:
-        super().__init__(state, config, now)
-        self._all_best_effort: bool | None = None  # see _best_effort_only
+        self.state = state
+        self.config = config
+        self.tree = tree = QuotaTree(state)
+        self.preemptor = preemptor = Preemptor(tree, config, now)
+        self.ledger = ledger = Ledger(tree, now)
+        self.flavors: dict[str, ResourceFlavor] = flavors_of(state)
+        self.gate = gate = CheckGate(state)
+        needs = NeedsMemo(config.devices)  # each pod template's needs, read once
+        eligibility = EligibilityMemo()  # which flavors each pod template may take
+        self.placer = placer = NodePlacer(state, config, self.flavors, needs, ledger.notes)
+        cluster = placer.cluster
+        self.shapes = shapes = Shapes(tree, config, self.flavors, eligibility)
+        self.queue_manager = queues = QueueManager(state, tree, shapes)
+        self.nominator = nominator = Nominator(
+            state,
+            config,
+            ledger,
+            self.flavors,
+            preemptor,
+            gate,
+            needs,
+            eligibility,
+            has_nodes=cluster is not None,
+        )
+        self.waker = waker = Waker(
+            config, tree, queues, shapes, cluster, self.flavors, gate, preemptor, needs
+        )
+        self.evictor = Evictor(state, ledger, queues, waker, cluster, preemptor)
+        self.reservations = CheckedReservations(ledger, gate, placer, queues, waker, preemptor)
+        decider = Decider(config, tree, nominator, placer, gate)
+        self.cycler = Cycle(
+            config, ledger, queues, shapes, nominator, decider, self.evictor, self.reservations, preemptor
+        )
+        self._load(state, now)
+
+    def _load(self, state: ClusterState, now: float) -> None:
+        """Hold what the state says is running or admitted, and queue the rest."""
+        queues, workloads = self.queue_manager, self.ledger.workloads
         for node in self.tree.queues.values():
-            node.active = self._inactive_reason(node) is None
-        if self.cluster is not None:
-            self._hold_running_pods()
+            node.active = self.nominator.inactive_reason(node) is None
+        if self.placer.cluster is not None:
+            self.placer.hold_running_pods()
         for bad in state.invalid_workloads:
             lq = state.local_queues.get(f"{bad.namespace}/{bad.queue_name}") if bad.queue_name else None
-            self.unqueued[bad.key] = (
+            queues.unqueued[bad.key] = (
                 lq.cluster_queue if lq is not None else None,
                 f"{bad.namespace}/{bad.queue_name}" if bad.queue_name else None,
                 Status(Reason.MISCONFIGURED, bad.problem),
             )
         for wl in state.workloads:
-            self.workloads[wl.key] = wl
+            workloads[wl.key] = wl
             if wl.finished:
                 continue
             if wl.admission is not None:
-                self._hold_admitted(wl, now)
+                self.reservations.hold_admitted(wl, now)
                 continue
-            self._enqueue(wl, wl.queue_order_timestamp)
-        for queue in self.queues.values():
+            queues.enqueue(wl, wl.queue_order_timestamp)
+        for queue in queues.queues.values():
             queue.sort(key=PendingWorkload.sort_key)
+
+    # --- the cycle -----------------------------------------------------------
 
     def cycle(self, budget: int = 1) -> CycleResult:
         """Run one scheduling cycle and apply its outcome to the working state.
@@ -97,129 +148,121 @@ class Scheduler(Admission, Ordering):
         the first cycle (which settles admission checks); a cycle that would find no head is
         left to the next call (it is the quiet one that ends a drain).
         """
-        self.cycle_number += 1
-        result = CycleResult()
-        if self.cycle_number == 1:
-            self._settle_checked(result)
-        while True:
-            # Each head's cohort generation as the cycle starts (nothing before the admissions
-            # moves it).
-            generations: dict[str, int] = {}
-            self.preemptor.clear_cache()
-            parked = result.parked
-            entries, shapes = self._nominate_heads(result, generations)
-            if (
-                entries
-                or result.cycles >= budget
-                or self.cycle_number == 1
-                or result.parked == parked
-                or not self._best_effort_only()
-            ):
-                break
-            self.preemptor_of = {}  # what _record_outcomes leaves after a cycle without entries
-            if not self.heads():
-                break
-            self.cycle_number += 1
-            result.cycles += 1
-        if entries:  # nothing to decide otherwise (and nothing searched the preemptor's cache)
-            self._decide(entries, result)
-        self._record_outcomes(entries, shapes, generations, result)
-        if self.cycle_number == 1:
-            self._release_leaving(result)
-        return result
+        return self.cycler.run(budget)
 
-    def _best_effort_only(self) -> bool:
-        """Whether every ClusterQueue is BestEffortFIFO (a StrictFIFO head is never parked)."""
-        if self._all_best_effort is None:
-            self._all_best_effort = all(
-                node.spec.queueing_strategy != "StrictFIFO" for node in self.tree.queues.values()
-            )
-        return self._all_best_effort
+    def nominate(self, pending: PendingWorkload) -> Entry | Status:
+        """The flavors and preemption targets ``pending`` would get now (see :class:`Nominator`)."""
+        return self.nominator.nominate(pending)
 
-    def _nominate_heads(
-        self, result: CycleResult, generations: dict[str, int]
-    ) -> tuple[list[Entry], dict[str, int]]:
-        """Nominate each queue's head; those that cannot be nominated are parked. Returns the
-        entries and, for the heads nominated afresh, their shapes; ``generations`` gets each
-        visited head's cohort generation."""
-        entries: list[Entry] = []
-        if self._failed_version != self.state_version:
-            self._failed.clear()
-            self._failed_version = self.state_version
-        shapes: dict[str, int] = {}
-        for pending in self.heads():
-            if pending.cluster_queue not in generations:
-                generations[pending.cluster_queue] = self._generation(pending.cluster_queue)
-            # A workload whose flavor scan is under way resumes where it stopped, which its
-            # shape does not capture: only scans that start at the first flavor are remembered.
-            progress = self.scan.get(pending.key)
-            fresh = progress is None or not progress.pending_flavors
-            shape = self._shape(pending) if fresh else None
-            if shape is not None:
-                known = self._failed.get(shape)
-                if known is not None:
-                    self.status[pending.key] = Status(known.reason, known.message)
-                    self._park(pending, result)
-                    continue
-                shapes[pending.key] = shape
-            nominated = self.nominate(pending)
-            if isinstance(nominated, Status):
-                self.status[pending.key] = nominated
-                if shape is not None:
-                    self._failed[shape] = nominated
-                self._park(pending, result)
-                continue
-            entries.append(nominated)
-        return entries, shapes
+    def heads(self) -> list[PendingWorkload]:
+        return self.queue_manager.heads()
 
-    def _decide(self, entries: list[Entry], result: CycleResult) -> None:
-        """Try the entries in order, then admit the winners and evict their victims."""
-        work = CycleWork()
-        self.preemptor.forget_no_room()  # the entries' reservations change the tree from here
-        if self.config.fair_sharing:
-            for e in self._fair_order(entries):
-                self._process(e, work)
-        else:
-            # A heap, not a sorted list: an entry that moves on to a later flavor may be put
-            # back by that flavor's key (Admission._put_back).
-            sorting = self.config.priority_sorting_within_cohort
-            later = work.later = [(classical_key(e, sorting), e) for e in entries]
-            heapq.heapify(later)
-            while later:
-                self._process(heapq.heappop(later)[1], work)
-        for cq, usage in reversed(work.reservations):
-            cq.remove_usage_map(usage)
-        self.preemptor.clear_cache()
-        for e in work.admitted:
-            self._admit(e, result)
-        for key, target in work.victims.items():
-            self._evict(target, work.victim_preemptor[key], result)
+    # --- the driver's events between cycles -----------------------------------
 
-    def _record_outcomes(
-        self,
-        entries: list[Entry],
-        shapes: dict[str, int],
-        generations: dict[str, int],
-        result: CycleResult,
-    ) -> None:
-        """Each entry not admitted keeps its reason; it is requeued at once or parked."""
-        self.preemptor_of = {}
-        for e in entries:
-            if e.pending.key in self.admitted and self.admitted[e.pending.key].cycle == self.cycle_number:
-                continue
-            self.status[e.pending.key] = Status(e.reason, e.message)
-            if e.reason == Reason.WAITING_FOR_PREEMPTED:
-                self.preemptor_of[e.pending.cluster_queue] = e.pending.key
-            # A workload with flavors left to scan is requeued at once (PendingFlavors).
-            rescan = self._remember_scan(e, generations[e.pending.cluster_queue], result)
-            if not e.requeue_now and not rescan:
-                self._park(e.pending, result)
-                shape = shapes.get(e.pending.key)
-                if shape is not None and e.decided_alone:
-                    # Parked on the cycle's starting state alone, with no effect on the
-                    # others: a workload of the same shape meets the same outcome until
-                    # the state changes.
-                    self._failed[shape] = Status(e.reason, e.message)
+    def advance(self, now: float) -> None:
+        """Move the scheduler's clock (time is always passed in, never read)."""
+        ledger = self.ledger
+        if now != ledger.now and self.config.min_runtime_seconds > 0:
+            # Only the minimum-runtime protection makes a nomination's outcome depend on the
+            # clock (who may be preempted); otherwise a new instant alone changes nothing.
+            ledger.state_version += 1
+        ledger.now = now
+        self.preemptor.now = now
+
+    def capacity_changed(self, freed: bool) -> None:
+        """A driver changed the nodes outside a cycle (a node failed, or came back: ``freed``).
+
+        Nothing remembered about the old capacity is reused; when capacity was freed, every
+        parked workload gets another look, as after a finish.
+        """
+        self.ledger.state_version += 1
+        if freed:
+            self.queue_manager.wake_all()
+
+    def submit(self, wl: Workload) -> None:
+        """A new pending workload arrives and is queued by its LocalQueue."""
+        self.ledger.workloads[wl.key] = wl
+        self.queue_manager.enqueue(wl, wl.queue_order_timestamp, keep_sorted=True)
+
+    def finish(self, key: str) -> bool:
+        """An admitted workload completed: free its quota and devices (idempotent)."""
+        return self.evictor.finish(key)
+
+    def evict(self, key: str, why: str) -> bool:
+        """Evict an admitted workload outside preemption (reaper, node failure) and requeue it."""
+        return self.evictor.evict(key, why)
+
+    def withdraw(self, key: str) -> bool:
+        """A pending workload was deleted before admission."""
+        if self.queue_manager.withdraw(key):
+            self.nominator.scan.pop(key, None)
+            self.shapes.forget(key)
+            return True
+        return self.queue_manager.unqueued.pop(key, None) is not None
+
+    # --- what the drivers and insight read -----------------------------------
+
+    def pending_count(self) -> int:
+        return self.queue_manager.pending_count()
+
+    def pending_decisions(self) -> list[PendingDecision]:
+        return self.queue_manager.pending_decisions()
+
+    @property
+    def now(self) -> float:
+        return self.ledger.now
+
+    @property
+    def cycle_number(self) -> int:
+        return self.ledger.cycle_number
+
+    @property
+    def state_version(self) -> int:
+        return self.ledger.state_version
+
+    @state_version.setter
+    def state_version(self, value: int) -> None:
+        self.ledger.state_version = value
+
+    @property
+    def workloads(self) -> dict[str, Workload]:
+        return self.ledger.workloads
+
+    @property
+    def admitted(self) -> dict[str, AdmissionDecision]:
+        return self.ledger.admitted
+
+    @property
+    def preempted(self) -> list[PreemptionDecision]:
+        return self.ledger.preempted
+
+    @property
+    def notes(self) -> list[str]:
+        return self.ledger.notes
+
+    @property
+    def cluster(self) -> Cluster | None:
+        return self.placer.cluster
+
+    @property
+    def queues(self) -> dict[str, list[PendingWorkload]]:
+        return self.queue_manager.queues
+
+    @property
+    def status(self) -> dict[str, Status]:
+        return self.queue_manager.status
+
+    @status.setter
+    def status(self, value: dict[str, Status]) -> None:
+        self.queue_manager.status = value
+
+    @property
+    def unqueued(self) -> dict[str, tuple[str | None, str | None, Status]]:
+        return self.queue_manager.unqueued
+
+    @property
+    def preemptor_of(self) -> dict[str, str]:
+        return self.queue_manager.preemptor_of
 
 
 def drain_bound(config: SchedulerConfig, workloads: int) -> int:

@@ -1,35 +1,32 @@
 """The scheduler's working state, and what a cycle passes between its phases.
 
-:class:`SchedulerState` holds the one mutable copy of a scheduling call (or a session): the quota
-tree, the queues and what is remembered about them, the admissions and preemptions so far, and the
-node inventory. Each phase of a cycle is a layer on top of it, in its own module:
+:class:`Ledger` is the record the parts share (clock, versions, admissions, preemptions). Each part
+of the scheduler is one object in its own module, holding references to the parts it uses:
 
-- :mod:`.queues`: the ClusterQueues' queues, their heads, parking, and the events a driver feeds in;
-- :mod:`.nominate`: flavor assignment and preemption targets for one head, and what is remembered
-  about a nomination (flavor scan progress, the outcome per workload shape);
-- :mod:`.order`: the order in which a cycle's entries are tried (classical, or fair sharing);
-- :mod:`.preempt`: evicting victims, overlapping targets, quota held for a preemption to come;
-- :mod:`.nodes`: the gang on the nodes (pods already bound, plans already admitted, a probe);
-- :mod:`.admit`: one entry's outcome in the cycle, the admission itself, and admission checks.
+- :mod:`.shapes`: what a nomination reads of a workload (its shape) and the flavors it could take;
+- :mod:`.queue_manager`: the ClusterQueues' queues, their heads, parking, the pending reasons;
+- :mod:`.fair_order`: the fair-sharing order of a cycle's entries (the classical one is a key);
+- :mod:`.nominator`: flavor assignment and preemption targets for one head, the flavor scan;
+- :mod:`.placer`: the gang on the nodes (pods already bound, plans already admitted, a probe);
+- :mod:`.waker`: which parked workloads a release of quota or nodes wakes;
+- :mod:`.evictor`: what frees quota (a preemption's victims, a finish, an eviction);
+- :mod:`.reservations`: quota reserved while admission checks are pending;
+- :mod:`.cycle`: one cycle, which drives them all.
 
-:class:`gpuplane.core.scheduler.Scheduler` stacks them and runs the cycle.
+:class:`gpuplane.core.scheduler.Scheduler` builds them, loads a cluster state and delegates.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuplane.core.admission_checks import CheckGate, Verdict
-from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.flavors import Assignment, EligibilityMemo
-from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet
-from gpuplane.core.inventory import NeedsMemo
+from gpuplane.core.flavors import Assignment
+from gpuplane.core.gang import GangPlacement, GangPodSet
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
-from gpuplane.core.preemption import Preemptor, Target
+from gpuplane.core.preemption import Target
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource, QuotaTree
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model import labels as keys
-from gpuplane.model.admission_checks import CheckStatus
 from gpuplane.model.objects import ClusterQueue, ClusterState, ResourceFlavor, Workload
 
 # Pending reasons (Kueue's QuotaReserved=False reasons where Kueue has one).
@@ -123,7 +120,7 @@ class CycleWork:
 
 
 Kind = tuple[int, bool, frozenset[str]]  # (shape, parked for room, eligible flavors)
-# What ``Queues._plain_gang`` remembers: workload, queue spec and flavor read, the pod set on the
+# What ``Waker.plain_gang`` remembers: workload, queue spec and flavor read, the pod set on the
 # flavor, and what it asks of each of the flavor's resources in quota.
 PlainGang = tuple[
     Workload, ClusterQueue, ResourceFlavor | None, GangPodSet | None, tuple[tuple[FlavorResource, int], ...]
@@ -133,9 +130,9 @@ PlainGang = tuple[
 class Parked(set[str]):
     """The keys of the parked workloads (BestEffortFIFO), and those a completion's wake may tell
     apart by kind: a workload parked for quota or for room on the nodes, with a shape (see
-    :meth:`SchedulerState._shape`), is filed per ClusterQueue under its shape, its reason (room
+    :meth:`.shapes.Shapes.of`), is filed per ClusterQueue under its shape, its reason (room
     or quota) and the flavors it could be assigned; the others per ClusterQueue as they are.
-    The wake's bounds read of a workload only its kind (:meth:`Queues._still_short`), so a
+    The wake's bounds read of a workload only its kind (:meth:`.waker.Waker.still_short`), so a
     completion decides once per kind instead of once per parked workload. Whatever removes a
     key (an admission, a withdrawal, a wake, new capacity) removes it from the files too."""
 
@@ -181,113 +178,42 @@ class Parked(set[str]):
         self._filed.clear()
 
 
-class SchedulerState:
-    """The working state of one ``schedule`` call, or of a session for its whole life.
+def flavors_of(state: ClusterState) -> dict[str, ResourceFlavor]:
+    """The ResourceFlavors by name. A state with no ResourceFlavor objects at all (a quick what-if
+    file) takes every flavor it names as an empty one: no labels, no taints."""
+    if state.resource_flavors:
+        return dict(state.resource_flavors)
+    named = {f.name for q in state.cluster_queues.values() for g in q.resource_groups for f in g.flavors}
+    named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
+    return {name: ResourceFlavor(name=name) for name in named}
 
-    It is built from a frozen :class:`ClusterState`; the layers above fill the queues and hold
-    what is already running (see :class:`gpuplane.core.scheduler.Scheduler`).
-    """
 
-    def __init__(self, state: ClusterState, config: SchedulerConfig, now: float) -> None:
-        self.state = state
-        self.config = config
+class Ledger:
+    """The record that the scheduler's parts share: the clock and the cycle count, the version that
+    invalidates what is remembered about outcomes (``state_version``), each cohort tree's generation
+    (Kueue's AllocatableResourceGeneration), every workload by key, the admissions that stand, the
+    preemptions made so far and the notes."""
+
+    def __init__(self, tree: QuotaTree, now: float) -> None:
+        self.tree = tree
         self.now = now
-        self.tree = QuotaTree(state)
-        self.preemptor = Preemptor(self.tree, config, now)
-        self.queues: dict[str, list[PendingWorkload]] = {name: [] for name in sorted(state.cluster_queues)}
-        self.parked = Parked()
-        # Per queue, every workload before this index is parked (BestEffortFIFO).
-        self.cursor: dict[str, int] = dict.fromkeys(self.queues, 0)
-        # Per queue, the workload that issued preemptions in the last cycle (drives the next one).
-        self.preemptor_of: dict[str, str] = {}
-        self.status: dict[str, Status] = {}
-        # Workloads not queued anywhere: their ClusterQueue and LocalQueue (if known) and why.
-        self.unqueued: dict[str, tuple[str | None, str | None, Status]] = {}
+        self.cycle_number = 0
+        # Nomination outcomes that park a workload are remembered by shape while nothing changes
+        # the quota tree, the nodes or the clock: whatever does moves this.
+        self.state_version = 0
+        # Per root of the cohort tree, admissions and evictions so far: a change makes an older
+        # flavor scan outdated.
+        self.generation: dict[str, int] = {}
+        self.workloads: dict[str, Workload] = {}
         self.admitted: dict[str, AdmissionDecision] = {}
         self.preempted: list[PreemptionDecision] = []
-        self.workloads: dict[str, Workload] = {}
-        self.cycle_number = 0
-        # Nomination outcomes that park a workload, by workload shape, valid while nothing
-        # changes the quota tree, the nodes or the clock (see ``_remembered``).
-        self.state_version = 0
-        self._failed: dict[int, Status] = {}
-        self._failed_version = -1
-        # Each workload's shape (see ``Nomination._shape``) as the number of its shape in
-        # ``_shape_ids``, with the workload object, queue and priority it was read for.
-        self._shapes: dict[str, tuple[Workload, str, int, int]] = {}
-        self._shape_ids: dict[tuple[object, ...], int] = {}
-        self._eligible: dict[str, tuple[Workload, str, frozenset[str]]] = {}
-        # Per workload and flavor, the wake's room bound's parts that do not depend on usage
-        # (see ``Queues._plain_gang``), with the workload, queue spec and flavor they were read for.
-        self._plain: dict[tuple[str, str], PlainGang] = {}
-        self._inactive: dict[str, str | None] = {}  # by ClusterQueue, see Nomination._inactive_reason
-        self._needs = NeedsMemo(config.devices)  # each pod template's needs, read once
-        self._eligibility = EligibilityMemo()  # which flavors each pod template may take
-        self._sequence = 0
-        self.scan: dict[str, ScanProgress] = {}
-        # Per root of the cohort tree, admissions and evictions so far (Kueue's
-        # AllocatableResourceGeneration): a change makes an older flavor scan outdated.
-        self.generation: dict[str, int] = {}
-        self.flavors = dict(state.resource_flavors)
-        if not self.flavors:
-            # A state with no ResourceFlavor objects at all (a quick what-if file)
-            # takes every flavor it names as an empty one: no labels, no taints.
-            named = {
-                f.name for q in state.cluster_queues.values() for g in q.resource_groups for f in g.flavors
-            }
-            named |= {f.name for c in state.cohorts.values() for g in c.resource_groups for f in g.flavors}
-            self.flavors = {name: ResourceFlavor(name=name) for name in named}
-        self.gate = CheckGate(state)
-        self._checked: list[tuple[Workload, Verdict]] = []  # reserved, waiting for or past checks
-        self._leaving: list[tuple[Workload, CheckStatus]] = []  # reservations a check ends
-        self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
         self.notes: list[str] = []
 
-    # --- flavor scan generations (Kueue's AllocatableResourceGeneration) -----
-
-    def _generation(self, cq_name: str) -> int:
+    def generation_of(self, cq_name: str) -> int:
         return self.generation.get(self.tree.queues[cq_name].root().name, 0)
 
-    def _bump_generation(self, cq_name: str) -> None:
+    def bump_generation(self, cq_name: str) -> None:
         if cq_name in self.tree.queues:
             root = self.tree.queues[cq_name].root().name
             self.generation[root] = self.generation.get(root, 0) + 1
         self.state_version += 1  # whatever moves a cohort's generation may change an outcome
-
-    def _shape(self, pending: PendingWorkload) -> int | None:
-        """What a nomination reads of a workload, as a small number (equal for equal shapes), or
-        ``None`` where the outcome may depend on more (fair sharing orders by usage;
-        ``LowerOrNewerEqualPriority`` by queue time)."""
-        wl = pending.workload
-        cached = self._shapes.get(pending.key)
-        # Read again when requeued elsewhere or at another priority.
-        if cached is not None and cached[0] is wl:
-            _, queue, priority, number = cached
-            if queue == pending.cluster_queue and priority == pending.priority:
-                return number
-        if self.config.fair_sharing:
-            return None
-        policy = self.tree.queues[pending.cluster_queue].spec.preemption
-        if "LowerOrNewerEqualPriority" in (policy.within_cluster_queue, policy.reclaim_within_cohort):
-            return None
-        pod_sets = tuple(
-            (
-                ps.name,
-                ps.count,
-                ps.min_count,
-                ps.required_topology,
-                ps.preferred_topology,
-                tuple(sorted(ps.template.requests.items())),
-                ps.template.limits_below_requests,
-                tuple(sorted(ps.template.node_selector.items())),
-                ps.template.required_node_terms,
-                ps.template.tolerations,
-                tuple(sorted(ps.template.labels.items())),
-                tuple(sorted(ps.template.annotations.items())),
-            )
-            for ps in wl.pod_sets
-        )
-        shape = (pending.cluster_queue, pending.priority, wl.namespace, pod_sets)
-        number = self._shape_ids.setdefault(shape, len(self._shape_ids))
-        self._shapes[pending.key] = (wl, pending.cluster_queue, pending.priority, number)
-        return number

@@ -1,27 +1,42 @@
 """The gang on the nodes: pods already bound and workloads already admitted hold their devices,
-and an entry's gang is placed (or probed, with its victims gone) on the node inventory."""
+and an entry's gang is placed (or probed, with its victims gone) on the node inventory (the gang
+placement's :class:`~gpuplane.core.gang.Cluster`)."""
 
 from __future__ import annotations
 
-from gpuplane.core.gang import GangPlacement, GangPodSet, PlacementFailure
-from gpuplane.core.inventory import pod_needs, recorded_grants
-from gpuplane.core.plan import (
-    PLACEMENT_ANNOTATION,
-    recorded_placement,
-)
+from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
+from gpuplane.core.inventory import NeedsMemo, pod_needs, recorded_grants
+from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.scheduling.state import (
     WORKLOAD_LABEL,
     Entry,
-    SchedulerState,
 )
-from gpuplane.model.labels import DEVICES_ANNOTATION
-from gpuplane.model.objects import WARM_BUFFER_LABEL, Workload
+from gpuplane.model.labels import DEVICES_ANNOTATION, PLACEMENT_ANNOTATION
+from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
+from gpuplane.model.records import recorded_placement
 
 
-class NodePlacement(SchedulerState):
-    """Placing gangs on the scheduler's node inventory."""
+class NodePlacer:
+    """Places gangs on the scheduler's node inventory. Owns that inventory (``cluster``: None when
+    the state has no nodes, and then nothing is placed) and adds to the notes what did not fit."""
 
-    def _hold_running_pods(self) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        config: SchedulerConfig,
+        flavors: dict[str, ResourceFlavor],
+        needs: NeedsMemo,
+        notes: list[str],
+    ) -> None:
+        self.state = state
+        self.config = config
+        self.flavors = flavors
+        self.needs = needs
+        self.notes = notes
+        self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
+
+    def hold_running_pods(self) -> None:
         """Pods bound to nodes hold their resources and devices: the devices recorded on them
         (``DEVICES_ANNOTATION``) first, then, for pods without a record, a fit beside them."""
         assert self.cluster is not None
@@ -52,17 +67,17 @@ class NodePlacement(SchedulerState):
                 grants = []
             self.cluster.hold(owner, pod.node_name, needs, grants)
 
-    def _gang(self, wl: Workload, counts: list[int], flavors: list[dict[str, str]]) -> list[GangPodSet]:
+    def gang(self, wl: Workload, counts: list[int], flavors: list[dict[str, str]]) -> list[GangPodSet]:
         out = []
         for ps, count, chosen in zip(wl.pod_sets, counts, flavors, strict=True):
-            flavor_name = chosen.get(self._needs.device_resource(ps.template)) or next(
+            flavor_name = chosen.get(self.needs.device_resource(ps.template)) or next(
                 (chosen[r] for r in sorted(chosen)), None
             )
             out.append(
                 GangPodSet(
                     name=ps.name,
                     count=count,
-                    needs=self._needs.of(ps.template),
+                    needs=self.needs.of(ps.template),
                     template=ps.template,
                     flavor=self.flavors.get(flavor_name) if flavor_name else None,
                     required_level=ps.required_topology,
@@ -71,7 +86,7 @@ class NodePlacement(SchedulerState):
             )
         return out
 
-    def _admission_gang(self, wl: Workload, *, less_ended: bool = False) -> list[GangPodSet]:
+    def admission_gang(self, wl: Workload, *, less_ended: bool = False) -> list[GangPodSet]:
         """The gang as ``status.admission`` assigned it: counts and flavors per pod set (with
         ``less_ended``, less the pods that ended and will not run again)."""
         assert wl.admission is not None
@@ -82,9 +97,9 @@ class NodePlacement(SchedulerState):
                 max(0, c - wl.reclaimable.get(ps.name, 0)) for c, ps in zip(counts, wl.pod_sets, strict=True)
             ]
         flavors = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in wl.pod_sets]
-        return self._gang(wl, counts, flavors)
+        return self.gang(wl, counts, flavors)
 
-    def _place_admitted(self, wl: Workload) -> None:
+    def place_admitted(self, wl: Workload) -> None:
         """Workloads admitted in the input without (all their) pods hold the devices their
         recorded plan names (``PLACEMENT_ANNOTATION``) while those are free; without such a plan,
         a workload with no pod bound is placed as if running."""
@@ -94,7 +109,7 @@ class NodePlacement(SchedulerState):
         planned = recorded_placement(wl.annotations.get(PLACEMENT_ANNOTATION))
         if planned is not None:
             try:
-                if self.cluster.hold_planned(wl.key, self._admission_gang(wl), planned, wl.reclaimable):
+                if self.cluster.hold_planned(wl.key, self.admission_gang(wl), planned, wl.reclaimable):
                     return
             except ValueError as err:
                 self.notes.append(f"admitted workload {wl.key}: {err}")
@@ -102,18 +117,18 @@ class NodePlacement(SchedulerState):
         if wl.key in self.cluster.owners:
             return
         try:
-            result = self.cluster.place(wl.key, self._admission_gang(wl, less_ended=True))
+            result = self.cluster.place(wl.key, self.admission_gang(wl, less_ended=True))
         except ValueError as err:
             self.notes.append(f"admitted workload {wl.key}: {err}")
             return
         if isinstance(result, PlacementFailure):
             self.notes.append(f"admitted workload {wl.key} has no room on the nodes: {result.message}")
 
-    def _placement_for(self, e: Entry, probe: bool) -> GangPlacement | PlacementFailure:
+    def placement_for(self, e: Entry, probe: bool) -> GangPlacement | PlacementFailure:
         assert self.cluster is not None
         counts = [ps.count for ps in e.assignment.pod_sets]
         flavors = [{r: c.flavor for r, c in ps.flavors.items()} for ps in e.assignment.pod_sets]
-        gang = self._gang(e.pending.workload, counts, flavors)
+        gang = self.gang(e.pending.workload, counts, flavors)
         if not probe:
             return self.cluster.place(e.pending.key, gang)
         owner = f"probe:{e.pending.key}"
@@ -121,3 +136,23 @@ class NodePlacement(SchedulerState):
             result = self.cluster.place(owner, gang)
             self.cluster.release(owner)
         return result
+
+    def to_come(self, e: Entry) -> str:
+        """What may still bring a place: the flavor's warm buffer, and what Karpenter NodePools
+        can still launch for it."""
+        ps = e.assignment.pod_sets[0]
+        resource = self.needs.device_resource(e.pending.workload.pod_sets[0].template)
+        choice = ps.flavors.get(resource)
+        flavor = self.flavors.get(choice.flavor) if choice is not None else None
+        warm = (
+            f"; warm buffer of flavor {flavor.name}: {flavor.warm_nodes} node(s)"
+            if flavor and flavor.warm_nodes
+            else ""
+        )
+        if not self.state.node_pools:
+            return warm
+        pools = capacity_to_come(self.state.node_pools, flavor, self.state.nodes, resource)
+        if not pools:
+            return warm + "; no NodePool can provide this flavor"
+        said = [f"{name} ({'no limit' if left is None else f'{left} {resource}'})" for name, left in pools]
+        return warm + "; NodePools can still bring: " + ", ".join(said)

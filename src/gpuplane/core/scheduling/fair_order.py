@@ -1,27 +1,30 @@
-"""Ordering: the order in which a cycle tries its entries under fair sharing (a tournament on
-dominant resource shares down the cohort tree). The classical order (borrowing, priority, queue
-time) is :func:`gpuplane.core.scheduling.state.classical_key`, which the cycle keeps in a heap
-(:meth:`gpuplane.core.scheduler.Scheduler._decide`)."""
+"""The order in which a cycle tries its entries under fair sharing (a tournament on dominant
+resource shares down the cohort tree). The classical order (borrowing, priority, queue time) is
+:func:`gpuplane.core.scheduling.state.classical_key`, which the cycle keeps in a heap
+(:meth:`gpuplane.core.scheduling.cycle.Cycle.decide`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.quota import (
     DRS,
     CohortNode,
     compare_drs,
 )
-from gpuplane.core.scheduling.state import (
-    Entry,
-    SchedulerState,
-)
+from gpuplane.core.scheduling.state import Entry
 
 
-class Ordering(SchedulerState):
-    """The order of a cycle's entries."""
+class FairOrder:
+    """The fair-sharing order of a cycle's entries. Owns no state: it reads the entries' usage on
+    the quota tree (held there only while their shares are compared) and the configuration."""
 
-    def _fair_order(self, entries: list[Entry]) -> Iterator[Entry]:
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+
+    def order(self, entries: list[Entry]) -> Iterator[Entry]:
+        """The entries, the winner of each cohort tree's tournament first."""
         by_cq: dict[str, Entry] = {e.cq.name: e for e in entries}
         remaining = dict(by_cq)
         roots: dict[str, list[Entry]] = {}
