@@ -1,10 +1,10 @@
 """Gang placement and fragmentation: all-or-nothing gangs on 8-GPU nodes, one profile at a time.
 
 Protocol: a seeded stream of ``--arrivals-per-node`` x nodes workloads arrives one per time unit;
-each is placed whole or not at all through the core's gang placement (``core.gang.Cluster``), or
-dropped (no retries, no preemption), and leaves after an exponential lifetime whose mean makes the
-offered load 130 % of the GPUs. Churn is what fragments a cluster. Every profile sees the same
-stream. The mix (share of workloads):
+each is placed whole or not at all through the core's gang placement
+(``core.placement.gang_placement.Cluster``), or dropped (no retries, no preemption), and leaves
+after an exponential lifetime whose mean makes the offered load 130 % of the GPUs. Churn is what
+fragments a cluster. Every profile sees the same stream. The mix (share of workloads):
 
 =====================  =====  =========================================
 workload               share  pods
@@ -44,8 +44,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet
 from gpuplane.core.inventory import DeviceConfig, pod_needs
+from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gangs import GangPlacement, GangPodSet
 from gpuplane.model.objects import Node, PodTemplate
 
 GPU = "nvidia.com/gpu"

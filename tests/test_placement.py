@@ -23,14 +23,10 @@ from hypothesis import strategies as st
 
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
-from gpuplane.core.gang import (
-    Cluster,
-    GangPlacement,
-    GangPodSet,
-    PlacementFailure,
-)
 from gpuplane.core.inventory import DeviceConfig, DeviceGrant, pod_needs
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.loader import load_state
 from gpuplane.model.objects import ClusterState, Node, PodTemplate

@@ -1,8 +1,9 @@
 """The placement engine: Filter / Score / Reserve plugins chosen by a profile, and gang placement on it.
 
-Engine cases run on a small :class:`GpuCluster`; gang cases run through ``core.gang.Cluster`` with the
-default profile, and check that scoring one node per look gives the order that scoring every sampled
-node gives, and that a recorded plan is held exactly (or not at all when the world changed).
+Engine cases run on a small :class:`GpuCluster`; gang cases run through
+``core.placement.gang_placement.Cluster`` with the default profile, and check that scoring one node per
+look gives the order that scoring every sampled node gives, and that a recorded plan is held exactly
+(or not at all when the world changed).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from gpuplane.core.gang import Cluster, GangPodSet
 from gpuplane.core.inventory import DeviceConfig, DeviceGrant
 from gpuplane.core.placement import engine
+from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gangs import GangPodSet
 from gpuplane.core.placement.gpu_cluster import BoolArray, GpuCluster, GpuRequest, IntArray, NodeSpec
 from gpuplane.core.placement.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from gpuplane.core.plan import AdmissionDecision, PodPlacement, PodSetDecision, placement_annotation
@@ -161,20 +163,19 @@ def test_nodes_that_look_alike_are_scored_once_and_rank_as_scoring_each_would() 
     cluster, ps = varied_cluster()
     cluster.place("probe:default/g", [ps])  # the profile learns the pod's shape
     cluster.release("probe:default/g")
-    request = cluster._gpu_request(ps.needs)
+    request = cluster._scores.request(ps.needs)
     profile = cluster.profile()
+    gpu_rows = cluster._holdings.rows
     assert request is not None
     assert profile is not None
-    assert cluster._mirror is not None
+    assert gpu_rows.array is not None
     sample = cluster.eligible(ps)
-    looks = [cluster._look(s) for s in sample]
+    looks = [gpu_rows.look(s) for s in sample]
     assert len(set(looks)) < len(sample), "the case has nodes that look alike"
-    ranked = cluster._by_score(profile, request, sample, looks, set())
-    # Every node scored on its own, with the mirror fully in step.
-    for s in sample:
-        cluster._sync(s)
-    rows = np.array([cluster._row[s.name] for s in sample], dtype=np.int64)
-    scores = engine.score(profile, cluster._mirror, request, rows)
+    ranked = cluster._scores.ranked(profile, request, sample, looks, set())
+    # Every node scored on its own, with the GPU array fully in step.
+    rows = gpu_rows.rows_of(sample)
+    scores = engine.score(profile, gpu_rows.array, request, rows)
     assert len(set(scores.tolist())) > 1, "the case has nodes that score differently"
     want = [sample[i] for i in np.lexsort((np.arange(len(sample)), -scores))]
     assert [s.name for s in ranked] == [s.name for s in want]

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuplane.core import gang as core_gang
-from gpuplane.core.gang import GangPlacement, GangPodSet
 from gpuplane.core.inventory import pod_needs
+from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gangs import GangPlacement, GangPodSet
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig, config_from_kueue
@@ -756,7 +756,7 @@ def _flavored(ctx: _Context, p: PendingDecision, wl: Workload) -> list[list[Gang
     ]
 
 
-def _owner_nodes(cluster: core_gang.Cluster) -> dict[str, set[str]]:
+def _owner_nodes(cluster: Cluster) -> dict[str, set[str]]:
     return {owner: {name for name, _, _ in items} for owner, items in cluster.owners.items()}
 
 
@@ -802,7 +802,7 @@ def _fragmented(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[
     return (), "wait: no single preemption makes room; capacity frees as workloads finish"
 
 
-def _placed_without(cluster: core_gang.Cluster, owner: str, gang: list[GangPodSet], probe: str) -> list[str]:
+def _placed_without(cluster: Cluster, owner: str, gang: list[GangPodSet], probe: str) -> list[str]:
     """The nodes the gang lands on once ``owner`` is gone (empty: it still does not fit).
 
     Probes under the core's undo: the cluster is unchanged afterwards.

@@ -1,0 +1,41 @@
+"""A gang as placement sees it (its pod sets and what they need), and where it went or why not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplane.core.inventory import DeviceGrant, PodNeeds
+from gpuplane.model.objects import PodTemplate, ResourceFlavor
+
+
+@dataclass(frozen=True, slots=True)
+class GangPodSet:
+    """One pod set of a gang, as placement needs it."""
+
+    name: str
+    count: int
+    needs: PodNeeds
+    template: PodTemplate
+    flavor: ResourceFlavor | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlace:
+    node: str
+    grants: tuple[DeviceGrant, ...]
+
+
+@dataclass(slots=True)
+class GangPlacement:
+    """Where every pod of every pod set went (in pod set order)."""
+
+    pods: dict[str, list[PodPlace]] = field(default_factory=dict)
+    repartitions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementFailure:
+    reason: str
+    message: str
