@@ -21,14 +21,15 @@ import pytest
 from apiserver.fixtures import Cluster, Kubectl
 from apiserver.server import ApiServerDouble
 from controller_harness import JobController, Scene, make_scene, wait_until
-from gpuplane.core.session import PLACEMENT_ANNOTATION
 from gpuplane.k8s import api as k8s
-from gpuplane.k8s import controller as controller_module
+from gpuplane.k8s import binding as binding_module
+from gpuplane.k8s import reporting as reporting_module
 from gpuplane.k8s.api import KubeApi, load_api_client
 from gpuplane.k8s.controller import Controller, ControllerConfig
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.ratelimit import RateLimiter
 from gpuplane.k8s.webhook import serve
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from testca import issue
 
 pytestmark = pytest.mark.timeout(60)
@@ -270,7 +271,7 @@ def test_a_pass_that_fails_while_fitting_a_gang_sends_the_whole_gangs_and_forget
     assert isinstance(jc, JobController)
     jc.held = {"a", "b"}  # no pods until both gangs are admitted
     scene.submit(scene.job("a", pods=2, gpus=4), scene.job("b", pods=2, gpus=4))
-    real = controller_module.binding_writes
+    real = binding_module.binding_writes
     armed = {"calls": 0, "on": False}
 
     def flaky(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -280,7 +281,7 @@ def test_a_pass_that_fails_while_fitting_a_gang_sends_the_whole_gangs_and_forget
                 raise RuntimeError("a bug while fitting the second pod of the second gang")
             yield bind
 
-    monkeypatch.setattr(controller_module, "binding_writes", flaky)
+    monkeypatch.setattr(binding_module, "binding_writes", flaky)
     api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
     controller = Controller(api, ControllerConfig(leader_election=False))
     controller.start()
@@ -319,7 +320,7 @@ def test_a_pass_that_fails_after_the_session_reported_reasons_loses_none_of_them
     scene.submit(scene.job("big", gpus=8))  # more than the queue's quota: pending for ever
     api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
     controller = Controller(api, ControllerConfig(leader_election=False))
-    real = controller._record_pending
+    real = controller.pending.record
     failures = {"left": 1}
 
     def broken(plan: Any) -> None:
@@ -328,7 +329,7 @@ def test_a_pass_that_fails_after_the_session_reported_reasons_loses_none_of_them
             raise RuntimeError("the connection broke before the pending reasons were written")
         real(plan)
 
-    monkeypatch.setattr(controller, "_record_pending", broken)
+    monkeypatch.setattr(controller.pending, "record", broken)
     controller.start()
     try:
         wait_until(lambda: controller.cache.items("Job"), 10, "the job cached")
@@ -359,14 +360,14 @@ def test_queue_status_is_derived_again_only_when_what_it_is_derived_from_changed
 ) -> None:
     scene.setup(nodes=1)
     scene.submit(scene.job("j", gpus=1))
-    real = controller_module.queue_status_writes
+    real = reporting_module.queue_status_writes
     calls = {"n": 0}
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(controller_module, "queue_status_writes", counted)
+    monkeypatch.setattr(reporting_module, "queue_status_writes", counted)
     api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
     controller = Controller(api, ControllerConfig(leader_election=False))
     controller.start()

@@ -33,15 +33,22 @@ from typer.main import get_command
 import gpuplane
 from apiserver.fixtures import E2E_KUBECONFIG
 from gpuplane.cli.app import build_app
+from gpuplane.k8s import admitting as k8s_admitting
 from gpuplane.k8s import api as k8s_api
+from gpuplane.k8s import binding as k8s_binding
 from gpuplane.k8s import clusterstate as k8s_clusterstate
 from gpuplane.k8s import controller as k8s_controller
+from gpuplane.k8s import creating as k8s_creating
 from gpuplane.k8s import eta_writer, integrations, leader, visibility
+from gpuplane.k8s import evicting as k8s_evicting
+from gpuplane.k8s import finishing as k8s_finishing
 from gpuplane.k8s import informer as k8s_informer
 from gpuplane.k8s import provisioning as k8s_provisioning
+from gpuplane.k8s import reporting as k8s_reporting
 from gpuplane.k8s import spot as k8s_spot
 from gpuplane.k8s import warm as k8s_warm
 from gpuplane.k8s import webhook as webhook_module
+from gpuplane.k8s import writing as k8s_writing
 from gpuplane.k8s.api import Resource
 from gpuplane.k8s.webhook import WebhookSettings, job_patch, pod_patch
 from gpuplane.model import labels as keys
@@ -332,8 +339,8 @@ def test_chart_crds_are_the_same_files() -> None:
 
 # --- RBAC -------------------------------------------------------------------------------------------
 
-# Written from reading src/gpuplane/k8s/controller.py and leader.py; the informers' list/watch is
-# derived below. test_written_list_matches_the_code keeps this list honest.
+# Written from reading src/gpuplane/k8s/controller.py, its write paths and leader.py; the informers'
+# list/watch is derived below. test_written_list_matches_the_code keeps this list honest.
 CONTROLLER_WRITES: set[Perm] = {
     (k8s_api.KUEUE, "workloads", "create"),  # a Workload per queued job / gated pod group
     (k8s_api.KUEUE, "workloads/status", "update"),  # admission, eviction, pending reason
@@ -396,7 +403,7 @@ def _resources_named(node: ast.expr) -> list[Resource]:
     text = ast.unparse(node)
     if text == "self.resource":  # an informer: one of the informer resources
         return _informer_resources()
-    if text == "resource":  # Controller._write: a job of an integration, or a pod
+    if text == "resource":  # Binder._write: a job of an integration, or a pod
         return [k8s_api.PODS, *(i.resource for i in integrations.INTEGRATIONS.values())]
     if text == "res":  # Provisioner._make: a ProvisioningRequest or its PodTemplate
         return [k8s_api.PROVISIONING_REQUESTS, k8s_api.POD_TEMPLATES]
@@ -441,6 +448,13 @@ def _api_calls(module: Any) -> Iterator[Perm]:
 def _code_perms() -> set[Perm]:
     modules = (
         k8s_controller,
+        k8s_creating,
+        k8s_admitting,
+        k8s_evicting,
+        k8s_finishing,
+        k8s_binding,
+        k8s_reporting,
+        k8s_writing,
         leader,
         k8s_informer,
         eta_writer,

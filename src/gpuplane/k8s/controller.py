@@ -19,8 +19,15 @@ One reconcile pass (only on the leader, once every informer has synced)::
       7. pending workloads get a QuotaReserved=False condition with the core's reason
 
 What each step writes (all but the stopping of evicted jobs) is decided by pure functions that
-return the writes as data (:mod:`gpuplane.k8s.plan_writes`, :mod:`gpuplane.k8s.bind_writes`); this
-class gathers their inputs from the cache and the worklist and applies them.
+return the writes as data (:mod:`gpuplane.k8s.plan_writes`, :mod:`gpuplane.k8s.bind_writes`). The
+write paths gather their inputs from the cache and the worklist and apply them, each its own object:
+:class:`~gpuplane.k8s.creating.WorkloadCreation` (step 1), :class:`~gpuplane.k8s.admitting.Admissions`
+(step 2 and the evictions that admission checks decide), :class:`~gpuplane.k8s.evicting.Evictions`
+(steps 3 and 4), :class:`~gpuplane.k8s.binding.Binder` (steps 5 and 6),
+:class:`~gpuplane.k8s.reporting.PendingReasons` (step 7), :class:`~gpuplane.k8s.finishing.Finishing`
+(jobs that ended) and :class:`~gpuplane.k8s.reporting.QueueStatuses`; the Events and the writer
+threads are :mod:`gpuplane.k8s.writing`'s. :class:`Controller` is the loop: leader election, the
+informers, the scheduling session, and the order of the steps.
 
 Writes that do not depend on each other (admissions of different workloads, bindings of
 different pods, statuses) go out at once from a pool of threads; the client's QPS and
@@ -32,66 +39,34 @@ state.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from gpuplane.core.session import (
-    PLACEMENT_ANNOTATION,
-    CheckEviction,
-    ConditionType,
-    CycleOutcome,
-    Plan,
-    Reason,
-    SchedulerConfig,
-    Session,
-    config_from_kueue,
-)
-from gpuplane.k8s import api as k8s
+from gpuplane.core.session import CycleOutcome, Plan, SchedulerConfig, Session, config_from_kueue
 from gpuplane.k8s import integrations as jobs
-from gpuplane.k8s.api import ApiError, KubeApi
-from gpuplane.k8s.bind_writes import (
-    NodeView,
-    binding_writes,
-    gang_plan,
-    release_writes,
-    waiting,
-    workload_create_writes,
-)
+from gpuplane.k8s.admitting import Admissions
+from gpuplane.k8s.api import KubeApi
+from gpuplane.k8s.binding import Binder
 from gpuplane.k8s.clusterstate import STATE_RESOURCES
-from gpuplane.k8s.informer import Cache, Informer, object_key
-from gpuplane.k8s.leader import LeaderElector, micro_time
+from gpuplane.k8s.creating import WorkloadCreation
+from gpuplane.k8s.evicting import Evictions
+from gpuplane.k8s.finishing import Finishing
+from gpuplane.k8s.informer import Cache, Informer
+from gpuplane.k8s.leader import LeaderElector
 from gpuplane.k8s.live_session import LiveSession
-from gpuplane.k8s.plan_writes import (
-    Verb,
-    Write,
-    admission_writes,
-    copy_object,
-    eviction_writes,
-    finished_workload,
-    pending_writes,
-    preemption_writes,
-)
-from gpuplane.k8s.provisioning import (
-    Provisioner,
-    awaiting_checks,
-    evicted_by_check,
-)
-from gpuplane.k8s.queue_status import QueueObjects, QueueStatusWrite, queue_status_writes
+from gpuplane.k8s.provisioning import Provisioner
+from gpuplane.k8s.reporting import PendingReasons, QueueStatuses
 from gpuplane.k8s.spot import InterruptionGuard
-from gpuplane.k8s.warm import WarmBuffer
+from gpuplane.k8s.warm import WarmBuffer, placeholder_resource
 from gpuplane.k8s.worklist import Worklist
+from gpuplane.k8s.writing import Counters, Events, Tools, WritePool
 from gpuplane.model import labels as keys
-from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.errors import InputError
 from gpuplane.model.objects import ClusterState
+
+__all__ = ["Controller", "ControllerConfig", "Counters"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +82,10 @@ _QUEUE_STATUS_INPUTS = frozenset(
 
 @dataclass
 class ControllerConfig:
+    """How the controller runs (owns only settings): preemption as a dry run or not, leader
+    election and its lease, the job kinds it integrates, the scheduler's configuration (else the
+    cluster's Kueue configuration), the writer threads, and the session's resync period."""
+
     dry_run_preemption: bool = True
     leader_election: bool = True
     identity: str = "gpuplane-0"
@@ -121,45 +100,13 @@ class ControllerConfig:
     session_resync_seconds: float = 300.0  # the scheduling session is rebuilt from the cache this often
 
 
-@dataclass
-class Counters:
-    """What the controller did; safe to update from the writer threads through :meth:`add`."""
-
-    admitted: int = 0
-    bound: int = 0
-    preempted: int = 0
-    released: int = 0  # evicted workloads whose quota was given back
-    finished: int = 0  # workloads marked Finished because their job ended
-    would_preempt: int = 0
-    write_failures: int = 0
-    workloads_created: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, name: str, amount: int = 1) -> None:
-        """Add to the counter ``name`` (a field, or else an entry of :attr:`extra`)."""
-        with self.lock:
-            if name in _COUNTER_FIELDS:
-                setattr(self, name, getattr(self, name) + amount)
-            else:
-                self.extra[name] = self.extra.get(name, 0) + amount
-
-
-_COUNTER_FIELDS = frozenset(
-    (
-        "admitted",
-        "bound",
-        "preempted",
-        "released",
-        "finished",
-        "would_preempt",
-        "write_failures",
-        "workloads_created",
-    )
-)
-
-
 class Controller:
+    """The reconcile loop (module docstring). It owns the informers and their cache, the lease, the
+    long-lived scheduling session, the worklist and the changes taken from the cache but not yet
+    fed to the session; it runs the steps of a pass in order, each through the write path that
+    owns it. Counters and observers (called after each pass with the state, the plan, the time
+    and the pass's seconds: metrics, visibility, ETA) are its public surface."""
+
     def __init__(
         self, api: KubeApi, config: ControllerConfig | None = None, clock: Callable[[], float] = time.time
     ) -> None:
@@ -182,24 +129,37 @@ class Controller:
             lease_duration=self.config.lease_duration,
             clock=clock,
         )
-        self._writers = ThreadPoolExecutor(
-            max_workers=max(1, self.config.write_workers), thread_name_prefix="gpuplane-write"
-        )
-        self._events = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-event")
-        self._pending_written: dict[str, tuple[str, str]] = {}
-        self._gang_noted: set[str] = set()  # pods told (by an Event) that they wait for their gang
-        self._queues_dirty = True  # an object the queues' status is derived from changed
+        self.writes = WritePool(self.config.write_workers)
+        self.events = Events(api, clock, self.counters)
         # The pod index, and what a step may have to act on, kept from the cache's changes, so a
         # pass looks only at those (with a full sweep whenever the session is rebuilt).
         self.work = Worklist(tuple(self.config.integrations))
         self._unfed: dict[str, set[str]] = {}  # changed keys taken from the cache, not yet fed
         self._rebuilds_swept = -1
-        self.provisioner = Provisioner(api, self.cache, clock, self._event)
-        self.warm = WarmBuffer(api, self.cache, self.config.lease_namespace, self._event)
+        event = self.events.record
+        devices = (self.config.scheduler or SchedulerConfig()).devices
+        self.provisioner = Provisioner(api, self.cache, clock, event)
+        self.warm = WarmBuffer(
+            api, self.cache, self.config.lease_namespace, event, placeholder_resource(devices)
+        )
         self.warm.keys = lambda: self.work.placeholders
         self.interruptions = InterruptionGuard(
-            api, self.cache, clock, self._event, self.config.checkpoint_grace_seconds
+            api, self.cache, clock, event, self.config.checkpoint_grace_seconds
         )
+        tools = Tools(
+            api, self.cache, self.work, self.counters, clock, self.writes.each, event, self.live.invalidate
+        )
+        self.pending = PendingReasons(tools)
+        self.queues = QueueStatuses(tools)
+        self.creation = WorkloadCreation(tools)
+        self.admissions = Admissions(tools)
+        self.evictions = Evictions(
+            tools, dry_run=self.config.dry_run_preemption, forget_pending=self.pending.forget
+        )
+        self.finishing = Finishing(
+            tools, integrations=tuple(self.config.integrations), forget_pending=self.pending.forget
+        )
+        self.binder = Binder(tools, devices=devices, clear_warm=self.warm.clear)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -219,8 +179,8 @@ class Controller:
 
     def close(self) -> None:
         """End the writer and Event threads (idempotent); writes in flight finish first."""
-        self._writers.shutdown(wait=True)
-        self._events.shutdown(wait=True)
+        self.writes.close()
+        self.events.close()
 
     def run(self, stop: Callable[[], bool], interval: float = 1.0) -> None:
         while not stop():
@@ -230,21 +190,6 @@ class Controller:
                 log.exception("reconcile failed")
             self.cache.changed.wait(interval)
             self.cache.changed.clear()
-
-    def _each(self, writes: Iterable[Callable[[], None]]) -> None:
-        """Run independent writes at once on the writer threads and wait for all of them.
-
-        Each write handles its own API errors; anything else it raises (a bug, a broken
-        connection) is raised here once every write has ended, so no write outlives its pass.
-        """
-        futures = [self._writers.submit(write) for write in writes]
-        failure: BaseException | None = None
-        for future in futures:
-            error = future.exception()
-            if error is not None and failure is None:
-                failure = error
-        if failure is not None:
-            raise failure
 
     # --- one pass -----------------------------------------------------------------
 
@@ -263,7 +208,7 @@ class Controller:
         if self.config.leader_election and not self.elector.try_acquire_or_renew():
             self.live.invalidate("not the leader")  # another leader may change anything meanwhile
             self.work.sweep_due = True
-            self._queues_dirty = True
+            self.queues.dirty = True
             return None
         if not all(informer.synced.is_set() for informer in self.informers):
             # A cache that has not listed yet (or is relisting after 410 Gone) hides admitted
@@ -278,8 +223,9 @@ class Controller:
         self.warm.reconcile()
         with self.counters.lock:
             self.counters.extra["warm_buffer_pods"] = sum(self.warm.sizes.values())
-        self._ensure_workloads()
-        self._finish_workloads()
+        self.creation.run()
+        self._catch_up()
+        self.finishing.run()
         failures = self.counters.write_failures
         replanned = self.counters.extra.get("replanned_devices", 0)
         plan = self._schedule()
@@ -288,19 +234,23 @@ class Controller:
         # Quota that evicted, stopped workloads give back is released before any admission that the
         # plan made with it is written: the API never shows both holding it at once. That includes
         # the workloads whose admission checks the plan ended: their evictions are written first.
-        self._each(partial(self._write_check_eviction, e) for e in plan.check_evictions)
-        self._stop_evicted(stop_jobs=False)
-        self._apply_admissions(plan)
+        self.admissions.write_check_evictions(plan)
+        self._catch_up()
+        self.evictions.stop_evicted(stop_jobs=False)
+        self.admissions.write_admissions(plan)
         self.provisioner.reconcile(plan)
-        self._apply_preemptions(plan)
-        self._stop_evicted()
-        self._release_and_bind()
-        self._record_pending(plan)
+        self.evictions.preempt(plan)
+        self._catch_up()
+        self.evictions.stop_evicted()
+        self._catch_up()
+        self.binder.run()
+        self.pending.record(plan)
         if self.counters.write_failures > failures:
             self.live.invalidate("a write failed")  # the cluster may not show what the session holds
         if self.counters.extra.get("replanned_devices", 0) > replanned:
             self.live.invalidate("devices chosen again at bind time")
-        self._write_queue_statuses()
+        self._catch_up()
+        self.queues.write()
         self._notify(plan, time.monotonic() - started)
         return plan
 
@@ -314,154 +264,19 @@ class Controller:
             except Exception:  # an observer (metrics, visibility) never stops scheduling
                 log.exception("pass observer failed")
 
-    def _priorities(self) -> dict[str, int]:
-        out = {}
-        for pc in self.cache.items("WorkloadPriorityClass"):
-            value = pc.get("value")
-            if isinstance(value, int):
-                out[pc["metadata"]["name"]] = value
-        return out
-
     def _catch_up(self) -> None:
         """Take the keys the cache noted as changed into the worklist (or sweep it, when due), and
-        keep them for the session's next sync."""
+        keep them for the session's next sync. Every step that looks at the worklist's candidates
+        is preceded by one, so it sees what the steps before it wrote."""
         changes = self.cache.take_changes()
         for kind, changed in changes.items():
             self._unfed.setdefault(kind, set()).update(changed)
             if changed and kind in _QUEUE_STATUS_INPUTS:
-                self._queues_dirty = True
+                self.queues.dirty = True
         if not self.work.sweep_due:
             self.work.note(changes, self.cache.get)
         if self.work.sweep_due:  # due before, or a Workload was deleted
             self.work.sweep(self.cache.items)
-
-    def _create_workload(self, body: dict[str, Any]) -> None:
-        try:
-            created = self.api.create(k8s.WORKLOADS, body, body["metadata"]["namespace"])
-        except ApiError as err:
-            if not err.conflict:
-                self.counters.add("write_failures")
-            return
-        self.cache.upsert("Workload", created)
-        self.counters.add("workloads_created")
-
-    def _ensure_workloads(self) -> None:
-        """Create the Workloads of queued jobs and gated pod groups that have none.
-
-        Only the worklist's candidates are looked at (jobs and pod groups that changed, or whose
-        Workload is still being created); one that needs no Workload leaves the list."""
-        candidates = [(kind, key, self.cache.get(kind, key)) for kind, key in sorted(self.work.to_create)]
-        groups = []
-        for group in sorted(self.work.groups):
-            ns, name = group
-            members = self.work.pods_by.get((ns, "group", name), set()) | self.work.pods_by.get(
-                (ns, "name", name), set()
-            )
-            groups.append(
-                (group, [p for key in sorted(members) if (p := self.cache.get("Pod", key)) is not None])
-            )
-        creations = workload_create_writes(candidates, groups, self.work.owned, self._priorities())
-        self.work.to_create -= creations.settled_jobs
-        self.work.groups -= creations.settled_groups
-        self._each(partial(self._create_workload, w.body) for w in creations.writes)
-
-    # --- finishing ---------------------------------------------------------------------------
-    #
-    # As Kueue does: a job that ended (its kind's terminal condition; for plain pods and pod
-    # groups, every pod in a terminal phase) gets Finished=True on its Workload, which gives the
-    # quota and devices back in this same pass (the session sees the change before it schedules);
-    # the Workload of a job that is gone is deleted (on a real cluster the garbage collector may
-    # get there first). Candidates are the worklist's: Workloads whose job or pods changed, every
-    # Workload after a sweep, so a restarted controller finishes what ended while it was down.
-
-    def _finish_workloads(self) -> None:
-        self._catch_up()
-        now = micro_time(self.clock())
-        finishes: list[Callable[[], None]] = []
-        candidates = sorted(self.work.to_finish)
-        self.work.to_finish.clear()  # a change of the Workload, its job or a pod makes it one again
-        for key in candidates:
-            wl = self.cache.get("Workload", key)
-            if wl is None or _condition(wl, ConditionType.FINISHED):
-                continue
-            watched = [
-                ref
-                for ref in wl["metadata"].get("ownerReferences") or []
-                if ref.get("kind") in self.config.integrations
-            ]
-            owner = self._owner_job(wl)
-            if watched and owner is None:
-                finishes.append(partial(self._delete_orphan, wl))
-                continue
-            if owner is not None:
-                ended = jobs.outcome(*owner)
-                if ended is None and wl.get("status", {}).get("admission"):
-                    finishes += self._reclaim(wl, jobs.reclaimable_pods(*owner))
-            elif not wl["metadata"].get("ownerReferences") and wl.get("status", {}).get("admission"):
-                expected = sum(int(ps.get("count", 1)) for ps in wl.get("spec", {}).get("podSets", []))
-                ended = jobs.pods_outcome(self._pods_of(wl), expected)
-            else:
-                ended = None
-            if ended is not None:
-                body = finished_workload(wl, ended.succeeded, ended.message, now)
-                finishes.append(partial(self._write_finished, body, ended.succeeded, ended.message))
-        self._each(finishes)
-
-    def _reclaim(self, wl: dict[str, Any], counts: dict[str, int]) -> list[Callable[[], None]]:
-        """The write of ``status.reclaimablePods`` when the job's ended pods differ from it: the
-        quota and devices of pods that will not run again go back before the job finishes."""
-        if jobs.recorded_reclaimable(wl) == counts:
-            return []
-        body = copy_object(wl)
-        body["status"]["reclaimablePods"] = [{"name": n, "count": c} for n, c in sorted(counts.items())]
-        return [partial(self._write_reclaimable, body)]
-
-    def _write_ended_status(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        """Write a Workload status the finishing step decided (cached on success); on failure the
-        Workload is a finishing candidate again next pass. None when it was not written."""
-        try:
-            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
-        except ApiError as err:
-            if not err.not_found:
-                self.counters.add("write_failures")
-                self.work.to_finish.add(object_key(body))
-            return None
-        self.cache.upsert("Workload", written)
-        return written
-
-    def _write_reclaimable(self, body: dict[str, Any]) -> None:
-        if self._write_ended_status(body) is None:
-            return
-        self.counters.add("reclaimed_pods")
-        reclaimable = body["status"]["reclaimablePods"]
-        log.info("workload %s: pods that ended give their quota back: %s", object_key(body), reclaimable)
-
-    def _write_finished(self, body: dict[str, Any], succeeded: bool, message: str) -> None:
-        written = self._write_ended_status(body)
-        if written is None:
-            return
-        key = object_key(body)
-        self._pending_written.pop(key, None)
-        self.counters.add("finished")
-        outcome = "succeeded" if succeeded else "failed"
-        _log_workload("finished", key, f"{outcome} ({message})")
-        self._event(written, "Normal" if succeeded else "Warning", Reason.FINISHED, message)
-
-    def _delete_orphan(self, wl: dict[str, Any]) -> None:
-        """Delete the Workload of a job that is gone (the one with that name, if any, is another)."""
-        meta = wl["metadata"]
-        try:
-            self.api.delete(
-                k8s.WORKLOADS, meta["name"], meta["namespace"], preconditions={"uid": meta.get("uid")}
-            )
-        except ApiError as err:
-            if not err.not_found and not err.conflict:
-                self.counters.add("write_failures")
-                self.work.to_finish.add(object_key(wl))  # looked at again next pass
-            return
-        self.cache.remove("Workload", wl)
-        self.counters.add("orphans_deleted")
-        _log_workload("deleted", object_key(wl), "its job is gone")
 
     def _scheduler_config(self, state: ClusterState) -> SchedulerConfig:
         return replace(
@@ -503,453 +318,6 @@ class Controller:
             self.live.invalidate("the last pass preempted")
         return plan
 
-    # --- admissions -------------------------------------------------------------
-
-    def _apply_admissions(self, plan: Plan) -> None:
-        writes = admission_writes(partial(self.cache.get, "Workload"), plan, micro_time(self.clock()))
-        if len(writes) < len(plan.admitted):
-            self.live.invalidate("an admission was not written")
-        for write in writes:
-            self.cache.assume("Workload", write.body)  # assume, then write
-        self._each(partial(self._write_admission, w) for w in writes)
-
-    def _write_admission(self, write: Write) -> None:
-        """Write an assumed admission; forget the assumption if the write fails, for any reason.
-
-        The plan's placement annotation (metadata, which a status write leaves alone) goes first,
-        when it differs from the one recorded on the observed Workload: an admission is never
-        written without it.
-        """
-        updated = write.body
-        planned = (updated["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION)
-        try:
-            if planned != write.recorded:
-                meta = updated["metadata"]
-                # The observed version is a precondition: a Workload changed meanwhile (admitted by
-                # another replica, say) keeps its own placement, and this admission is retried.
-                patch: dict[str, Any] = {"metadata": {"annotations": {PLACEMENT_ANNOTATION: planned}}}
-                if meta.get("resourceVersion"):
-                    patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
-                patched = self.api.patch(k8s.WORKLOADS, meta["name"], patch, meta.get("namespace"))
-                meta["resourceVersion"] = patched["metadata"]["resourceVersion"]
-            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
-        except ApiError as err:
-            self.cache.forget("Workload", write.workload)
-            self.counters.add("write_failures")
-            log.debug("admission of %s failed: %s", write.workload, err)
-            return
-        except BaseException:
-            self.cache.forget("Workload", write.workload)
-            raise
-        self.cache.upsert("Workload", written)
-        self.counters.add("admitted")
-        assert write.admission is not None
-        _log_workload("admitted", write.workload, f"by ClusterQueue {write.admission.cluster_queue}")
-        self._event(
-            written,
-            "Normal",
-            Reason.QUOTA_RESERVED,
-            f"Admitted by ClusterQueue {write.admission.cluster_queue}",
-        )
-
-    def _write_check_eviction(self, eviction: CheckEviction) -> None:
-        """A Retry check evicts the workload (its quota goes back once its job has stopped, as for
-        a preemption victim, and it is queued again); a Rejected one also deactivates it."""
-        wl = self.cache.get("Workload", eviction.workload)
-        if wl is None or _condition(wl, ConditionType.EVICTED) or not wl.get("status", {}).get("admission"):
-            return
-        updated = evicted_by_check(wl, eviction, micro_time(self.clock()))
-        try:
-            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
-            if eviction.state == CheckState.REJECTED and written.get("spec", {}).get("active", True):
-                written = self.api.replace(
-                    k8s.WORKLOADS, {**written, "spec": {**written["spec"], "active": False}}
-                )
-        except ApiError:
-            self.counters.add("write_failures")
-            return
-        self.cache.upsert("Workload", written)
-        self.counters.add("check_evictions")
-        _log_workload("evicted", eviction.workload, f"by admission check: {eviction.state}")
-        self._event(
-            written, "Warning", "EvictedDueToAdmissionCheck", updated["status"]["conditions"][-1]["message"]
-        )
-
-    # --- preemption ---------------------------------------------------------------
-    #
-    # Kueue's eviction, step by step (each step is one pass or more; each is idempotent):
-    #
-    #   admitted --preempted--> Evicted+Preempted, admission and quota kept
-    #            --stop------->  pods evicted, job suspended
-    #            --inactive--->  admission cleared, QuotaReserved=False: queued again
-    #
-    # The victim's quota is given back only once its job is no longer active, so a preemptor is
-    # never admitted into room that the victim's pods still use.
-
-    def _apply_preemptions(self, plan: Plan) -> None:
-        get = partial(self.cache.get, "Workload")
-        now = micro_time(self.clock())
-        applied: list[Callable[[], None]] = []
-        for write in preemption_writes(get, plan, now, dry_run=self.config.dry_run_preemption):
-            if write.verb == Verb.WOULD_PREEMPT:
-                self.counters.add("would_preempt")
-                applied.append(partial(self._event, write.body, "Warning", "WouldPreempt", write.message))
-                continue
-            self.cache.assume("Workload", write.body)
-            applied.append(partial(self._write_eviction, write.body, write.message))
-        self._each(applied)
-
-    def _write_eviction(self, updated: dict[str, Any], message: str) -> None:
-        key = object_key(updated)
-        try:
-            written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
-        except ApiError:
-            self.cache.forget("Workload", key)
-            self.counters.add("write_failures")
-            return
-        except BaseException:
-            self.cache.forget("Workload", key)
-            raise
-        self.cache.upsert("Workload", written)
-        self.counters.add("preempted")
-        _log_workload("evicted", key, message)
-        self._event(written, "Normal", Reason.PREEMPTED, message)
-
-    def _stop_evicted(self, stop_jobs: bool = True) -> None:
-        """Stop the jobs of evicted workloads that still hold quota (unless ``stop_jobs`` is False);
-        give the quota back once they are no longer active."""
-        self._catch_up()
-        get = partial(self.cache.get, "Workload")
-        now = micro_time(self.clock())
-        writes = eviction_writes(get, sorted(self.work.evicted), self._still_active, now, stop_jobs=stop_jobs)
-        self._each(
-            partial(self._stop_job, w.body) if w.verb == Verb.STOP else partial(self._release_quota, w)
-            for w in writes
-        )
-
-    def _still_active(self, wl: dict[str, Any]) -> bool:
-        """Whether the workload's job may still run pods: Kueue's ``IsActive`` for its job kind
-        (a batch Job: ``status.active`` > 0), and for pods without a job a pod in no terminal phase."""
-        owner = self._owner_job(wl)
-        if owner is not None and jobs.is_active(*owner):
-            return True
-        for pod in self._pods_of(wl):
-            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            if owner is None or not pod["metadata"].get("deletionTimestamp"):
-                return True
-        return False
-
-    def _stop_job(self, wl: dict[str, Any]) -> None:
-        """Suspend the workload's job, then evict its pods (their grace period honoured).
-
-        The job is suspended first: were its pods evicted while it still ran, its job controller
-        would start replacements, and those would hold the node until the next pass evicted them too.
-        """
-        owner = self._owner_job(wl)
-        if owner is not None:
-            kind, job = owner
-            if not jobs.is_suspended(kind, job) and jobs.INTEGRATIONS[kind].suspend is not None:
-                try:
-                    counts = {
-                        str(ps.get("name")): int(ps.get("count", 1))
-                        for ps in (wl.get("spec") or {}).get("podSets") or []
-                    }
-                    written = self.api.replace(
-                        jobs.INTEGRATIONS[kind].resource, jobs.suspended_job(kind, job, counts)
-                    )
-                except ApiError:
-                    self.counters.add("write_failures")
-                    return  # retried next pass
-                self.cache.upsert(kind, written)
-        for pod in self._pods_of(wl):
-            meta = pod["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
-            grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "deleteOptions": {"gracePeriodSeconds": grace},
-            }
-            try:
-                self.api.request(
-                    "POST", k8s.PODS.path(meta["namespace"], meta["name"], "eviction"), body=body
-                )
-            except ApiError as err:
-                if not err.not_found:
-                    self.counters.add("write_failures")
-                    return  # retried next pass
-
-    def _release_quota(self, write: Write) -> None:
-        """Write an evicted, no longer active workload with its admission cleared: it is queued again."""
-        try:
-            written = self.api.replace(k8s.WORKLOADS, write.body, sub="status")
-        except ApiError:
-            self.counters.add("write_failures")
-            return
-        self.cache.upsert("Workload", written)
-        self._pending_written.pop(write.workload, None)
-        self.counters.add("released")
-        _log_workload("requeued", write.workload, "its job stopped: quota given back")
-
-    # --- release and bind -----------------------------------------------------------
-
-    def _owner_job(self, wl: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-        for ref in wl.get("metadata", {}).get("ownerReferences", []) or []:
-            kind = ref.get("kind")
-            if kind in jobs.INTEGRATIONS:
-                job = self.cache.get(kind, f"{wl['metadata']['namespace']}/{ref['name']}")
-                if job is not None and job.get("metadata", {}).get("uid") == ref.get("uid"):
-                    return kind, job
-        return None
-
-    def _pods_of(self, wl: dict[str, Any]) -> list[dict[str, Any]]:
-        """The workload's pods as cached now: by its workload label, or for plain pods and pod
-        groups (no owner) by group label or pod name."""
-        ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
-        uid = (wl["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
-        by = self.work.pods_by
-        pod_keys = set(by.get((ns, "workload", name), ()))
-        if uid and not wl["metadata"].get("ownerReferences"):
-            pod_keys |= by.get((ns, "group", uid), set()) | by.get((ns, "name", uid), set())
-        out = []
-        for key in sorted(pod_keys):
-            pod = self.cache.get("Pod", key)
-            if pod is not None:
-                out.append(pod)
-        return out
-
-    def _release_and_bind(self) -> None:
-        """Release admitted jobs (all at once), then bind the pods of complete gangs (all at once).
-
-        What to write is decided by the pure functions of :mod:`gpuplane.k8s.bind_writes`; devices
-        are chosen one pod after another, each beside the pods chosen before it (each gang's
-        bindings are assumed in the cache before the next gang is fitted), and only the API calls
-        run in parallel.
-        """
-        self._catch_up()
-        admitted = []
-        for key in sorted(self.work.to_bind):
-            wl = self.cache.get("Workload", key)
-            if (
-                wl is None
-                or not wl.get("status", {}).get("admission")
-                or _condition(wl, ConditionType.EVICTED)
-                or _condition(wl, ConditionType.FINISHED)
-                or awaiting_checks(wl)
-            ):
-                self.work.to_bind.discard(key)  # a change of the Workload makes it a candidate again
-                continue
-            admitted.append((wl, wl["status"]["admission"]))
-        flavors = {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")} if admitted else {}
-        releases: list[Write] = []
-        for wl, admission in admitted:
-            pods = self._pods_of(wl)
-            release = release_writes(wl, admission, self._owner_job(wl), pods, flavors)
-            if not release and not waiting(pods):
-                # Released, and every pod of it bound: nothing to do until it, its job or a pod
-                # of it changes.
-                self.work.to_bind.discard(object_key(wl))
-            releases += release
-        self._each(partial(self._write, w.kind, w.body) for w in releases)
-        bindings: list[Callable[[], None]] = []
-        try:
-            for wl, admission in admitted:
-                bindings += self._bind_gang(wl, admission)
-        except BaseException:
-            # The gangs fitted before the failure are whole and assumed: send them, as planned;
-            # the failing gang has forgotten its own assumptions (see _bind_gang).
-            self._each(bindings)
-            raise
-        self._each(bindings)
-
-    def _write(self, kind: str, body: dict[str, Any]) -> None:
-        """Replace one Pod or job object, and cache what the server answered (a failure is retried
-        next pass)."""
-        try:
-            if kind == "Pod":
-                written = self.api.replace(k8s.PODS, body)
-            else:
-                written = self.api.replace(jobs.INTEGRATIONS[kind].resource, body)
-        except ApiError:
-            self.counters.add("write_failures")
-            return
-        self.cache.upsert(kind, written)
-
-    def _bind_gang(self, wl: dict[str, Any], admission: dict[str, Any]) -> list[Callable[[], None]]:
-        """The bindings of every pod of the workload to its planned node, once all have arrived,
-        each assumed in the cache (and the worklist) before it is written.
-
-        While pods are missing, each one that waits gets an Event (once) saying so.
-        """
-        plan = gang_plan(wl, admission, self._pods_of(wl), self._gang_noted_already)
-        if plan.waits:
-            return [partial(self._note_gang_wait, pod, message) for pod, message in plan.waits]
-        if plan.nodes:  # the gang is complete: placeholders on its nodes make room
-            self.warm.clear(plan.nodes)
-        if not plan.pods:
-            return []
-        config = (self.config.scheduler or SchedulerConfig()).devices
-        writes: list[Callable[[], None]] = []
-        assumed: list[str] = []
-        nodes: Counter[str] = Counter()
-        try:
-            for bind in binding_writes(plan, self._node_view, config):
-                if bind.replanned:
-                    self.counters.add("replanned_devices")
-                    log.info(
-                        "planned devices %s on %s are taken: fitting the pod again", bind.planned, bind.node
-                    )
-                if bind.binding is None or bind.bound is None:
-                    self.counters.add("device_waits")
-                    continue
-                self.cache.assume("Pod", bind.bound)
-                assumed.append(bind.pod)
-                self.work.note({"Pod": [bind.pod]}, self.cache.get)  # the next gang is fitted beside it
-                writes.append(partial(self._write_binding, bind.pod, bind.binding))
-                nodes[bind.node] += 1
-        except BaseException:
-            # Part of a gang is never sent: what it assumed is forgotten, and the gang is fitted
-            # again, whole, on a later pass.
-            for key in assumed:
-                self.cache.forget("Pod", key)
-            self.work.note({"Pod": assumed}, self.cache.get)
-            raise
-        if writes:
-            where = ", ".join(f"{n} on {node}" for node, n in sorted(nodes.items()))
-            _log_workload("binding", object_key(wl), f"{len(writes)} pods: {where}")
-        return writes
-
-    def _node_view(self, name: str) -> NodeView | None:
-        """The node as the cache and the worklist show it now (``None``: not known)."""
-        node = self.cache.get("Node", name)
-        if node is None:
-            return None
-        pods = tuple(p for key in self.work.pod_keys(name) if (p := self.cache.get("Pod", key)) is not None)
-        return NodeView(node, pods, self.work.plans_on(name))
-
-    def _gang_noted_already(self, pod: dict[str, Any]) -> bool:
-        return pod["metadata"].get("uid", object_key(pod)) in self._gang_noted
-
-    def _note_gang_wait(self, pod: dict[str, Any], message: str) -> None:
-        self._gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
-        self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
-
-    def _write_binding(self, key: str, binding: dict[str, Any]) -> None:
-        meta = binding["metadata"]
-        try:
-            self.api.request("POST", k8s.PODS.path(meta["namespace"], meta["name"], "binding"), body=binding)
-        except ApiError as err:
-            self.cache.forget("Pod", key)
-            if not err.conflict:  # 409: already bound, by us before a restart
-                self.counters.add("write_failures")
-            return
-        except BaseException:
-            self.cache.forget("Pod", key)
-            raise
-        self.counters.add("bound")
-        node = binding["target"]["name"]
-        pod = self.cache.get("Pod", key) or {"metadata": meta}
-        message = f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}"  # as kube-scheduler
-        self._event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "Scheduled", message)
-
-    # --- queue status ---------------------------------------------------------------
-
-    def _write_queue_statuses(self) -> None:
-        """Bring every ClusterQueue's and LocalQueue's status (counts, flavor usage, Active) up to
-        date; only those that differ are written (:mod:`gpuplane.k8s.queue_status`). Nothing is
-        computed in a pass where none of the objects it is derived from changed."""
-        self._catch_up()
-        if not self._queues_dirty:
-            return
-        self._queues_dirty = False
-        items = self.cache.items
-        objects = QueueObjects(
-            cluster_queues=items("ClusterQueue"),
-            local_queues=items("LocalQueue"),
-            workloads=items("Workload"),
-            flavors=items("ResourceFlavor"),
-            topologies=items("Topology"),
-            admission_checks=items("AdmissionCheck"),
-        )
-        writes = queue_status_writes(objects, micro_time(self.clock())[:19] + "Z")
-        self._each(partial(self._write_queue_status, w) for w in writes)
-
-    def _write_queue_status(self, write: QueueStatusWrite) -> None:
-        body = {"status": write.status}
-        try:
-            if write.kind == "ClusterQueue":
-                written = self.api.patch(k8s.CLUSTER_QUEUES, write.name, body, sub="status")
-            else:
-                written = self.api.patch(k8s.LOCAL_QUEUES, write.name, body, write.namespace, sub="status")
-        except ApiError as err:
-            if not err.not_found:
-                self.counters.add("queue_status_failures")
-                self._queues_dirty = True  # computed and written again next pass
-            return
-        self.cache.upsert(write.kind, written)
-
-    # --- pending --------------------------------------------------------------------
-
-    def _record_pending(self, plan: Plan) -> None:
-        get = partial(self.cache.get, "Workload")
-        writes = pending_writes(get, plan, micro_time(self.clock()), self._pending_written)
-        self._each(partial(self._write_pending, w) for w in writes)
-
-    def _write_pending(self, write: Write) -> None:
-        pending = write.pending
-        assert pending is not None
-        try:
-            written = self.api.replace(k8s.WORKLOADS, write.body, sub="status")
-        except ApiError:
-            # The session reports a reason once; the next pass looks at every one again.
-            self.live.invalidate("a pending condition was not written")
-            return
-        self.cache.upsert("Workload", written)
-        self._pending_written[pending.workload] = (pending.reason, pending.message)
-        where = ""
-        if pending.position is not None:
-            where = f" (position {pending.position} in ClusterQueue {pending.cluster_queue})"
-        self._event(written, "Normal", Reason.PENDING, f"{pending.reason}{where}: {pending.message}")
-
-    # --- events ----------------------------------------------------------------------
-
-    def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        """Record an Event about ``obj`` in the background: Events are best effort, and no step of a
-        pass waits for them (they would double the round trips on the way to a binding)."""
-        meta = obj.get("metadata", {})
-        ns = meta.get("namespace") or "default"
-        now = micro_time(self.clock())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion", ""),
-                "kind": obj.get("kind", ""),
-                "name": meta.get("name", ""),
-                "namespace": ns,
-                "uid": meta.get("uid", ""),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "firstTimestamp": now[:19] + "Z",
-            "lastTimestamp": now[:19] + "Z",
-            "count": 1,
-            "source": {"component": "gpuplane-controller"},
-        }
-        with contextlib.suppress(RuntimeError):  # shut down: the controller is stopping
-            self._events.submit(self._send_event, body, ns)
-
-    def _send_event(self, body: dict[str, Any], namespace: str) -> None:
-        try:
-            self.api.create(k8s.EVENTS, body, namespace)
-        except ApiError:
-            self.counters.add("event_failures")
-
 
 def _drain_until_preemption(session: Session, now: float, *, with_pending: bool = True) -> tuple[Plan, bool]:
     """Scheduling cycles until one changes nothing or one preempts; and whether one preempted.
@@ -976,16 +344,3 @@ def _drain_until_preemption(session: Session, now: float, *, with_pending: bool 
     # Only the last cycle can preempt (it ends the drain); a victim admitted earlier in the same
     # drain is dropped together with that preemption.
     return replace(plan, preempted=tuple(p for p in plan.preempted if p.workload not in new)), stopped
-
-
-def _log_workload(what: str, key: str, detail: str) -> None:
-    """One INFO line about a step in a workload's life (admitted, binding, evicted, requeued,
-    finished, deleted), naming its key; with ``--log-format json`` the fields come apart."""
-    log.info("workload %s %s: %s", key, what, detail, extra={"event": what, "workload": key})
-
-
-def _condition(obj: dict[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in obj.get("status", {}).get("conditions", []) or []
-    )

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gpuplane.core.session import DeviceConfig
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.informer import Cache, object_key
@@ -27,7 +28,9 @@ from gpuplane.model.objects import WARM_BUFFER_LABEL, WARM_NODE_GPUS_ANNOTATION,
 log = logging.getLogger(__name__)
 
 PLACEHOLDER_IMAGE = "registry.k8s.io/pause:3.10"
-DEFAULT_RESOURCE = "nvidia.com/gpu"
+# The accelerator a placeholder asks for: the first whole-device resource of the device
+# configuration (the default one's unless the controller is given another).
+DEFAULT_RESOURCE = DeviceConfig().whole_resources[0]
 DEFAULT_NODE_GPUS = 8
 
 
@@ -36,13 +39,20 @@ def _count(annotations: dict[str, str], key: str, default: int) -> int:
     return int(text) if text.isdigit() else default
 
 
-def placeholder(flavor: dict[str, Any], index: int, namespace: str) -> dict[str, Any]:
-    """The ``index``-th placeholder pod of a flavor."""
+def placeholder_resource(devices: DeviceConfig) -> str:
+    """The resource a placeholder requests under ``devices``: its first whole-device resource."""
+    return devices.whole_resources[0] if devices.whole_resources else DEFAULT_RESOURCE
+
+
+def placeholder(
+    flavor: dict[str, Any], index: int, namespace: str, resource: str = DEFAULT_RESOURCE
+) -> dict[str, Any]:
+    """The ``index``-th placeholder pod of a flavor, asking for a node's worth of ``resource``."""
     name = flavor["metadata"]["name"]
     annotations = flavor["metadata"].get("annotations") or {}
     gpus = _count(annotations, WARM_NODE_GPUS_ANNOTATION, DEFAULT_NODE_GPUS)
     spec = flavor.get("spec") or {}
-    amount = {DEFAULT_RESOURCE: str(gpus)}
+    amount = {resource: str(gpus)}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -74,7 +84,8 @@ def placeholder(flavor: dict[str, Any], index: int, namespace: str) -> dict[str,
 
 
 class WarmBuffer:
-    """Keeps the placeholder pods of every flavor in line with its annotation."""
+    """Keeps the placeholder pods of every flavor in line with its annotation (owns the number of
+    placeholders wanted per flavor, :attr:`sizes`)."""
 
     def __init__(
         self,
@@ -82,11 +93,13 @@ class WarmBuffer:
         cache: Cache,
         namespace: str,
         event: Callable[[dict[str, Any], str, str, str], None],
+        resource: str = DEFAULT_RESOURCE,
     ) -> None:
         self.api = api
         self.cache = cache
         self.namespace = namespace
         self.event = event
+        self.resource = resource  # the accelerator each placeholder requests
         self.sizes: dict[str, int] = {}  # flavor -> placeholders wanted (for metrics and why)
         # The keys of the cached placeholder pods, when the caller keeps them (from the cache's
         # changes); else every cached pod is looked at.
@@ -112,7 +125,7 @@ class WarmBuffer:
             if n:
                 self.sizes[flavor["metadata"]["name"]] = n
             for i in range(n):
-                pod = placeholder(flavor, i, self.namespace)
+                pod = placeholder(flavor, i, self.namespace, self.resource)
                 wanted[pod["metadata"]["name"]] = pod
         have = {
             p["metadata"]["name"]: p
