@@ -23,11 +23,17 @@ from controller_harness import (
     quota_violations,
     wait_until,
 )
-from gpuplane.core.plan import PLACEMENT_ANNOTATION, recorded_placement
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi, load_api_client
 from gpuplane.model.labels import ADMISSION_GATE as GATE
-from gpuplane.model.labels import DEVICES_ANNOTATION, PODSET_LABEL, SCHEDULER_NAME, WORKLOAD_LABEL
+from gpuplane.model.labels import (
+    DEVICES_ANNOTATION,
+    PLACEMENT_ANNOTATION,
+    PODSET_LABEL,
+    SCHEDULER_NAME,
+    WORKLOAD_LABEL,
+)
+from gpuplane.model.records import recorded_placement
 from gpuplane.model.topology import assigned_domains
 from manifests import GPU, Manifest, pod_spec
 

@@ -27,8 +27,8 @@ from gpuplane.k8s import reporting as reporting_module
 from gpuplane.k8s.api import KubeApi, load_api_client
 from gpuplane.k8s.controller import Controller, ControllerConfig
 from gpuplane.k8s.informer import object_key
-from gpuplane.k8s.ratelimit import RateLimiter
 from gpuplane.k8s.webhook import serve
+from gpuplane.kube.ratelimit import RateLimiter
 from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from testca import issue
 

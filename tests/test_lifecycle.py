@@ -11,16 +11,14 @@ from gpuplane.core.lifecycle import (
     CONDITIONS,
     TERMINAL,
     TRANSITIONS,
-    ConditionType,
     IllegalTransitionError,
     Lifecycle,
     Reason,
     Step,
     WorkloadState,
     can_transition,
-    condition,
-    with_conditions,
 )
+from gpuplane.model.conditions import ConditionType, condition, with_conditions
 from gpuplane.model.objects import INTERRUPTED_REASON
 from gpuplane.reaper import loop as reaper_loop
 from gpuplane.sim import engine as sim_engine

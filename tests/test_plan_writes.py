@@ -6,16 +6,8 @@ import copy
 import json
 from typing import Any
 
-from gpuplane.core.session import (
-    PLACEMENT_ANNOTATION,
-    AdmissionDecision,
-    DeviceConfig,
-    PendingDecision,
-    Plan,
-    PodPlacement,
-    PodSetDecision,
-    PreemptionDecision,
-)
+from gpuplane.core.plan import PodPlacement, PodSetDecision
+from gpuplane.core.session import AdmissionDecision, DeviceConfig, PendingDecision, Plan, PreemptionDecision
 from gpuplane.k8s.bind_writes import (
     GangPlan,
     NodeView,
@@ -35,6 +27,7 @@ from gpuplane.k8s.plan_writes import (
 )
 from gpuplane.model import labels as keys
 from gpuplane.model.karpenter import DO_NOT_DISRUPT
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from gpuplane.model.topology import assigned_domains, topology_assignment
 from manifests import Manifest, job, node, pod_spec, resource_flavor, workload
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from gpuplane.core.config import config_from_kueue
-from gpuplane.core.plan import PLACEMENT_ANNOTATION
 from gpuplane.core.scheduler import schedule
 from gpuplane.k8s.integrations import reclaimable_pods
 from gpuplane.model.errors import InputError
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from gpuplane.model.loader import state_from_objects
 from manifests import GPU, Manifest, cluster_queue, local_queue, node, resource_flavor, workload
 

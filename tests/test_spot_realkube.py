@@ -22,10 +22,10 @@ import pytest
 
 from apiserver.fixtures import RealCluster
 from controller_harness import POOL_LABEL, Scene, Webhooks, make_scene, wait_until
-from gpuplane.core.workloads import CHECKPOINT_ANNOTATION
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.spot import DEADLINE, GRACE, REQUESTED
 from gpuplane.model.fields import lenient_timestamp
+from gpuplane.model.labels import CHECKPOINT_ANNOTATION
 from manifests import node, resource_flavor
 from realkube import RealKube
 

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from apiserver.fixtures import manifest
 from controller_harness import E2E_LABEL, Scene, wait_until
 from gpuplane.cli.app import build_app
-from gpuplane.core.plan import PLACEMENT_ANNOTATION
 from gpuplane.insight.bypass import BOUND_ELSEWHERE
 from gpuplane.k8s import api as k8s
 from gpuplane.model import labels as keys
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from manifests import Manifest, documents, node, pod_spec
 from why_cases import base, holder
 

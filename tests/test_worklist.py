@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplane.core.session import PLACEMENT_ANNOTATION
 from gpuplane.k8s.informer import Cache
 from gpuplane.k8s.worklist import Worklist
 from gpuplane.model import labels as keys
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
 
 NS = "team"
 

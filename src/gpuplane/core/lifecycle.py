@@ -24,17 +24,18 @@ Time is passed in (seconds, the caller's clock); nothing here reads a clock.
 :class:`Reason` holds every reason string gpuplane writes or reports, spelled as Kueue spells it
 where Kueue has the same reason (QuotaReserved=False reasons, preemption reasons, Evicted reasons);
 the modules that used to define their own string constants keep them as aliases of these members.
-:class:`ConditionType` holds the Workload condition types, and :data:`CONDITIONS` says which of
-them are True in each state, so a driver writes conditions from a state rather than by hand.
+:data:`CONDITIONS` says which of the Workload condition types
+(:class:`gpuplane.model.conditions.ConditionType`) are True in each state, so a driver writes
+conditions from a state rather than by hand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
+from gpuplane.model.conditions import ConditionType
 from gpuplane.model.objects import INTERRUPTED_REASON
 
 
@@ -48,18 +49,6 @@ class WorkloadState(StrEnum):
     EVICTING = "Evicting"  # preempted or evicted; its pods are being stopped, its quota still held
     FINISHED = "Finished"  # the job completed (succeeded or failed): terminal
     DELETED = "Deleted"  # the workload object is gone: terminal
-
-
-class ConditionType(StrEnum):
-    """Kueue's Workload condition types (``status.conditions[].type``)."""
-
-    QUOTA_RESERVED = "QuotaReserved"
-    ADMITTED = "Admitted"
-    PODS_READY = "PodsReady"
-    EVICTED = "Evicted"
-    PREEMPTED = "Preempted"
-    REQUEUED = "Requeued"
-    FINISHED = "Finished"
 
 
 class Reason(StrEnum):
@@ -232,45 +221,3 @@ def transition(
     step = Step(to, now, reason, message)
     lifecycle.history.append(step)
     return step
-
-
-def condition(
-    ctype: ConditionType, reason: str, now: str, message: str = "", *, status: bool = True
-) -> dict[str, str]:
-    """One Workload condition as the API writes it (``status.conditions[]``).
-
-    ``reason`` is a :class:`Reason` member (or a reason the core reported, which is one); ``now`` is
-    the ``lastTransitionTime`` already formatted by the driver, whose clock it is. Every driver that
-    writes a Workload condition builds it here, so the spellings and the shape are in one place.
-    """
-    return {
-        "type": ctype,
-        "status": "True" if status else "False",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now,
-    }
-
-
-def with_conditions(
-    conditions: Iterable[Mapping[str, Any]], *new: Mapping[str, Any], drop: Iterable[str] = ()
-) -> list[dict[str, Any]]:
-    """``conditions`` without those of the types in ``new`` or ``drop``, then ``new`` appended.
-
-    The order of the kept conditions is unchanged; the input is not modified. As Kubernetes does
-    when it sets a condition, a new condition whose status equals the one it replaces keeps that
-    one's ``lastTransitionTime``: only a change of status is a transition (a new reason or message
-    is not).
-    """
-    old = {c.get("type"): c for c in conditions}
-    replaced = {c["type"] for c in new} | set(drop)
-    kept = [dict(c) for c in conditions if c.get("type") not in replaced]
-    return kept + [_keep_transition_time(dict(c), old.get(c["type"])) for c in new]
-
-
-def _keep_transition_time(condition: dict[str, Any], before: Mapping[str, Any] | None) -> dict[str, Any]:
-    if before is None or before.get("status") != condition.get("status"):
-        return condition  # new, or a change of status: a transition now
-    if before.get("lastTransitionTime"):
-        condition["lastTransitionTime"] = before["lastTransitionTime"]
-    return condition

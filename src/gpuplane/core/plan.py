@@ -6,11 +6,11 @@ the simulator advances its clock); the command line prints it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuplane.core.admission_checks import CheckEviction, ReservedDecision
+from gpuplane.core.check_gate import CheckEviction, ReservedDecision
+from gpuplane.model.records import placement_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +28,6 @@ class PodSetDecision:
     count: int
     flavors: Mapping[str, str]
     placement: tuple[PodPlacement, ...] | None = None
-
-
-# The Workload annotation that records an admission's device-level placement, so that the devices
-# bound are the devices planned, also across a controller restart.
-PLACEMENT_ANNOTATION = "gpuplane.dev/placement"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,41 +79,13 @@ class Plan:
 
 
 def placement_annotation(decision: AdmissionDecision) -> str | None:
-    """The decision's placement as :data:`PLACEMENT_ANNOTATION` records it, ``None`` when it has
-    none (quota only, or admission checks still to pass).
-
-    JSON, one ``[node, devices]`` pair per pod, by pod set: ``{"main": [["n1", "0,1"], ...]}``;
-    ``devices`` is the pod's devices annotation (``DeviceGrant.describe``, comma-separated), empty
-    for a pod without devices.
-    """
+    """The decision's placement as the placement record (:mod:`gpuplane.model.records`) writes it,
+    ``None`` when it has none (quota only, or admission checks still to pass)."""
     if decision.checks or any(ps.placement is None for ps in decision.pod_sets):
         return None
-    pods = {
-        ps.name: [[p.node, ",".join(p.devices)] for p in ps.placement or () for _ in range(p.count)]
-        for ps in decision.pod_sets
-    }
-    return json.dumps(pods, separators=(",", ":"), sort_keys=True)
-
-
-def recorded_placement(text: str | None) -> dict[str, list[tuple[str, str]]] | None:
-    """The ``(node, devices)`` of every pod by pod set, as :func:`placement_annotation` wrote them;
-    ``None`` for no text or text that is not such a record."""
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
-        return None
-    out: dict[str, list[tuple[str, str]]] = {}
-    for name, pods in value.items():
-        if not isinstance(pods, list):
-            return None
-        slots = []
-        for pod in pods:
-            if not (isinstance(pod, list) and len(pod) == 2 and all(isinstance(x, str) for x in pod)):
-                return None
-            slots.append((pod[0], pod[1]))
-        out[str(name)] = slots
-    return out
+    return placement_record(
+        {
+            ps.name: [(p.node, ",".join(p.devices)) for p in ps.placement or () for _ in range(p.count)]
+            for ps in decision.pod_sets
+        }
+    )

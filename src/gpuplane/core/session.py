@@ -38,10 +38,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuplane.core.admission_checks import CheckEviction, ReservedDecision, Verdict
+from gpuplane.core.check_gate import CheckEviction, Verdict
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.inventory import (
-    MILLI,
     DeviceConfig,
     DeviceGrant,
     NodeState,
@@ -50,119 +49,50 @@ from gpuplane.core.inventory import (
     pod_needs,
     recorded_grants,
 )
-from gpuplane.core.lifecycle import (
-    CONDITIONS,
-    TERMINAL,
-    TRANSITIONS,
-    ConditionType,
-    IllegalTransitionError,
-    Lifecycle,
-    Reason,
-    Step,
-    WorkloadState,
-    can_transition,
-    condition,
-    transition,
-    with_conditions,
-)
-from gpuplane.core.placement.engine import Profile, pick_node, schedule_one
-from gpuplane.core.placement.engine import feasible as feasible_nodes
-from gpuplane.core.placement.engine import score as score_nodes
-from gpuplane.core.placement.fragmentation import node_fragmentation, typical_pods
-from gpuplane.core.placement.gpu_cluster import (
-    MILLI_PER_GPU,
-    FloatArray,
-    GpuCluster,
-    GpuRequest,
-    IntArray,
-    NodeSpec,
-)
-from gpuplane.core.placement.profiles import get_profile
-from gpuplane.core.placement.scoring import POLICIES, PolicyContext, policy_factory
+from gpuplane.core.lifecycle import CONDITIONS, Lifecycle, Reason, Step, WorkloadState
+from gpuplane.core.placement.scoring import POLICIES
 from gpuplane.core.plan import (
-    PLACEMENT_ANNOTATION,
     AdmissionDecision,
     PendingDecision,
     Plan,
-    PodPlacement,
-    PodSetDecision,
     PreemptionDecision,
     placement_annotation,
-    recorded_placement,
 )
 from gpuplane.core.scheduler import CycleResult, Scheduler, Status, drain, drain_bound, plan_after, schedule
-from gpuplane.core.workloads import last_checkpoint
 from gpuplane.model.admission_checks import CheckState
+from gpuplane.model.conditions import ConditionType
 from gpuplane.model.objects import ClusterState, Node, Workload
 
-# The core's public surface: drivers import these from here and nothing else from the core
-# (an import-linter contract checks it). The configuration, the plan's types, the lifecycle and
-# the pure one-shot ``schedule`` are re-exported; the session is the long-lived form. So are two
-# narrower surfaces:
-# - the device inventory's read side (``node_state``, ``pod_needs``, ``recorded_grants``): the
-#   controller checks that a plan's recorded devices are still free before it binds them, and the
-#   console's node map shows each node's devices and what pending pods need of them;
-# - the placement engine's one-pod-at-a-time entry points (profiles, Filter/Score, the GPU
-#   cluster model, the fragmentation measure): the stock Kubernetes model and the FGD replay run
-#   on the same engine as gang admission, with no queues in front of it.
+# The core's public surface: drivers import these from here and nothing else from the core (an
+# import-linter contract checks it), except the simulator's one-pod placement fast paths, which
+# have their own door, :mod:`gpuplane.core.pod_engine`. Here: the long-lived session and the pure
+# one-shot ``schedule``; the configuration; the plan's types; the workload states and reasons
+# (with the conditions each state sets); and the device inventory's read side (``NodeState``,
+# ``PodNeeds``, ``pod_needs``): the console's node map shows each node's devices and what pending
+# pods need of them. Kubernetes-facing records (conditions, the placement record, checkpoints)
+# are plain object formats and live in :mod:`gpuplane.model`.
 __all__ = [
     "CONDITIONS",
-    "MILLI",
-    "MILLI_PER_GPU",
-    "PLACEMENT_ANNOTATION",
     "POLICIES",
-    "TERMINAL",
-    "TRANSITIONS",
     "AdmissionDecision",
     "CheckEviction",
-    "ConditionType",
     "CycleOutcome",
     "DeviceConfig",
-    "DeviceUse",
-    "FloatArray",
-    "GpuCluster",
-    "GpuRequest",
-    "IllegalTransitionError",
-    "IntArray",
-    "Lifecycle",
-    "NodeSpec",
     "NodeState",
     "PendingDecision",
     "Plan",
     "PodNeeds",
-    "PodPlacement",
-    "PodSetDecision",
-    "PolicyContext",
     "PreemptionDecision",
-    "Profile",
     "Reason",
-    "ReservedDecision",
     "SchedulerConfig",
     "Session",
-    "Step",
-    "StopRule",
-    "Usage",
     "WorkloadState",
-    "can_transition",
-    "condition",
     "config_from_kueue",
-    "feasible_nodes",
-    "get_profile",
-    "last_checkpoint",
-    "node_fragmentation",
     "node_state",
-    "pick_node",
     "placement_annotation",
     "pod_needs",
-    "policy_factory",
     "recorded_grants",
-    "recorded_placement",
     "schedule",
-    "schedule_one",
-    "score_nodes",
-    "transition",
-    "typical_pods",
-    "with_conditions",
 ]
 
 _NODE_DOWN = "node-down/"  # the holder of a failed node's capacity in the device inventory

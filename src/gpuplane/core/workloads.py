@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuplane.core.quota import AdmittedWorkload, FlavorResource
-from gpuplane.model import labels as keys
-from gpuplane.model.fields import lenient_timestamp
 from gpuplane.model.objects import Workload
 from gpuplane.model.quantity import MAX_BASE_UNITS
+from gpuplane.model.records import last_checkpoint
 
 
 @dataclass(slots=True)
@@ -110,22 +109,8 @@ def admitted_usage(wl: Workload, priority: int, now: float) -> AdmittedWorkload 
         evicted=wl.evicted,
         reserved_at=wl.quota_reservation_time(now),
         queue_timestamp=wl.queue_order_timestamp,
-        last_checkpoint=last_checkpoint(wl),
+        last_checkpoint=last_checkpoint(wl.annotations),
     )
-
-
-CHECKPOINT_ANNOTATION = keys.CHECKPOINT_ANNOTATION
-
-
-def last_checkpoint(wl: Workload) -> float | None:
-    """When the workload last checkpointed (RFC 3339 or seconds since the epoch), if known."""
-    text = wl.annotations.get(CHECKPOINT_ANNOTATION)
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return lenient_timestamp(text)
 
 
 def usage_from_assignment(

@@ -48,12 +48,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuplane.core.session import Plan, Reason, SchedulerConfig, config_from_kueue, last_checkpoint
+from gpuplane.core.session import Plan, Reason, SchedulerConfig, config_from_kueue
 from gpuplane.insight.aftermath import state_after, world_after
 from gpuplane.insight.usage import allocations, pod_allocations, workload_gpus
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model.objects import ClusterState
 from gpuplane.model.quantity import base_units_per_unit
+from gpuplane.model.records import last_checkpoint
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
 PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
@@ -210,7 +211,7 @@ class SchedulerMetrics(Collector):
                 self.preempted_total.labels(preemptor_cq or "", victim.reason).inc()
                 wl = workloads.get(victim.workload)
                 if wl is not None:
-                    since = max(wl.quota_reservation_time(now), last_checkpoint(wl) or 0.0)
+                    since = max(wl.quota_reservation_time(now), last_checkpoint(wl.annotations) or 0.0)
                     lost = workload_gpus(wl, config.devices) * max(0.0, now - since) / 3600
                     self.preemption_cost.labels(victim.cluster_queue).inc(lost)
             if pass_seconds is not None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuplane.core.scheduler import Scheduler
-from gpuplane.core.session import ConditionType, Plan, Reason, SchedulerConfig
+from gpuplane.core.session import Plan, Reason, SchedulerConfig
+from gpuplane.model.conditions import ConditionType
 from gpuplane.model.objects import (
     Admission,
     ClusterState,

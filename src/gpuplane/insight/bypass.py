@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplane.core.session import PLACEMENT_ANNOTATION, recorded_placement
 from gpuplane.model import labels as keys
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from gpuplane.model.objects import ClusterState, Pod, Workload
+from gpuplane.model.records import recorded_placement
 
 BOUND_ELSEWHERE = "BoundByAnotherScheduler"
 WEBHOOK_DOCS = "docs/deploy.md, 'The webhook'"

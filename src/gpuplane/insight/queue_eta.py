@@ -43,9 +43,10 @@ from gpuplane.core.gang import GangPodSet
 from gpuplane.core.inventory import pod_needs
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
-from gpuplane.core.session import ConditionType, PendingDecision, SchedulerConfig
+from gpuplane.core.session import PendingDecision, SchedulerConfig
 from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts, predict_start
 from gpuplane.model import labels as keys
+from gpuplane.model.conditions import ConditionType
 from gpuplane.model.gpu_share import FRACTION_RESOURCE
 from gpuplane.model.objects import ClusterState, Workload
 

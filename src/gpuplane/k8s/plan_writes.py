@@ -29,23 +29,21 @@ from typing import Any
 
 from gpuplane.core.session import (
     CONDITIONS,
-    PLACEMENT_ANNOTATION,
     AdmissionDecision,
-    ConditionType,
     PendingDecision,
     Plan,
     PreemptionDecision,
     Reason,
     WorkloadState,
-    condition,
     placement_annotation,
-    with_conditions,
 )
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.provisioning import checks_passed, pending_checks
 from gpuplane.model import labels as keys
+from gpuplane.model.conditions import ConditionType, condition, with_conditions
 from gpuplane.model.errors import InputError
 from gpuplane.model.kinds import pod_template
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from gpuplane.model.quantity import format_quantity
 from gpuplane.model.topology import topology_assignment
 

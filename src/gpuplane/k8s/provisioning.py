@@ -32,15 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplane.core.session import (
-    AdmissionDecision,
-    CheckEviction,
-    ConditionType,
-    Plan,
-    Reason,
-    condition,
-    with_conditions,
-)
+from gpuplane.core.session import AdmissionDecision, CheckEviction, Plan, Reason
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi
@@ -48,6 +40,7 @@ from gpuplane.k8s.informer import Cache, object_key
 from gpuplane.k8s.leader import micro_time
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import PROVISIONING_CONTROLLER, CheckState
+from gpuplane.model.conditions import ConditionType, condition, with_conditions
 from gpuplane.model.fields import lenient_timestamp
 
 log = logging.getLogger(__name__)

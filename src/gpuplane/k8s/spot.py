@@ -23,13 +23,15 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpuplane.core.session import ConditionType, Reason, condition, with_conditions
+from gpuplane.core.session import Reason
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.informer import Cache, object_key
 from gpuplane.k8s.leader import micro_time
 from gpuplane.model import labels as keys
+from gpuplane.model.conditions import ConditionType, condition, with_conditions
 from gpuplane.model.fields import lenient_timestamp
+from gpuplane.model.records import last_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +134,7 @@ class InterruptionGuard:
                 continue
             deadline = lenient_timestamp(annotations.get(DEADLINE)) or now
             requested = lenient_timestamp(annotations.get(REQUESTED)) or now
-            checkpointed = _checkpoint_time(annotations)
+            checkpointed = last_checkpoint(annotations)
             if now >= deadline or (checkpointed is not None and checkpointed >= requested):
                 self._evict(wl, node, signals[node], checkpointed is not None and checkpointed >= requested)
 
@@ -203,13 +205,3 @@ def _true(obj: dict[str, Any], ctype: str) -> bool:
         c.get("type") == ctype and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
     )
-
-
-def _checkpoint_time(annotations: dict[str, str]) -> float | None:
-    text = annotations.get(keys.CHECKPOINT_ANNOTATION)
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return lenient_timestamp(text)

@@ -31,11 +31,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplane.core.session import PLACEMENT_ANNOTATION, ConditionType, recorded_placement
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.spot import interruption
 from gpuplane.model import labels as keys
+from gpuplane.model.conditions import ConditionType
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from gpuplane.model.objects import WARM_BUFFER_LABEL
+from gpuplane.model.records import recorded_placement
 
 Get = Callable[[str, str], dict[str, Any] | None]
 Items = Callable[[str], list[dict[str, Any]]]

@@ -46,6 +46,8 @@ PODSET_LABEL = "gpuplane.dev/podset"
 ADMISSION_GATE = "gpuplane.dev/admission"  # scheduling gate of queued plain pods
 SCHEDULER_NAME = "gpuplane"  # spec.schedulerName of the pods gpuplane binds
 DEVICES_ANNOTATION = "gpuplane.dev/devices"  # on a bound pod: the devices the plan gave it
+# On a Workload: the devices planned for each pod (gpuplane.model.records.placement_record).
+PLACEMENT_ANNOTATION = "gpuplane.dev/placement"
 CHECKPOINT_ANNOTATION = "gpuplane.dev/last-checkpoint"  # on a Workload: RFC 3339 time
 REPLICAS_BEFORE_RECLAIM_ANNOTATION = "gpuplane.dev/replicas-before-reclaim"
 WARM_NODES_ANNOTATION = "gpuplane.dev/warm-nodes"

@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuplane.core.session import (
-    MILLI,
     AdmissionDecision,
     NodeState,
     Plan,
@@ -31,6 +30,7 @@ from gpuplane.core.session import (
 )
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model import labels as keys
+from gpuplane.model.gpu_share import MILLI
 from gpuplane.model.objects import ClusterState, Workload
 
 # Label keys that group nodes on the node map when no Topology object names its levels.
