@@ -1,5 +1,5 @@
-"""The reaper's parts without a cluster: the webhook sender, dcgm-exporter label reading, the command's
-bad input."""
+"""The reaper's parts without a cluster: the webhook sender, dcgm-exporter label reading, which
+resources count as GPUs, the command's bad input."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import yaml
 from typer.main import get_command
 
 from gpuplane.cli.app import build_app
+from gpuplane.core.session import DeviceConfig
 from gpuplane.insight import idle
+from gpuplane.reaper.cluster import ACCELERATOR_PREFIXES, accelerator_prefixes, pod_gpus
 from gpuplane.reaper.notify import IdleNotice, Retry, SlackNotifier, slack_body
 from gpuplane.reaper.prometheus import device_of, pod_of
 from reaper_scene import slack, wait_until
@@ -35,6 +37,32 @@ def test_slack_body_names_pod_owner_gpus_idle_time_reclaim_time_and_how_to_keep(
     ]
     assert idle.KEEP_UNTIL_ANNOTATION in body["blocks"][2]["elements"][0]["text"]
     assert slack_body(replace(NOTICE, reclaimed=True))["text"].startswith("Reclaimed 2 idle GPU(s)")
+
+
+def test_the_accelerators_counted_are_the_device_configurations_plus_other_vendors() -> None:
+    assert set(ACCELERATOR_PREFIXES) == {
+        "nvidia.com/gpu",
+        "nvidia.com/mig-",
+        "amd.com/gpu",
+        "habana.ai/",
+        "google.com/tpu",
+    }
+    pod = {
+        "spec": {
+            "containers": [
+                {"resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "4"}}},
+                {"resources": {"requests": {"nvidia.com/mig-1g.10gb": "1", "habana.ai/gaudi": "1"}}},
+            ]
+        }
+    }
+    assert pod_gpus(pod) == 4
+    other = accelerator_prefixes(
+        DeviceConfig(whole_resources=("example.com/accel",), mig_prefix="example.com/mig-")
+    )
+    vendor = {
+        "spec": {"containers": [{"resources": {"limits": {"example.com/accel": "3", "nvidia.com/gpu": "1"}}}]}
+    }
+    assert pod_gpus(vendor, other) == 3, "the configured resources, not a vendor's"
 
 
 def test_send_never_blocks_and_429_is_retried_after_retry_after() -> None:

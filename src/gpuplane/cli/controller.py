@@ -13,7 +13,7 @@ import typer
 
 from gpuplane.cli.logs import LogFormat
 from gpuplane.cli.logs import configure as configure_logging
-from gpuplane.k8s.ratelimit import DEFAULT_BURST, DEFAULT_QPS
+from gpuplane.kube.ratelimit import DEFAULT_BURST, DEFAULT_QPS
 
 
 def register(app: typer.Typer) -> None:

@@ -77,11 +77,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Find idle sessions on real GPU utilization; warn, then reclaim them (dry run by default)."""
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - imported when the command runs
-        from prometheus_client import start_http_server  # noqa: PLC0415
+        from prometheus_client import start_http_server  # noqa: PLC0415 - imported when the command runs
         from urllib3.exceptions import HTTPError  # noqa: PLC0415
 
-        from gpuplane.k8s.api import load_api_client  # noqa: PLC0415
+        from gpuplane.kube.client import ApiError, load_api_client  # noqa: PLC0415
         from gpuplane.reaper.cluster import ClusterApi  # noqa: PLC0415
         from gpuplane.reaper.loop import Reaper, ReaperConfig  # noqa: PLC0415
         from gpuplane.reaper.metrics import ReaperMetrics  # noqa: PLC0415
@@ -120,7 +119,7 @@ def register(app: typer.Typer) -> None:
                     _print([r.as_json() for r in reaper.run_once(clock())], output)
                 except PrometheusError as err:
                     raise _fail(str(err)) from None
-                except (ApiException, HTTPError) as err:
+                except (ApiError, HTTPError) as err:
                     raise _fail(f"the Kubernetes API failed: {str(err).splitlines()[0]}") from None
                 return
             stop = threading.Event()

@@ -1,8 +1,9 @@
 """The reaper's view of the cluster: pods holding accelerators, their owners, queues, and the writes.
 
-Reads and writes go through the official client's ``DynamicClient`` as plain dicts. A kind the
-server does not serve (no Notebook CRD, no Kueue) reads as absent, never as an error. Every write is
-idempotent: applying the same decision twice leaves the same objects.
+Reads and writes go through the project's client wrapper (:class:`gpuplane.kube.client.KubeApi`)
+as plain dicts; a kind is found by API discovery (its plural and scope), so any owner kind is read
+the same way. A kind the server does not serve (no Notebook CRD, no Kueue) reads as absent, never as
+an error. Every write is idempotent: applying the same decision twice leaves the same objects.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import dynamic
 from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
+from gpuplane.core.session import DeviceConfig
 from gpuplane.insight import idle
+from gpuplane.kube.client import ApiError, KubeApi, Resource
 from gpuplane.model import labels as keys
 
 log = logging.getLogger(__name__)
@@ -30,20 +30,32 @@ NOTEBOOK_STOPPED = "kubeflow-resource-stopped"
 REPLICAS_ANNOTATION = keys.REPLICAS_BEFORE_RECLAIM_ANNOTATION
 JUPYTERHUB_COMPONENT = "singleuser-server"  # zero-to-jupyterhub's label component=singleuser-server
 COMPONENT = "gpuplane-reaper"
-MERGE_PATCH = "application/merge-patch+json"
 
-# Resource names counted as GPUs: whole devices and MIG instances (each instance is one device).
-ACCELERATOR_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "habana.ai/", "google.com/tpu")
+# Accelerators the scheduler's device configuration does not describe, which a pod may still hold
+# (and leave idle): counted too.
+OTHER_ACCELERATORS = ("habana.ai/", "google.com/tpu")
 
 
-def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """Accelerator devices the pod holds: the sum over its containers of matching limits (or requests)."""
+def accelerator_prefixes(
+    devices: DeviceConfig, others: tuple[str, ...] = OTHER_ACCELERATORS
+) -> tuple[str, ...]:
+    """Resource-name prefixes counted as GPUs: the device configuration's whole devices (their shared
+    replicas with them) and MIG instances (each instance is one device), and ``others``."""
+    return (*devices.whole_resources, devices.mig_prefix, *others)
+
+
+ACCELERATOR_PREFIXES = accelerator_prefixes(DeviceConfig())
+
+
+def pod_gpus(pod: Mapping[str, Any], prefixes: tuple[str, ...] = ACCELERATOR_PREFIXES) -> int:
+    """Accelerator devices the pod holds: the sum over its containers of the limits (or requests)
+    whose resource name starts with one of ``prefixes``."""
     total = 0
     for container in pod.get("spec", {}).get("containers") or []:
         resources = container.get("resources") or {}
         amounts = resources.get("limits") or resources.get("requests") or {}
         for name, value in amounts.items():
-            if name.startswith(ACCELERATOR_PREFIXES):
+            if name.startswith(prefixes):
                 try:
                     total += int(str(value))
                 except ValueError:
@@ -77,27 +89,50 @@ class Owner:
 
 
 class ClusterApi:
-    """Dict-in, dict-out access to the kinds the reaper reads and writes."""
+    """Dict-in, dict-out access to the kinds the reaper reads and writes (owns the client and the
+    kinds the server was found to serve; :attr:`accelerators`: the resource-name prefixes counted
+    as GPUs). Building one asks the server which version of the core kinds it serves: a server that
+    cannot be reached fails here, before the first pass."""
 
-    def __init__(self, api_client: ApiClient) -> None:
-        self.client = dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
-        self._served: dict[tuple[str, str], Any] = {}
+    def __init__(self, api_client: ApiClient, accelerators: tuple[str, ...] = ACCELERATOR_PREFIXES) -> None:
+        self.api = KubeApi(api_client, qps=None)
+        self.accelerators = accelerators
+        self._served: dict[tuple[str, str], Resource] = {}
+        self._resource("v1", "Pod")
 
-    def _resource(self, api_version: str, kind: str) -> Any:
+    def _resource(self, api_version: str, kind: str) -> Resource | None:
+        """The kind's resource as the server's discovery names it (``None``: not served)."""
         key = (api_version, kind)
         if key not in self._served:
+            group, _, version = api_version.rpartition("/")
             try:
-                self._served[key] = self.client.resources.get(api_version=api_version, kind=kind)
-            except ResourceNotFoundError:
-                return None  # asked again next time: the CRD may be installed later
+                listing = self.api.request("GET", f"/apis/{api_version}" if group else f"/api/{version}")
+            except ApiError as err:
+                if err.not_found:
+                    return None  # asked again next time: the CRD may be installed later
+                raise
+            found = next(
+                (r for r in listing.get("resources") or [] if r.get("kind") == kind and "/" not in r["name"]),
+                None,
+            )
+            if found is None:
+                return None
+            self._served[key] = Resource(group, version, found["name"], kind, bool(found.get("namespaced")))
         return self._served[key]
+
+    def _served_resource(self, obj: Mapping[str, Any]) -> Resource:
+        res = self._resource(str(obj.get("apiVersion")), str(obj.get("kind")))
+        if res is None:
+            raise ApiError(
+                404, "NotFound", f"the server does not serve {obj.get('apiVersion')} {obj.get('kind')}"
+            )
+        return res
 
     def list_objects(self, api_version: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         res = self._resource(api_version, kind)
         if res is None:
             return []
-        found = res.get(namespace=namespace) if namespace else res.get()
-        items: list[dict[str, Any]] = found.to_dict().get("items") or []
+        items: list[dict[str, Any]] = self.api.list(res, namespace).get("items") or []
         return items
 
     def get(
@@ -107,34 +142,27 @@ class ClusterApi:
         if res is None:
             return None
         try:
-            found: dict[str, Any] = res.get(name=name, namespace=namespace).to_dict()
-        except ApiException as err:
-            if err.status == 404:
+            return self.api.get(res, name, namespace)
+        except ApiError as err:
+            if err.not_found:
                 return None
             raise
-        return found
 
     def merge_patch(self, obj: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
-        res = self._resource(str(obj.get("apiVersion")), str(obj.get("kind")))
         m = meta(obj)
-        patched: dict[str, Any] = res.patch(
-            body=dict(body), name=m["name"], namespace=m.get("namespace"), content_type=MERGE_PATCH
-        ).to_dict()
-        return patched
+        return self.api.patch(self._served_resource(obj), m["name"], dict(body), m.get("namespace"))
 
     def replace_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        res = self._resource(str(obj.get("apiVersion")), str(obj.get("kind")))
-        replaced: dict[str, Any] = res.status.replace(body=dict(obj)).to_dict()
-        return replaced
+        return self.api.replace(self._served_resource(obj), dict(obj), sub="status")
 
     def delete(self, obj: Mapping[str, Any], grace_seconds: int | None = None) -> None:
-        res = self._resource(str(obj.get("apiVersion")), str(obj.get("kind")))
+        res = self._served_resource(obj)
         m = meta(obj)
-        body = {"gracePeriodSeconds": grace_seconds} if grace_seconds is not None else None
+        options = {"gracePeriodSeconds": grace_seconds} if grace_seconds is not None else {}
         try:
-            res.delete(name=m["name"], namespace=m.get("namespace"), body=body)
-        except ApiException as err:
-            if err.status != 404:
+            self.api.delete(res, m["name"], m.get("namespace"), **options)
+        except ApiError as err:
+            if not err.not_found:
                 raise
 
     def event(self, obj: Mapping[str, Any], etype: str, reason: str, message: str, now: float) -> None:
@@ -162,7 +190,7 @@ class ClusterApi:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        self._resource("v1", "Event").create(body=body, namespace=namespace)
+        self.api.create(self._served_resource(body), body, namespace)
 
     # --- reading what a pod belongs to ------------------------------------------------------------
 
@@ -176,7 +204,7 @@ class ClusterApi:
                 continue
             if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                 continue
-            if pod_gpus(pod) > 0:
+            if pod_gpus(pod, self.accelerators) > 0:
                 out.append({**pod, "apiVersion": "v1", "kind": "Pod"})
         return out
 
@@ -195,7 +223,7 @@ class ClusterApi:
                 break
             try:
                 found = self.get(ref["apiVersion"], ref["kind"], ref["name"], namespace)
-            except ApiException as err:
+            except ApiError as err:
                 if err.status != 403:
                     raise
                 break  # a kind the reaper may not read: it is the owner, and has no reclaim method

@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplane.core.session import ConditionType, Reason, condition, with_conditions
+from gpuplane.core.session import Reason
 from gpuplane.insight import idle
+from gpuplane.model.conditions import ConditionType, condition, with_conditions
 from gpuplane.reaper.cluster import (
     NOTEBOOK_STOPPED,
     REPLICAS_ANNOTATION,

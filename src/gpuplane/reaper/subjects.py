@@ -136,7 +136,17 @@ def describe(api: ClusterApi, pod: Mapping[str, Any], defaults: idle.IdleSetting
         owner = Owner(
             str(stub["kind"]), str(stub["apiVersion"]), str(dangling.get("name")), "", stub, stub=True
         )
-        return Subject(pod, owner, Method.NONE, klass, notes, settings, pod_gpus(pod), None, tuple(problems))
+        return Subject(
+            pod,
+            owner,
+            Method.NONE,
+            klass,
+            notes,
+            settings,
+            pod_gpus(pod, api.accelerators),
+            None,
+            tuple(problems),
+        )
     if notebook is not None:
         owner, method = _owner(notebook), Method.STOP_NOTEBOOK
     else:
@@ -152,4 +162,6 @@ def describe(api: ClusterApi, pod: Mapping[str, Any], defaults: idle.IdleSetting
             method = Method.EVICT_WORKLOAD if workload is not None else Method.NONE
         else:
             owner, method = _owner(top), Method.NONE
-    return Subject(pod, owner, method, klass, notes, settings, pod_gpus(pod), workload, tuple(problems))
+    return Subject(
+        pod, owner, method, klass, notes, settings, pod_gpus(pod, api.accelerators), workload, tuple(problems)
+    )

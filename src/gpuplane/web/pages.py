@@ -17,8 +17,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from gpuplane.core.session import MILLI
-from gpuplane.model.gpu_share import FRACTION_RESOURCE
+from gpuplane.core.session import SchedulerConfig
+from gpuplane.model.gpu_share import FRACTION_RESOURCE, MILLI
 from gpuplane.model.objects import ClusterQueue, Workload
 from gpuplane.model.quantity import base_units_per_unit, format_quantity
 from gpuplane.web import charts
@@ -125,7 +125,7 @@ def overview(snap: ConsoleSnapshot, viewer: Viewer, history: GpuHistory | None) 
     reasons = sorted(((k, len(v), sum(v)) for k, v in by_reason.items()), key=lambda t: (-t[2], -t[1], t[0]))
     waits = [r.waiting_seconds for r in rows]
     teams: dict[str, dict[str, float]] = {}
-    gpu_names = ("nvidia.com/gpu", "amd.com/gpu")
+    gpu_names = (snap.config or SchedulerConfig()).devices.whole_resources  # the configured accelerators
     # A viewer limited to some namespaces sees the teams their LocalQueues feed, not every team.
     feeds = {lq.cluster_queue for lq in snap.state.local_queues.values() if viewer.sees(lq.namespace)}
     for name, cq in snap.state.cluster_queues.items():

@@ -1,6 +1,6 @@
 """Client-side rate limiting of API requests (QPS and burst), as client-go's token bucket.
 
-Kept apart from :mod:`gpuplane.k8s.api` so that the command line can read the defaults without
+Kept apart from :mod:`gpuplane.kube.client` so that the command line can read the defaults without
 importing the Kubernetes client.
 """
 
