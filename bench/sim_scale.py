@@ -79,7 +79,7 @@ class NoOpModel:
         self.waiting = []
         return 1
 
-    def drain(self) -> list[Change]:
+    def take_changes(self) -> list[Change]:
         out, self.changes = self.changes, []
         return out
 

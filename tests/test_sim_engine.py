@@ -372,7 +372,7 @@ def _check_stock(model: StockModel) -> None:
 def _checked(model: Model) -> Model:
     """Wrap a model's scheduling pass and changes with the invariant checks."""
     schedule = model.schedule
-    drain = model.drain
+    take_changes = model.take_changes
     full: dict[int, float] = {}
 
     def checked_schedule(now: float, checkpoints: Callable[[], Iterable[tuple[Job, float]]]) -> int:
@@ -383,8 +383,8 @@ def _checked(model: Model) -> Model:
             _check_stock(model)
         return cycles
 
-    def checked_drain() -> list[Change]:
-        changes = drain()
+    def checked_take_changes() -> list[Change]:
+        changes = take_changes()
         if isinstance(model, GpuplaneModel):
             for change in changes:
                 if change.kind == HOLD and change.level:
@@ -397,7 +397,7 @@ def _checked(model: Model) -> Model:
         return changes
 
     model.schedule = checked_schedule  # type: ignore[method-assign]
-    model.drain = checked_drain  # type: ignore[method-assign]
+    model.take_changes = checked_take_changes  # type: ignore[method-assign]
     return model
 
 

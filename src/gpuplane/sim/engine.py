@@ -86,8 +86,8 @@ class Model(Protocol):
     def schedule(self, now: float, checkpoints: Callable[[], Iterable[tuple[Job, float]]]) -> int:
         """One scheduling pass; returns how many cycles it took."""
 
-    def drain(self) -> list[Change]:
-        """Changes since the last call, in order."""
+    def take_changes(self) -> list[Change]:
+        """The changes since the last call, in order; the model forgets them."""
 
     def allocation(self, job: Job) -> tuple[float, float]:
         """GPU-equivalents one pod holds, and the busy GPU-equivalents one pod can show."""
@@ -685,7 +685,7 @@ class Engine:
     # --- changes reported by the model -------------------------------------------
 
     def apply(self, now: float) -> None:
-        for change in self.model.drain():
+        for change in self.model.take_changes():
             run = self.runs[change.job]
             if change.kind == HOLD:
                 self.set_held(run, change.level, now)

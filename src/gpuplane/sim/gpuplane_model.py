@@ -386,7 +386,7 @@ class GpuplaneModel:
         self.changes.append(Change(STOP, job.id, text=PREEMPTED))
         self.changes.append(Change(HOLD, job.id, 0.0))
 
-    def drain(self) -> list[Change]:
+    def take_changes(self) -> list[Change]:
         out, self.changes = self.changes, []
         return out
 

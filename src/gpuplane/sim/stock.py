@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuplane.core.session import (
+from gpuplane.core.pod_engine import (
     MILLI_PER_GPU,
     GpuCluster,
     GpuRequest,
@@ -414,7 +414,7 @@ class StockModel:
 
     # --- views for the engine ---------------------------------------------------------------
 
-    def drain(self) -> list[Change]:
+    def take_changes(self) -> list[Change]:
         out, self.changes = self.changes, []
         return out
 
