@@ -22,7 +22,7 @@ from calls import count_calls
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.flavors import FIT, PREEMPT
-from gpuplane.core.preemption import Preemptor
+from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduler import Scheduler, schedule
 from gpuplane.core.scheduling.state import Entry

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.lifecycle import Reason
-from gpuplane.core.preemption import PreemptionContext, Preemptor, lowest_subtree_that_fits
+from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource
+from gpuplane.core.victims import PreemptionContext, lowest_subtree_that_fits
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import FlavorFungibility, PodTemplate, ResourceFlavor
 from gpuplane.model.quantity import MAX_BASE_UNITS, format_quantity

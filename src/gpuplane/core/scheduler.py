@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuplane.core.admission_checks import CheckGate
+from gpuplane.core.check_gate import CheckGate
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import EligibilityMemo
 from gpuplane.core.gang import Cluster
 from gpuplane.core.inventory import NeedsMemo
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
-from gpuplane.core.preemption import Preemptor
+from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduling.cycle import Cycle
 from gpuplane.core.scheduling.decider import Decider

@@ -1,7 +1,7 @@
 """Kueue admission checks: the ``AdmissionCheck`` kind, a ClusterQueue's references to
 checks, and a Workload's per-check states.
 
-Kueue's semantics, mirrored here and in :mod:`gpuplane.core.admission_checks`:
+Kueue's semantics, mirrored here and in :mod:`gpuplane.core.check_gate`:
 
 - A ClusterQueue names its checks either in ``spec.admissionChecks`` (every workload) or in
   ``spec.admissionChecksStrategy.admissionChecks[] {name, onFlavors}`` (a check with

@@ -12,7 +12,7 @@ import heapq
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import AdmissionDecision, PodPlacement, PodSetDecision
-from gpuplane.core.preemption import Preemptor
+from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.scheduling.decider import Decider
 from gpuplane.core.scheduling.evictor import Evictor
 from gpuplane.core.scheduling.fair_order import FairOrder

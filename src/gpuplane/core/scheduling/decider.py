@@ -7,16 +7,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from gpuplane.core.admission_checks import CheckGate
+from gpuplane.core.check_gate import CheckGate
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT
 from gpuplane.core.gang import PlacementFailure
 from gpuplane.core.lifecycle import Reason
-from gpuplane.core.preemption import Target
 from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduling.nominator import Nominator
 from gpuplane.core.scheduling.placer import NodePlacer
 from gpuplane.core.scheduling.state import CycleWork, Entry, classical_key
+from gpuplane.core.victims import Target
 
 
 class Decider:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from gpuplane.core.gang import Cluster
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.plan import PreemptionDecision
-from gpuplane.core.preemption import Preemptor, Target
+from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import AdmittedWorkload
 from gpuplane.core.scheduling.queue_manager import QueueManager
 from gpuplane.core.scheduling.state import CycleResult, Ledger, Status
 from gpuplane.core.scheduling.waker import Waker
+from gpuplane.core.victims import Target
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import ClusterState
 

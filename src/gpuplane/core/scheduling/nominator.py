@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuplane.core.admission_checks import CheckGate
+from gpuplane.core.check_gate import CheckGate
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import (
     FIT,
@@ -18,7 +18,7 @@ from gpuplane.core.flavors import (
 )
 from gpuplane.core.inventory import NeedsMemo
 from gpuplane.core.lifecycle import Reason
-from gpuplane.core.preemption import PreemptionContext, Preemptor, Target
+from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import ClusterQueueNode, QuotaTree
 from gpuplane.core.scheduling.state import (
     CycleResult,
@@ -28,6 +28,7 @@ from gpuplane.core.scheduling.state import (
     Status,
 )
 from gpuplane.core.spot import serving_block
+from gpuplane.core.victims import PreemptionContext, Target
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import ClusterState, ResourceFlavor
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from gpuplane.core.flavors import Assignment
 from gpuplane.core.gang import GangPlacement, GangPodSet
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
-from gpuplane.core.preemption import Target
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource, QuotaTree
+from gpuplane.core.victims import Target
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterQueue, ClusterState, ResourceFlavor, Workload
