@@ -50,6 +50,14 @@ from gpuplane.core.inventory import (
     recorded_grants,
 )
 from gpuplane.core.lifecycle import CONDITIONS, Lifecycle, Reason, Step, WorkloadState
+from gpuplane.core.placement.reserve import (
+    NodeUse,
+    PodOnNode,
+    Refusal,
+    RefusalReason,
+    Reservation,
+    reserve_devices,
+)
 from gpuplane.core.placement.scoring import POLICIES
 from gpuplane.core.plan import (
     AdmissionDecision,
@@ -69,8 +77,10 @@ from gpuplane.model.objects import ClusterState, Node, Workload
 # one-shot ``schedule``; the configuration; the plan's types; the workload states and reasons
 # (with the conditions each state sets); and the device inventory's read side (``NodeState``,
 # ``PodNeeds``, ``pod_needs``): the console's node map shows each node's devices and what pending
-# pods need of them. Kubernetes-facing records (conditions, the placement record, checkpoints)
-# are plain object formats and live in :mod:`gpuplane.model`.
+# pods need of them; and the one way a driver reserves a pod's planned devices on a node at bind
+# time (``reserve_devices``: the devices, or a typed refusal). Kubernetes-facing records
+# (conditions, the placement record, checkpoints) are plain object formats and live in
+# :mod:`gpuplane.model`.
 __all__ = [
     "CONDITIONS",
     "POLICIES",
@@ -79,11 +89,16 @@ __all__ = [
     "CycleOutcome",
     "DeviceConfig",
     "NodeState",
+    "NodeUse",
     "PendingDecision",
     "Plan",
     "PodNeeds",
+    "PodOnNode",
     "PreemptionDecision",
     "Reason",
+    "Refusal",
+    "RefusalReason",
+    "Reservation",
     "SchedulerConfig",
     "Session",
     "WorkloadState",
@@ -92,6 +107,7 @@ __all__ = [
     "placement_annotation",
     "pod_needs",
     "recorded_grants",
+    "reserve_devices",
     "schedule",
 ]
 

@@ -23,14 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplane.core.session import (
-    PLACEMENT_ANNOTATION,
     DeviceConfig,
-    NodeState,
-    PodNeeds,
-    node_state,
-    pod_needs,
-    recorded_grants,
-    recorded_placement,
+    NodeUse,
+    PodOnNode,
+    Refusal,
+    RefusalReason,
+    reserve_devices,
 )
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.informer import object_key
@@ -41,6 +39,8 @@ from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.karpenter import DO_NOT_DISRUPT
 from gpuplane.model.kinds import parse_node, pod_template
+from gpuplane.model.labels import PLACEMENT_ANNOTATION
+from gpuplane.model.records import recorded_placement
 from gpuplane.model.topology import assigned_domains
 
 ENDED_PHASES = ("Succeeded", "Failed")
@@ -304,16 +304,13 @@ def binding_writes(
     chosen: dict[str, dict[str, dict[str, Any]]] = {}  # node -> pod key -> the pod as bound
     for (pod, (node, planned)), rest in zip(plan.pods, plan.rest, strict=True):
         observed = view(node)
-        replanned = False
-        devices: str | None = None
-        room = True
         if observed is not None:
             here = {object_key(p): p for p in observed.pods}
             here.update(chosen.get(node, {}))
             observed = NodeView(observed.node, tuple(here[k] for k in sorted(here)), observed.plans)
-            room, devices, replanned = fit_devices(
-                pod, observed, planned, config, owner=plan.workload, reserved=rest
-            )
+        room, devices, replanned = fit_devices(
+            pod, observed, planned, config, owner=plan.workload, reserved=rest
+        )
         if not room:
             out.append(Bind(object_key(pod), node, None, None, planned, replanned))
             continue
@@ -347,7 +344,7 @@ def _binding(
 
 def fit_devices(  # noqa: PLR0913 - keyword-only: the pod's own Workload and its gang's slots
     pod: dict[str, Any],
-    view: NodeView,
+    view: NodeView | None,
     planned: str | None,
     config: DeviceConfig,
     *,
@@ -355,84 +352,44 @@ def fit_devices(  # noqa: PLR0913 - keyword-only: the pod's own Workload and its
     reserved: Iterable[str] = (),
 ) -> tuple[bool, str | None, bool]:
     """Whether the pod has room on the node, its devices there (``None``: it uses none), and whether
-    the ``planned`` ones were taken: the planned devices while they are still free. When they are
-    not (the world changed since the plan), or no plan was recorded (an admission written before
-    plans were), the core's device inventory fits the pod on that node again; the controller never
-    picks devices itself.
+    the ``planned`` ones were taken: what the core reserves for it there
+    (:func:`~gpuplane.core.session.reserve_devices`), the planned devices while they are still free,
+    else devices the core's inventory fits on that node again; the controller never picks devices
+    itself. A node not known (``view`` is ``None``), or a pod or node that cannot be read, gives
+    room without devices.
 
     Free means held neither by a pod bound on the node, nor by a plan already made but not bound
     yet: the plans of the other admitted Workloads (``owner`` is the pod's own), less what their
     bound pods hold, and the ``reserved`` devices (the slots of the pod's own gang still to bind on
     this node)."""
-    replanned = False
     try:
-        state = node_in_use(view, config, owner, reserved)
-        needs = pod_needs(pod_template(pod.get("spec", {}), "spec", pod.get("metadata", {})), config)
-        if not needs.uses_devices:
-            return True, None, False
-        if planned and recorded_grants(state, planned) is not None and state.plain_fits(needs):
-            return True, planned, False
-        replanned = bool(planned)
-        grants = state.fit(needs)
+        template = pod_template(pod.get("spec", {}), "spec", pod.get("metadata", {}))
+        use = None if view is None else node_use(view)
     except (InputError, ValueError):
-        return True, None, replanned
-    if grants is None:
-        return False, None, replanned
-    return True, ",".join(g.describe() for g in grants), replanned
+        return True, None, False
+    answer = reserve_devices(template, planned, use, config, owner=owner, reserved=reserved)
+    if isinstance(answer, Refusal):
+        return answer.reason is not RefusalReason.NO_ROOM, None, answer.replanned
+    return True, answer.devices, answer.replanned
 
 
-def node_in_use(
-    view: NodeView, config: DeviceConfig, owner: str = "", reserved: Iterable[str] = ()
-) -> NodeState:
-    """The node's device inventory with what is in use taken: first the devices recorded on the
-    pods bound there, then the plans not bound yet (other Workloads' and ``reserved``), last a best
-    guess for the pods bound without a record (bound by someone else). A pod that ended holds no
-    devices, but it still fills its slot of its Workload's plan."""
+def node_use(view: NodeView) -> NodeUse:
+    """The node as the core reads what is in use on it: the Node, the pods bound there (a pod that
+    ended holds no devices, but it still fills its slot of its Workload's plan), and the plans."""
     name = view.node["metadata"]["name"]
-    state = node_state(parse_node(view.node, "v1"), config)
-    unrecorded = []
-    bound: dict[tuple[str, str], list[str]] = {}  # (namespace, Workload name) -> devices of its pods
+    pods = []
     for other in view.pods:
         if other.get("spec", {}).get("nodeName") != name:
             continue
         meta = other.get("metadata", {})
-        recorded = (meta.get("annotations") or {}).get(keys.DEVICES_ANNOTATION)
         workload = (meta.get("labels") or {}).get(keys.WORKLOAD_LABEL)
-        if workload:  # it fills its slot of its Workload's plan, running or ended
-            bound.setdefault((str(meta.get("namespace", "")), str(workload)), []).append(recorded or "")
-        if (other.get("status") or {}).get("phase") in ENDED_PHASES:
-            continue
-        needs = pod_needs(pod_template(other.get("spec", {}), "spec", meta), config)
-        # A pod holds the devices recorded on it, not whichever a fresh fit would pick.
-        held = recorded_grants(state, recorded) if recorded else None
-        if held is not None:
-            state.take(object_key(other), needs, held)
-        else:
-            unrecorded.append((object_key(other), needs))
-    plans = {wl: list(slots) for wl, slots in view.plans.items() if wl != owner}
-    _hold_unbound_plans(state, plans, bound)
-    _hold_unbound_plans(state, {owner: list(reserved)}, {})
-    for key, needs in unrecorded:  # bound by someone else: a best guess at their devices
-        grants = state.fit(needs)
-        if grants is not None:
-            state.take(key, needs, grants)
-    return state
-
-
-def _hold_unbound_plans(
-    state: NodeState, plans: Mapping[str, list[str]], bound: Mapping[tuple[str, str], list[str]]
-) -> None:
-    """Take on ``state`` the devices of the planned slots (by Workload key, the devices of each of
-    its pods planned on this node) that no pod of that Workload fills yet. ``bound``: the devices
-    recorded on the Workloads' pods bound there, by (namespace, name); each fills its own slot, or
-    else any one of its Workload's (its devices, chosen again at bind time, are taken already)."""
-    for wl, planned in plans.items():
-        slots = list(planned)
-        ns, _, name = wl.partition("/")
-        for devices in bound.get((ns, name), []):
-            if slots:
-                slots.remove(devices if devices in slots else slots[0])
-        for devices in slots:
-            grants = recorded_grants(state, devices) if devices else None
-            if grants is not None:  # None: a planned device is taken already (the world changed)
-                state.take(f"plan:{wl}", PodNeeds({}), grants)
+        ended = (other.get("status") or {}).get("phase") in ENDED_PHASES
+        pods.append(
+            PodOnNode(
+                object_key(other),
+                None if ended else pod_template(other.get("spec", {}), "spec", meta),
+                (meta.get("annotations") or {}).get(keys.DEVICES_ANNOTATION),
+                f"{meta.get('namespace', '')}/{workload}" if workload else None,
+            )
+        )
+    return NodeUse(parse_node(view.node, "v1"), tuple(pods), view.plans)
