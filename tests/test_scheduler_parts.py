@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from gpuplane.core.check_gate import CheckGate, Verdict
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.gang import PlacementFailure
+from gpuplane.core.fair_victims import FairVictims
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.gangs import PlacementFailure
 from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.scheduling.cycle import Cycle
@@ -21,9 +23,11 @@ from gpuplane.core.scheduling.fair_order import FairOrder
 from gpuplane.core.scheduling.nominator import Nominator
 from gpuplane.core.scheduling.placer import NodePlacer
 from gpuplane.core.scheduling.queue_manager import QueueManager
+from gpuplane.core.scheduling.reservations import CheckedReservations
 from gpuplane.core.scheduling.shapes import Shapes
 from gpuplane.core.scheduling.state import CycleResult, Entry, Ledger, Status
 from gpuplane.core.scheduling.waker import Waker
+from gpuplane.core.victims import PreemptionContext
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.loader import load_state
 from gpuplane.model.objects import ClusterState, Workload
@@ -246,3 +250,106 @@ def test_the_placer_places_an_admitted_gang_and_notes_what_does_not_fit() -> Non
     assert isinstance(second, Entry)
     assert isinstance(placer.placement_for(second, probe=True), PlacementFailure)  # 2 CPUs left
     assert notes == []
+
+
+class FreedShapes:
+    """A fake :class:`Shapes`: no shape, and every workload could take exactly ``flavors``."""
+
+    def __init__(self, flavors: frozenset[str]) -> None:
+        self.flavors = flavors
+        self.eligible: dict[str, object] = {}
+
+    def of(self, _pending: PendingWorkload) -> int | None:
+        return None
+
+    def eligible_flavors(self, _pending: PendingWorkload) -> frozenset[str]:
+        return self.flavors
+
+
+def test_the_waker_wakes_only_parked_work_that_could_use_a_freed_flavor() -> None:
+    state = state_of()
+    cfg = config(state)
+    tree = QuotaTree(state)
+    for could_use, woken in ((frozenset({"other"}), False), (frozenset({"default"}), True)):
+        shapes = cast(Shapes, FreedShapes(could_use))
+        queues = QueueManager(state, tree, shapes)
+        queues.enqueue(one_workload("w1"), 0.0)
+        queues.park(queues.queues["a"][0], CycleResult())
+        # Neither the nodes, the gate, the preemptor nor the needs are read by a wake that is
+        # not settled: a wake between cycles (settled) asks them for its bounds.
+        waker = Waker(cfg, tree, queues, shapes, None, {}, cast(Any, None), cast(Any, None), cast(Any, None))
+        waker.wake("a", frozenset({("default", "cpu")}))
+        assert ("default/w1" not in queues.parked) is woken
+
+
+@dataclass
+class RecordingPlacer:
+    """A fake :class:`NodePlacer` without nodes that records the admitted workloads it is given."""
+
+    cluster: None = None
+    placed: list[str] = field(default_factory=list)
+
+    def place_admitted(self, wl: Workload) -> None:
+        self.placed.append(wl.key)
+
+
+class VerdictGate(CheckGate):
+    """The real gate with one verdict for every workload."""
+
+    def __init__(self, state: ClusterState, verdict: Verdict) -> None:
+        super().__init__(state)
+        self.fixed = verdict
+
+    def verdict(self, _wl: Workload) -> tuple[Verdict, None]:
+        return self.fixed, None
+
+
+CPU4 = {"cpu": "4"}
+
+
+def test_checked_reservations_hold_quota_and_place_only_workloads_without_checks() -> None:
+    admitted = (
+        workload("held")
+        .created(T0)
+        .podset(cpu="4")
+        .admitted(
+            "a", {"name": "main", "count": 1, "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": "4"}}
+        )
+        .set("status.conditions", [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": T0}])
+    )
+    state = state_of(admitted)
+    (wl,) = state.workloads
+    for verdict, placed in ((Verdict.NONE, ["default/held"]), (Verdict.WAITING, [])):
+        scheduler = Scheduler(state_of(), config(state), 0.0)
+        placer = RecordingPlacer()
+        reservations = CheckedReservations(
+            scheduler.ledger,
+            VerdictGate(state, verdict),
+            cast(NodePlacer, placer),
+            scheduler.queue_manager,
+            scheduler.waker,
+            scheduler.preemptor,
+        )
+        reservations.hold_admitted(wl, 0.0)
+        assert scheduler.tree.queues["a"].usage[("default", "cpu")] == 4000  # the quota is held
+        assert placer.placed == placed  # on the nodes only when no check is pending
+
+
+def test_the_fair_sharing_search_finds_nothing_to_evict_in_an_empty_queue() -> None:
+    state = state_of()
+    scheduler = Scheduler(state, config(state), 0.0)
+    scheduler.submit(one_workload("w1", cpu="16"))
+    (pending,) = scheduler.queues["a"]
+    cq = scheduler.tree.queues["a"]
+    search = FairVictims(scheduler.tree, scheduler.config)
+    ctx = PreemptionContext(pending, cq, frozenset({("default", "cpu")}), {("default", "cpu"): 16000})
+    assert search.targets(ctx, 0.0) == []
+
+
+def test_the_ledger_moves_the_state_version_with_a_cohort_generation() -> None:
+    state = state_of()
+    ledger = Ledger(QuotaTree(state), 0.0)
+    ledger.bump_generation("a")
+    ledger.bump_generation("gone")  # a queue no longer in the tree moves the version only
+    assert ledger.generation_of("a") == 1
+    assert ledger.state_version == 2

@@ -609,7 +609,7 @@ class _GangReplay:
 
     def could_start(self, gang: Gang) -> bool:
         """Whether ``gang`` fits the free nodes of one of its pools or could reclaim some: the
-        scheduler wakes a parked gang only then (``Queues._still_short`` in the core)."""
+        scheduler wakes a parked gang only then (``Waker.still_short`` in the core)."""
         free = self.free
         for pool in gang.pools:
             if free.get(pool, 0) >= gang.nodes:

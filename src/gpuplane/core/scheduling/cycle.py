@@ -176,7 +176,8 @@ class Cycle:
         for e in entries:
             if e.pending.key in admitted and admitted[e.pending.key].cycle == cycle_number:
                 continue
-            status[e.pending.key] = Status(e.reason, e.message)
+            outcome = Status(Reason(e.reason), e.message)
+            status[e.pending.key] = outcome
             if e.reason == Reason.WAITING_FOR_PREEMPTED:
                 preemptor_of[e.pending.cluster_queue] = e.pending.key
             # A workload with flavors left to scan is requeued at once (PendingFlavors).
@@ -188,7 +189,7 @@ class Cycle:
                     # Parked on the cycle's starting state alone, with no effect on the
                     # others: a workload of the same shape meets the same outcome until
                     # the state changes.
-                    self.failed[shape] = Status(e.reason, e.message)
+                    self.failed[shape] = Status(outcome.reason, e.message)
 
     def admit(self, e: Entry, result: CycleResult) -> None:
         """Admit an entry: it holds its quota, leaves its queue and is recorded."""

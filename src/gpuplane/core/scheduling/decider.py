@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from gpuplane.core.check_gate import CheckGate
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import FIT, NO_FIT, PREEMPT
-from gpuplane.core.gang import PlacementFailure
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.gangs import PlacementFailure
 from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduling.nominator import Nominator
 from gpuplane.core.scheduling.placer import NodePlacer

@@ -3,8 +3,8 @@ eviction outside preemption (reaper, node failure); each wakes the parked work i
 
 from __future__ import annotations
 
-from gpuplane.core.gang import Cluster
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.gang_placement import Cluster
 from gpuplane.core.plan import PreemptionDecision
 from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import AdmittedWorkload

@@ -1,13 +1,14 @@
 """The gang on the nodes: pods already bound and workloads already admitted hold their devices,
 and an entry's gang is placed (or probed, with its victims gone) on the node inventory (the gang
-placement's :class:`~gpuplane.core.gang.Cluster`)."""
+placement's :class:`~gpuplane.core.placement.gang_placement.Cluster`)."""
 
 from __future__ import annotations
 
 from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.gang import Cluster, GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.inventory import NeedsMemo, pod_needs, recorded_grants
 from gpuplane.core.karpenter import capacity_to_come
+from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.scheduling.state import (
     WORKLOAD_LABEL,
     Entry,

@@ -5,8 +5,8 @@ admitted once they are all Ready and the gang has a place; Retry and Rejected en
 from __future__ import annotations
 
 from gpuplane.core.check_gate import CheckGate, Verdict
-from gpuplane.core.gang import GangPlacement, PlacementFailure
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.gangs import GangPlacement, PlacementFailure
 from gpuplane.core.plan import AdmissionDecision, PodPlacement, PodSetDecision
 from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.scheduling.placer import NodePlacer

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuplane.core.flavors import Assignment
-from gpuplane.core.gang import GangPlacement, GangPodSet
+from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.gangs import GangPlacement, GangPodSet
 from gpuplane.core.plan import AdmissionDecision, PreemptionDecision
 from gpuplane.core.quota import ClusterQueueNode, FlavorResource, QuotaTree
 from gpuplane.core.victims import Target
@@ -72,7 +73,9 @@ class ScanProgress:
 
 @dataclass(slots=True)
 class Status:
-    reason: str
+    """A pending workload's last reason (:class:`Reason`) and message."""
+
+    reason: Reason
     message: str
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from gpuplane.core.check_gate import CheckGate
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import could_take_flavor, quota_requests_per_pod_set
-from gpuplane.core.gang import Cluster, GangPodSet
 from gpuplane.core.inventory import NeedsMemo
+from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gangs import GangPodSet
 from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import CohortNode, FlavorResource, QuotaTree
 from gpuplane.core.scheduling.queue_manager import QueueManager
