@@ -81,6 +81,8 @@ class Status:
 
 @dataclass(slots=True)
 class CycleResult:
+    """What one call of the cycle did: admissions, preemptions, and counts of what else changed."""
+
     admitted: list[AdmissionDecision] = field(default_factory=list)
     preempted: list[PreemptionDecision] = field(default_factory=list)
     parked: int = 0
