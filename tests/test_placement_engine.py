@@ -20,7 +20,7 @@ from gpuplane.core.placement.gangs import GangPodSet
 from gpuplane.core.placement.gpu_cluster import BoolArray, GpuCluster, GpuRequest, IntArray, NodeSpec
 from gpuplane.core.placement.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from gpuplane.core.plan import AdmissionDecision, PodPlacement, PodSetDecision, placement_annotation
-from gpuplane.core.plan import recorded_placement as read_plan
+from gpuplane.model.records import recorded_placement as read_plan
 from manifests import Manifest, workload
 from test_placement import fractional, gang_for, gpu_node, loaded, snapshot
 

@@ -39,8 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from gpuplane.core.gang import GangPodSet
 from gpuplane.core.inventory import pod_needs
+from gpuplane.core.placement.gangs import GangPodSet
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.session import PendingDecision, SchedulerConfig

@@ -1,8 +1,8 @@
 """The one placement engine: filter, score, reserve, chosen by a profile.
 
 Every path that puts pods on nodes runs here: gang placement in admission
-(:mod:`gpuplane.core.gang`), the stock Kubernetes model of the simulator and the FGD protocol
-replay. The shape is the Kubernetes scheduling framework's, cut to what placement needs::
+(:mod:`gpuplane.core.placement.gang_placement`), the stock Kubernetes model of the simulator and
+the FGD protocol replay. The shape is the Kubernetes scheduling framework's, cut to what placement needs::
 
     request --> Filter plugins --> feasible nodes --> Score plugins x weights --> pick
                 (masks, ANDed)                        (0..100 each, summed)     (ties: rank)
