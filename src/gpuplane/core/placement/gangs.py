@@ -23,6 +23,8 @@ class GangPodSet:
 
 @dataclass(frozen=True, slots=True)
 class PodPlace:
+    """Where one pod went: its node and its devices there."""
+
     node: str
     grants: tuple[DeviceGrant, ...]
 
@@ -37,5 +39,7 @@ class GangPlacement:
 
 @dataclass(frozen=True, slots=True)
 class PlacementFailure:
+    """Why a gang has no place (a :class:`~gpuplane.core.lifecycle.Reason`) and the message."""
+
     reason: str
     message: str

@@ -61,6 +61,8 @@ class Reservation:
 
 
 class RefusalReason(StrEnum):
+    """Why :func:`reserve_devices` gives a pod no devices on a node."""
+
     NODE_GONE = "NodeGone"  # the node is not known (any more)
     NO_ROOM = "NoRoom"  # the pod's devices fit nowhere on the node now, the planned ones included
     UNREADABLE = "Unreadable"  # the pod or a pod on the node asks what cannot be read
