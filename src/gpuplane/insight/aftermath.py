@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuplane.core.scheduler import Scheduler
+from gpuplane.core.analysis import Scheduler
 from gpuplane.core.session import Plan, Reason, SchedulerConfig
 from gpuplane.model.conditions import ConditionType
 from gpuplane.model.objects import (

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuplane.core.inventory import DeviceConfig
-from gpuplane.core.karpenter import provides
+from gpuplane.core.analysis import provides
+from gpuplane.core.session import DeviceConfig
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Node, ResourceFlavor, Toleration
 

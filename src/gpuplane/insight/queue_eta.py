@@ -39,11 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from gpuplane.core.inventory import pod_needs
-from gpuplane.core.placement.gangs import GangPodSet
-from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
-from gpuplane.core.scheduler import Scheduler
-from gpuplane.core.session import PendingDecision, SchedulerConfig
+from gpuplane.core.analysis import AdmittedWorkload, ClusterQueueNode, CohortNode, GangPodSet, Scheduler
+from gpuplane.core.session import PendingDecision, SchedulerConfig, pod_needs
 from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts, predict_start
 from gpuplane.model import labels as keys
 from gpuplane.model.conditions import ConditionType

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from gpuplane.core.inventory import DeviceConfig, PodNeeds, device_resource, pod_needs
+from gpuplane.core.analysis import device_resource
+from gpuplane.core.session import DeviceConfig, PodNeeds, pod_needs
 from gpuplane.model import labels as keys
 from gpuplane.model import mig
 from gpuplane.model.objects import ClusterState, PodTemplate, Workload

@@ -25,12 +25,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuplane.core.inventory import pod_needs
-from gpuplane.core.placement.gang_placement import Cluster
-from gpuplane.core.placement.gangs import GangPlacement, GangPodSet
-from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
-from gpuplane.core.scheduler import Scheduler
-from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig, config_from_kueue
+from gpuplane.core.analysis import (
+    AdmittedWorkload,
+    ClusterQueueNode,
+    CohortNode,
+    GangPlacement,
+    GangPodSet,
+    PlacementCluster,
+    Scheduler,
+)
+from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig, config_from_kueue, pod_needs
 from gpuplane.insight import bypass
 from gpuplane.insight.aftermath import world_after
 from gpuplane.insight.idle import DATA_STALL_CONDITION
@@ -756,7 +760,7 @@ def _flavored(ctx: _Context, p: PendingDecision, wl: Workload) -> list[list[Gang
     ]
 
 
-def _owner_nodes(cluster: Cluster) -> dict[str, set[str]]:
+def _owner_nodes(cluster: PlacementCluster) -> dict[str, set[str]]:
     return {owner: {name for name, _, _ in items} for owner, items in cluster.owners.items()}
 
 
@@ -802,7 +806,7 @@ def _fragmented(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[
     return (), "wait: no single preemption makes room; capacity frees as workloads finish"
 
 
-def _placed_without(cluster: Cluster, owner: str, gang: list[GangPodSet], probe: str) -> list[str]:
+def _placed_without(cluster: PlacementCluster, owner: str, gang: list[GangPodSet], probe: str) -> list[str]:
     """The nodes the gang lands on once ``owner`` is gone (empty: it still does not fit).
 
     Probes under the core's undo: the cluster is unchanged afterwards.
