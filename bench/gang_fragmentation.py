@@ -44,7 +44,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from gpuplane.core.inventory import DeviceConfig, pod_needs
+from gpuplane.core.placement.devices import DeviceConfig, pod_needs
 from gpuplane.core.placement.gang_placement import Cluster
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet
 from gpuplane.model.objects import Node, PodTemplate

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuplane.core.inventory import DeviceConfig, DeviceGrant, NodeState, node_state, pod_needs
+from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant, NodeState, node_state, pod_needs
 from gpuplane.model.mig import (
     Instance,
     MigError,

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
-from gpuplane.core.inventory import DeviceConfig, DeviceGrant, pod_needs
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant, pod_needs
 from gpuplane.core.placement.gang_placement import Cluster
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.scheduler import schedule

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from gpuplane.core.inventory import DeviceConfig, DeviceGrant
 from gpuplane.core.placement import engine
+from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant
 from gpuplane.core.placement.gang_placement import Cluster
 from gpuplane.core.placement.gangs import GangPodSet
 from gpuplane.core.placement.gpu_cluster import BoolArray, GpuCluster, GpuRequest, IntArray, NodeSpec

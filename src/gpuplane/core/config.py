@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuplane.core.inventory import DeviceConfig
+from gpuplane.core.placement.devices import DeviceConfig
 from gpuplane.model.objects import KueueConfiguration
 
 STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")

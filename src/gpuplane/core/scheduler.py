@@ -23,8 +23,8 @@ from collections.abc import Callable
 from gpuplane.core.check_gate import CheckGate
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import EligibilityMemo
-from gpuplane.core.inventory import NeedsMemo
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.devices import NeedsMemo
 from gpuplane.core.placement.gang_placement import Cluster
 from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
 from gpuplane.core.preemptor import Preemptor

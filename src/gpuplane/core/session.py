@@ -40,7 +40,8 @@ from typing import Any
 
 from gpuplane.core.check_gate import CheckEviction, Verdict
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.inventory import (
+from gpuplane.core.lifecycle import CONDITIONS, Lifecycle, Reason, Step, WorkloadState
+from gpuplane.core.placement.devices import (
     DeviceConfig,
     DeviceGrant,
     NodeState,
@@ -49,7 +50,6 @@ from gpuplane.core.inventory import (
     pod_needs,
     recorded_grants,
 )
-from gpuplane.core.lifecycle import CONDITIONS, Lifecycle, Reason, Step, WorkloadState
 from gpuplane.core.placement.reserve import (
     NodeUse,
     PodOnNode,

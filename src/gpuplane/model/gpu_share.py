@@ -12,7 +12,7 @@ resource it does not cover. This is the shape of Kueue's own answer to sub-devic
 (resource transformations into credits or accelerator memory): a separate resource, charged by
 what was asked, that the queue states a quota for.
 
-The charge per pod is the placement's share (see ``gpuplane.core.inventory.pod_needs``): the
+The charge per pod is the placement's share (see ``gpuplane.core.placement.devices.pod_needs``): the
 fraction rounded up to a thousandth, never 0; a memory-only request takes the smallest share,
 ``1m``; a fraction that cannot be read is charged a whole GPU (placement refuses the pod anyway).
 """

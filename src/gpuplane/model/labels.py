@@ -3,7 +3,7 @@
 Kueue's keys keep Kueue's spelling, so a cluster set up for Kueue works unchanged. gpuplane's
 own keys live under ``gpuplane.dev/``. Other modules import these names; they never spell a key
 themselves (device resource names and GPU Feature Discovery labels are configuration, see
-:class:`gpuplane.core.inventory.DeviceConfig`).
+:class:`gpuplane.core.placement.devices.DeviceConfig`).
 """
 
 from __future__ import annotations

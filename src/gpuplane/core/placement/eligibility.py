@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gpuplane.core.inventory import DeviceConfig, NodeState, PodNeeds
 from gpuplane.core.karpenter import disrupted
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.devices import DeviceConfig, NodeState, PodNeeds
 from gpuplane.core.placement.gangs import GangPodSet, PlacementFailure
 from gpuplane.model.objects import PodTemplate, ResourceFlavor, Toleration
 

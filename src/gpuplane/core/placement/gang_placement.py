@@ -23,9 +23,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 
-from gpuplane.core.inventory import DeviceConfig, DeviceGrant, NodeState, PodNeeds, recorded_grants
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.placement import engine
+from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant, NodeState, PodNeeds, recorded_grants
 from gpuplane.core.placement.eligibility import EligibleNodes
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure, PodPlace
 from gpuplane.core.placement.node_holdings import Held, NodeHoldings

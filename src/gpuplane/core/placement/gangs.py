@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuplane.core.inventory import DeviceGrant, PodNeeds
+from gpuplane.core.placement.devices import DeviceGrant, PodNeeds
 from gpuplane.model.objects import PodTemplate, ResourceFlavor
 
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from gpuplane.core.inventory import DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
+from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
 from gpuplane.core.placement.gpu_cluster import GpuCluster, IntArray, NodeSpec
 from gpuplane.core.placement.topology_domains import TopologyDomains
 from gpuplane.model.objects import Node

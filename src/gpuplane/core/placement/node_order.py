@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from gpuplane.core.inventory import NodeState, PodNeeds
+from gpuplane.core.placement.devices import NodeState, PodNeeds
 from gpuplane.core.placement.eligibility import EligibleNodes
 from gpuplane.core.placement.gpu_cluster import GpuRequest
 from gpuplane.core.placement.node_holdings import NodeHoldings

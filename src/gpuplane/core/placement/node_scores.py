@@ -13,8 +13,8 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 
-from gpuplane.core.inventory import MILLI, NodeState, PodNeeds
 from gpuplane.core.placement import engine
+from gpuplane.core.placement.devices import MILLI, NodeState, PodNeeds
 from gpuplane.core.placement.eligibility import MAX_REMEMBERED
 from gpuplane.core.placement.fragmentation import typical_pods
 from gpuplane.core.placement.gangs import GangPodSet

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuplane.core.inventory import (
+from gpuplane.core.placement.devices import (
     DeviceConfig,
     DeviceGrant,
     NodeState,

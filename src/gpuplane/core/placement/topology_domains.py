@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuplane.core.inventory import NodeState
+from gpuplane.core.placement.devices import NodeState
 
 
 class TopologyDomains:

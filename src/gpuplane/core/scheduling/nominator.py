@@ -16,8 +16,8 @@ from gpuplane.core.flavors import (
     EligibilityMemo,
     FlavorAssigner,
 )
-from gpuplane.core.inventory import NeedsMemo
 from gpuplane.core.lifecycle import Reason
+from gpuplane.core.placement.devices import NeedsMemo
 from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import ClusterQueueNode, QuotaTree
 from gpuplane.core.scheduling.state import (

@@ -5,8 +5,8 @@ placement's :class:`~gpuplane.core.placement.gang_placement.Cluster`)."""
 from __future__ import annotations
 
 from gpuplane.core.config import SchedulerConfig
-from gpuplane.core.inventory import NeedsMemo, pod_needs, recorded_grants
 from gpuplane.core.karpenter import capacity_to_come
+from gpuplane.core.placement.devices import NeedsMemo, pod_needs, recorded_grants
 from gpuplane.core.placement.gang_placement import Cluster
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.scheduling.state import (

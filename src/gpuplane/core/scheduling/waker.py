@@ -7,7 +7,7 @@ from __future__ import annotations
 from gpuplane.core.check_gate import CheckGate
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import could_take_flavor, quota_requests_per_pod_set
-from gpuplane.core.inventory import NeedsMemo
+from gpuplane.core.placement.devices import NeedsMemo
 from gpuplane.core.placement.gang_placement import Cluster
 from gpuplane.core.placement.gangs import GangPodSet
 from gpuplane.core.preemptor import Preemptor
