@@ -72,9 +72,9 @@ class GpuRows:
         self._look_ids: dict[tuple[object, ...], int] = {}
 
     def changed(self, name: str) -> None:
-        if name in self.row:
-            self._stale.add(name)
-            self._stale_look.add(name)
+        """The node ``name`` (one with a row) changed: its row and look are read again when next read."""
+        self._stale.add(name)
+        self._stale_look.add(name)
 
     @property
     def look_count(self) -> int:
@@ -108,7 +108,7 @@ class GpuRows:
             for n in names
         ]
 
-    def rows_of(self, states: Iterable[NodeState]) -> IntArray:
+    def rows_of(self, states: Sequence[NodeState]) -> IntArray:
         """The rows of ``states`` (each a node with a row), read again from the nodes where out of date."""
         stale = self._stale
         for state in states:
@@ -160,6 +160,7 @@ class NodeHoldings:
             if any(d.sharing in ("time-slicing", "mps") for d in state.devices)
         }
         self.rows = GpuRows(self.nodes.values())
+        self._with_row = self.rows.row  # (read only) the nodes that have a row
         self.domains = TopologyDomains(self.nodes, self.free_milli)
 
     def take(self, owner: str, state: NodeState, needs: PodNeeds, grants: Sequence[DeviceGrant]) -> None:
@@ -201,7 +202,8 @@ class NodeHoldings:
 
     def _changed(self, state: NodeState) -> None:
         name = state.name
-        self.rows.changed(name)
+        if name in self._with_row:
+            self.rows.changed(name)
         old_whole, new_whole = self.free_whole[name], state.free_whole()
         if old_whole != new_whole:
             bucket = self.buckets[old_whole]
