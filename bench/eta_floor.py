@@ -56,10 +56,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from gpuplane.sim.engine import COMPLETE, Engine, JobRun, Model
+from gpuplane.sim.engine import COMPLETE, Engine, Model
 from gpuplane.sim.experiment import build_model, scenario_input
 from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT
 from gpuplane.sim.parallel import default_jobs
+from gpuplane.sim.runs import JobRun
 from gpuplane.sim.scenario import Param, Scenario, builtin_scenario
 from gpuplane.sim.workloads import Workloads
 
@@ -167,7 +168,7 @@ class FollowingEngine(Engine):
                 for _, other in running.values():
                     os.close(other)
                 self.watch, self.report_fd = run.job.id, write_fd
-                self.eta_capacity = None  # no predictions in a future
+                self.forecast.capacity = None  # no predictions in a future
                 self._redraw(now, np.random.default_rng([self.seed, run.job.id, k]))
                 return None
             os.close(write_fd)

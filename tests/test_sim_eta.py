@@ -22,9 +22,9 @@ from gpuplane.insight.eta import (
     runtime_curve,
     van_der_corput,
 )
-from gpuplane.sim import engine
-from gpuplane.sim.engine import JobRun
+from gpuplane.sim import forecast
 from gpuplane.sim.metrics import GroupStats
+from gpuplane.sim.runs import JobRun
 from gpuplane.sim.workloads import Job, Request
 
 
@@ -480,8 +480,8 @@ def _run(job_id: int, pods: int, gpus: int, duration: float) -> JobRun:
 def test_backlog_counts_work_no_larger_per_pod_at_the_rate_the_queue_runs(
     monkeypatch: pytest.MonkeyPatch, asked_gpus: int, want: float
 ) -> None:
-    monkeypatch.setattr(engine, "LISTED_PER_QUEUE", 0)  # every queued job is backlog
-    book = engine._Book()
+    monkeypatch.setattr(forecast, "LISTED_PER_QUEUE", 0)  # every queued job is backlog
+    book = forecast.Book()
     book.add_running(_run(1, 4, 1, 100.0))  # a runs 4 GPUs, expected to end at 100
     book.add_pending(_run(2, 1, 8, 1000.0), 1000.0)
     book.add_pending(_run(3, 1, 1, 100.0), 100.0)
