@@ -233,13 +233,13 @@ def test_exact_cycles_and_pending_left_out() -> None:
     gang = [p.workload for p in pure.pending if p.reason == Reason.WAITING_FOR_GANG_CAPACITY]
     assert gang  # some were tried and found no place; the last one was not tried yet
     assert len(gang) < len(pure.pending)
-    assert s.waiting_for({Reason.WAITING_FOR_GANG_CAPACITY}) == gang
+    assert s.reasons.waiting_for({Reason.WAITING_FOR_GANG_CAPACITY}) == gang
 
 
 def test_watched_reasons_name_every_workload_whose_reason_changed() -> None:
     state = cluster(*(queued(f"w{i}", i) for i in range(4)), nodes=1, quota_gpus=16)
     s = session(state)
-    watched = s.watch_reasons()
+    watched = s.reasons.watch()
     assert watched == {f"default/w{i}" for i in range(4)}  # every workload queued at the start
     watched.clear()
     plan = s.drain(T)
@@ -247,14 +247,14 @@ def test_watched_reasons_name_every_workload_whose_reason_changed() -> None:
     assert len(admitted) == 1  # one node of 8 GPUs
     waiting = {f"default/w{i}" for i in range(4)} - admitted
     assert watched == admitted | waiting  # admitted (reason gone) and tried (reason written)
-    assert [s.reason_of(k) for k in sorted(admitted)] == [None]
-    assert {s.reason_of(k) for k in waiting} <= {Reason.WAITING_FOR_QUOTA, Reason.WAITING_FOR_GANG_CAPACITY}
-    assert sorted(waiting) == sorted(s.waiting_for({s.reason_of(k) for k in waiting}))
+    assert [s.reasons.reason_of(k) for k in sorted(admitted)] == [None]
+    assert {s.reasons.reason_of(k) for k in waiting} <= {Reason.WAITING_FOR_QUOTA, Reason.WAITING_FOR_GANG_CAPACITY}
+    assert sorted(waiting) == sorted(s.reasons.waiting_for({s.reasons.reason_of(k) for k in waiting}))
     watched.clear()
     s.withdraw("default/w3", T + 1)
     assert watched == {"default/w3"}
-    assert s.reason_of("default/w3") is None
-    assert s.reason_of("default/nobody") is None
+    assert s.reasons.reason_of("default/w3") is None
+    assert s.reasons.reason_of("default/nobody") is None
 
 
 def test_update_requeues_a_pending_workload_with_its_new_spec() -> None:

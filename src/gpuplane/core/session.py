@@ -9,10 +9,11 @@ tell it what happened and ask it to decide; they never reach into the state behi
     submit / update / withdraw         cycle(now) -> Plan (one cycle)    pending(), admitted()
     finish / evict                     drain(now, stop=...) -> Plan      usage(), lifecycle(key)
     node_down / node_up / node_changed   (cycles until nothing changes,  has_pending(), holds(key)
-    record_checkpoint                     the stop rule says so, or      waiting_for(reasons)
-    reconsider                            the bound is hit)              pending_changes()
-                                                                         reasons_written()
-                                                                         watch_reasons(), reason_of(key)
+    record_checkpoint                     the stop rule says so, or      pending_changes()
+    reconsider                            the bound is hit)              device_use(), inventory()
+                                       run_cycles(now, stop=...)         reasons (the fast paths:
+                                         (the same, without a plan)        watch(), reason_of(key),
+                                                                           waiting_for(reasons))
 
 Every call that changes something takes the current time (seconds, the driver's clock); time never
 runs backwards, and nothing here reads a clock. Plans are frozen; each admission carries, per pod,
@@ -25,8 +26,8 @@ so its history (state, time, reason) is there for insight and metrics to read. W
 ``track_reasons`` the pending reasons are recorded too, after every cycle (it costs one pass over
 the queues per cycle). ``history=False`` keeps no lifecycles at all (:meth:`Session.lifecycle` is
 ``None``): the simulator, which replays a hundred thousand workloads and reads none of them, runs
-that way and reads the reasons it needs with :meth:`Session.watch_reasons` and
-:meth:`Session.reason_of` instead.
+that way and reads the reasons it needs through ``Session.reasons``
+(:class:`~gpuplane.core.pending_reasons.PendingReasons`) instead.
 
 Idempotency: ``finish``, ``evict``, ``withdraw``, ``node_down`` and ``node_up`` return what they
 changed, and a repeated call changes nothing.
@@ -34,28 +35,25 @@ changed, and a repeated call changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from gpuplane.core.check_gate import CheckEviction, Verdict
+from gpuplane.core.check_gate import CheckEviction
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
-from gpuplane.core.lifecycle import CONDITIONS, Lifecycle, Reason, Step, WorkloadState
+from gpuplane.core.lifecycle import CONDITIONS, Lifecycle, Reason, WorkloadState
+from gpuplane.core.pending_reasons import PendingReasons
 from gpuplane.core.placement.devices import (
     DeviceConfig,
     DeviceGrant,
     NodeState,
     PodNeeds,
-    node_state,
     pod_needs,
-    recorded_grants,
 )
 from gpuplane.core.placement.reserve import (
     NodeUse,
     PodOnNode,
     Refusal,
     RefusalReason,
-    Reservation,
     reserve_devices,
 )
 from gpuplane.core.placement.scoring import POLICIES
@@ -66,9 +64,8 @@ from gpuplane.core.plan import (
     PreemptionDecision,
     placement_annotation,
 )
-from gpuplane.core.scheduler import CycleResult, Scheduler, Status, drain, drain_bound, plan_after, schedule
-from gpuplane.model.admission_checks import CheckState
-from gpuplane.model.conditions import ConditionType
+from gpuplane.core.scheduler import CycleResult, Scheduler, drain, drain_bound, plan_after, schedule
+from gpuplane.core.workload_histories import Histories
 from gpuplane.model.objects import ClusterState, Node, Workload
 
 # The core's public surface: drivers import these from here and nothing else from the core (an
@@ -98,15 +95,12 @@ __all__ = [
     "Reason",
     "Refusal",
     "RefusalReason",
-    "Reservation",
     "SchedulerConfig",
     "Session",
     "WorkloadState",
     "config_from_kueue",
-    "node_state",
     "placement_annotation",
     "pod_needs",
-    "recorded_grants",
     "reserve_devices",
     "schedule",
 ]
@@ -152,76 +146,15 @@ class DeviceUse:
 StopRule = Callable[[CycleOutcome], bool]
 
 
-class _Counted(dict[str, Status]):
-    """The scheduler's reasons by workload, noting which keys were written (for
-    :meth:`Session.pending_changes`); ``everything`` after a write of unknown keys; ``writes``
-    counts every write (for :meth:`Session.reasons_written`); each of ``watchers`` gets every
-    key written (for :meth:`Session.watch_reasons`). Without ``keep_written`` (a session that
-    keeps no history never reads them) the written keys are not collected."""
-
-    __slots__ = ("everything", "keep_written", "watchers", "writes", "written")
-
-    def __init__(self, items: Mapping[str, Status], keep_written: bool = True) -> None:
-        super().__init__(items)
-        self.written: set[str] = set()
-        self.keep_written = keep_written
-        self.everything = True
-        self.writes = 0
-        self.watchers: list[set[str]] = []
-
-    def _wrote(self, key: str) -> None:
-        if self.keep_written:
-            self.written.add(key)
-        self.writes += 1
-        for watcher in self.watchers:
-            watcher.add(key)
-
-    def _wrote_all(self) -> None:
-        self.everything = True
-        self.writes += 1
-        for watcher in self.watchers:
-            watcher.update(self)
-
-    def __setitem__(self, key: str, value: Status) -> None:
-        self._wrote(key)
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: str) -> None:
-        self._wrote(key)
-        super().__delitem__(key)
-
-    def pop(self, key: str, *default: Any) -> Any:
-        self._wrote(key)
-        return super().pop(key, *default)
-
-    def clear(self) -> None:
-        self._wrote_all()
-        super().clear()
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        super().update(*args, **kwargs)
-        self._wrote_all()
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        self._wrote(key)
-        return super().setdefault(key, default)
-
-
-def _reason(text: str, default: Reason = Reason.PENDING) -> Reason:
-    """``text`` as a :class:`Reason`. The core reports only these spellings; a reason written by
-    someone else (an object read from a cluster) reads as ``default``."""
-    try:
-        return Reason(text)
-    except ValueError:
-        return default
-
-
 class Session:
     """A long-lived scheduling session over one cluster (see the module docstring).
 
     ``state`` gives the queues, flavors, nodes and the workloads known at the start: admitted ones
     hold their quota and devices, pending ones are queued. The set of nodes is fixed for the
-    session's life: a node goes down and comes back, or changes its labels and taints.
+    session's life: a node goes down and comes back, or changes its labels and taints. It owns the
+    clock; the scheduler owns the working state, :class:`~gpuplane.core.workload_histories.Histories`
+    the workloads' lives (none without ``history``), and
+    :class:`~gpuplane.core.pending_reasons.PendingReasons` the reads of the pending reasons.
     """
 
     def __init__(
@@ -235,37 +168,11 @@ class Session:
     ) -> None:
         self._scheduler = Scheduler(state, config, now)
         self._now = now
-        self._history = history
-        self._track_reasons = track_reasons and history
-        self._lifecycles: dict[str, Lifecycle] = {}
-        self._evictions_seen = 0
-        # For pending_changes(): the (reason, message) last reported, by ClusterQueue ("": the
-        # workloads queued in none) and workload; the scheduler's reasons note what was written.
-        self._reported: dict[str, dict[str, tuple[str, str]]] = {}
-        self._scheduler.status = _Counted(self._scheduler.status, keep_written=history)
-        for wl in state.workloads if history else ():
-            created = min(wl.creation, now)
-            if wl.finished:  # observed finished: its history starts there
-                life = Lifecycle(created, [Step(_S.FINISHED, created, Reason.FINISHED)])
-            else:
-                life = Lifecycle(created)
-                if wl.key in self._scheduler.tree.admitted:
-                    self._initial_hold(life, wl, now)
-            self._lifecycles[wl.key] = life
-        if self._track_reasons:
-            self._note_pending()
-
-    def _initial_hold(self, life: Lifecycle, wl: Workload, now: float) -> None:
-        """The state of a workload that holds quota when the session starts."""
-        verdict, _ = self._scheduler.gate.verdict(wl)
-        leaving = verdict in (Verdict.RETRY, Verdict.REJECTED)
-        if verdict in (Verdict.WAITING, Verdict.READY) or (leaving and not wl.condition_true("Admitted")):
-            life.transition(_S.QUOTA_RESERVED, now, Reason.QUOTA_RESERVED)
-            return
-        life.transition(_S.ADMITTED, now, Reason.ADMITTED)
-        evicted = wl.condition(ConditionType.EVICTED)
-        if evicted is not None and evicted.status:  # holds its quota until its pods are gone
-            life.transition(_S.EVICTING, now, _reason(evicted.reason, Reason.PREEMPTED), evicted.message)
+        self.reasons = PendingReasons(self._scheduler, keep_written=history)
+        """The pending reasons, read cheaply: what changed, who waits for what, a watch on the
+        workloads whose reason is written. The simulator's fast paths, which read them after
+        every event."""
+        self._histories = Histories(self._scheduler, now, track_reasons=track_reasons) if history else None
 
     # --- time and state ----------------------------------------------------------------------
 
@@ -276,12 +183,8 @@ class Session:
         self._scheduler.advance(now)
 
     def _move(self, key: str, to: WorkloadState, reason: Reason, message: str = "") -> None:
-        if not self._history:
-            return
-        life = self._lifecycles.get(key)
-        if life is None:
-            life = self._lifecycles[key] = Lifecycle(created=self._now)
-        life.transition(to, self._now, reason, message)
+        if self._histories is not None:
+            self._histories.move(key, to, self._now, reason, message)
 
     # --- workloads ---------------------------------------------------------------------------
 
@@ -289,11 +192,8 @@ class Session:
         """A new workload arrives and is queued by its LocalQueue. With ``history``, raises on a
         key still live (without, the caller keeps keys unique)."""
         self._advance(now)
-        if self._history:
-            known = self._lifecycles.get(wl.key)
-            if known is not None and known.state not in (_S.FINISHED, _S.DELETED):
-                raise ValueError(f"workload {wl.key} is already known; use update()")
-            self._lifecycles[wl.key] = Lifecycle(created=now)
+        if self._histories is not None:
+            self._histories.submitted(wl.key, now)
         self._scheduler.submit(wl)
 
     def update(self, wl: Workload, now: float) -> None:
@@ -458,9 +358,11 @@ class Session:
             max_cycles = drain_bound(scheduler.config, len(scheduler.workloads))
         evictions_since = len(scheduler.gate.evictions)
 
+        histories = self._histories
+
         def after_cycle(result: CycleResult) -> bool:
-            if self._history:
-                self._apply(result.admitted, result.preempted)
+            if histories is not None:
+                histories.after_cycle(result.admitted, result.preempted, self._now)
             if stop is None:
                 return False
             return stop(
@@ -473,45 +375,14 @@ class Session:
                 )
             )
 
-        watch = self._history or stop is not None
+        watch = histories is not None or stop is not None
         return drain(
             scheduler,
             max_cycles,
             until_quiet=until_quiet,
             after_cycle=after_cycle if watch else None,
-            merge=not self._history,  # lifecycles note the reasons after every cycle
+            merge=histories is None,  # lifecycles note the reasons after every cycle
         )
-
-    def _apply(self, admitted: list[AdmissionDecision], preempted: list[PreemptionDecision]) -> None:
-        """Move the lifecycles by what one cycle decided."""
-        evictions = self._scheduler.gate.evictions
-        if len(evictions) > self._evictions_seen:
-            for ended in evictions[self._evictions_seen :]:
-                self._check_ended(ended)
-            self._evictions_seen = len(evictions)
-        for decision in admitted:
-            if decision.checks:
-                self._move(decision.workload, _S.QUOTA_RESERVED, Reason.QUOTA_RESERVED)
-            else:
-                self._move(decision.workload, _S.ADMITTED, Reason.ADMITTED)
-        for victim in preempted:
-            # The core requeues a victim at once: its capacity counts as free in the next cycle.
-            self._move(victim.workload, _S.PENDING, Reason.PREEMPTED, victim.reason)
-        if self._track_reasons:
-            self._note_pending()
-
-    def _check_ended(self, ended: CheckEviction) -> None:
-        life = self._lifecycles.get(ended.workload)
-        if life is None or life.state == _S.PENDING:
-            return
-        reason = Reason.DEACTIVATED if ended.state == CheckState.REJECTED else Reason.ADMISSION_CHECK
-        self._move(ended.workload, _S.PENDING, reason, ended.message)
-
-    def _note_pending(self) -> None:
-        for decision in self._scheduler.pending_decisions():
-            life = self._lifecycles.get(decision.workload)
-            if life is not None and life.state == _S.PENDING:
-                life.transition(_S.PENDING, self._now, _reason(decision.reason), decision.message)
 
     # --- views -------------------------------------------------------------------------------
 
@@ -530,104 +401,11 @@ class Session:
         written since (or whose queue moved: every move writes one) are looked at: a driver that
         shows the reasons after every drain (the controller) asks this instead of :meth:`pending`,
         whose cost grows with every pending workload."""
-        scheduler = self._scheduler
-        status = scheduler.status
-        dirty = self._dirty_queues(status)
-        out: list[PendingDecision] = []
-        for cq_name, queue in scheduler.queues.items():
-            if dirty is not None and cq_name not in dirty:
-                continue
-            before = self._reported.get(cq_name, {})
-            now: dict[str, tuple[str, str]] = {}
-            lq_positions: dict[str, int] = {}
-            for position, pending in enumerate(queue, start=1):
-                lq_name = pending.local_queue
-                lq_positions[lq_name] = lq_positions.get(lq_name, 0) + 1
-                got = status.get(pending.key)
-                reason, message = (got.reason, got.message) if got is not None else (Reason.QUEUED, "")
-                if reason == Reason.QUEUED and not message:
-                    message = f"queued at position {position} in ClusterQueue {cq_name}; not attempted yet"
-                now[pending.key] = (reason, message)
-                if before.get(pending.key) != (reason, message):
-                    out.append(
-                        PendingDecision(
-                            pending.key, cq_name, lq_name, position, lq_positions[lq_name], reason, message
-                        )
-                    )
-            self._reported[cq_name] = now
-        before = self._reported.get("", {})
-        now = {}
-        for key in sorted(scheduler.unqueued):  # not queued anywhere: few, looked at every time
-            queue_name, lq_key, got = scheduler.unqueued[key]
-            now[key] = (got.reason, got.message)
-            if before.get(key) != now[key]:
-                out.append(PendingDecision(key, queue_name, lq_key, None, None, got.reason, got.message))
-        self._reported[""] = now
-        return tuple(out)
-
-    def _dirty_queues(self, status: Mapping[str, Status]) -> set[str] | None:
-        """The ClusterQueues of the workloads whose reason was written since the last call
-        (``None``: every one)."""
-        if not isinstance(status, _Counted) or status.everything or not self._history:
-            if isinstance(status, _Counted):
-                status.everything = False
-                status.written.clear()
-            return None
-        scheduler = self._scheduler
-        dirty: set[str] = set()
-        for key in status.written:
-            wl = scheduler.workloads.get(key)
-            lq = scheduler.state.local_queues.get(f"{wl.namespace}/{wl.queue_name}") if wl else None
-            if lq is None:
-                continue  # not queued in any ClusterQueue: among the unqueued, looked at every time
-            dirty.add(lq.cluster_queue)
-        status.written.clear()
-        return dirty
+        return self.reasons.changes()
 
     def has_pending(self) -> bool:
         """Whether any workload waits in a ClusterQueue."""
         return self._scheduler.pending_count() > 0
-
-    def waiting_for(self, reasons: Collection[str]) -> list[str]:
-        """Queued workloads whose last attempt failed for one of ``reasons``, in queue order
-        (ClusterQueues by name, then position). Cheaper than :meth:`pending`: no messages; the
-        same while :meth:`reasons_written` is."""
-        status = self._scheduler.status
-        out = []
-        for queue in self._scheduler.queues.values():
-            for queued in queue:
-                got = status.get(queued.key)
-                if got is not None and got.reason in reasons:
-                    out.append(queued.key)
-        return out
-
-    def watch_reasons(self) -> set[str]:
-        """A set that, from now on, gets the key of every workload whose pending reason is
-        written; it starts with every workload queued now. Every change to the queues writes a
-        reason (see :meth:`reasons_written`), so a driver that keeps a figure over the queued
-        workloads (the simulator's quota-blocked demand) reads :meth:`reason_of` for the keys in
-        it, clears it, and keeps the rest of its figure: work proportional to what changed, not
-        to the backlog."""
-        status = self._scheduler.status
-        assert isinstance(status, _Counted)  # set up so in __init__
-        watcher = set(status)
-        status.watchers.append(watcher)
-        return watcher
-
-    def reason_of(self, key: str) -> str | None:
-        """The pending reason of a workload queued in a ClusterQueue; ``None`` for one that is
-        not (admitted, finished, withdrawn or never queued)."""
-        got = self._scheduler.status.get(key)
-        return got.reason if got is not None else None
-
-    def reasons_written(self) -> int:
-        """How many times the scheduler's pending reasons were written so far. Every change to
-        the queues (a workload queued, requeued, admitted or withdrawn) writes one, so
-        :meth:`waiting_for` answers the same while this number stays the same: a driver that asks
-        it after every event (the simulator) keeps its answer until then."""
-        status = self._scheduler.status
-        assert isinstance(status, _Counted)  # set up so in __init__
-        return status.writes
 
     def holds(self, key: str) -> bool:
         """Whether the workload holds quota now: admitted or reserved in this session, or held
@@ -666,6 +444,6 @@ class Session:
         return {} if cluster is None else dict(cluster.nodes)
 
     def lifecycle(self, key: str) -> Lifecycle | None:
-        """The workload's state and history (a copy: the session keeps the original)."""
-        life = self._lifecycles.get(key)
-        return None if life is None else replace(life, history=list(life.history))
+        """The workload's state and history (a copy: the session keeps the original); ``None``
+        in a session without ``history``."""
+        return None if self._histories is None else self._histories.get(key)

@@ -121,7 +121,7 @@ class GpuplaneModel:
         self.livelocks = 0
         self._wakes: list[float] = []
         # quota_blocked's running figure: each queued workload blocked on quota, with its milli-GPUs.
-        self._touched = self.session.watch_reasons()
+        self._touched = self.session.reasons.watch()
         self._blocked: dict[str, int] = {}
         self._blocked_milli = 0
         self._pool_nodes: dict[tuple[str, ...], tuple[list[NodeSpec], frozenset[int]]] = {}
@@ -439,13 +439,13 @@ class GpuplaneModel:
 
         Asked after every event. The figure is kept per workload, in milli-GPUs, and only the
         workloads whose pending reason the session wrote since the last call
-        (:meth:`Session.watch_reasons`: queued, requeued, admitted, withdrawn or tried again)
+        (``Session.reasons.watch``: queued, requeued, admitted, withdrawn or tried again)
         are looked at again, not the whole backlog.
         """
         touched = self._touched
         if touched:
             blocked = self._blocked
-            reason_of = self.session.reason_of
+            reason_of = self.session.reasons.reason_of
             total = self._blocked_milli
             for key in touched:
                 total -= blocked.pop(key, 0)
