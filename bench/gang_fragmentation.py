@@ -2,7 +2,7 @@
 
 Protocol: a seeded stream of ``--arrivals-per-node`` x nodes workloads arrives one per time unit;
 each is placed whole or not at all through the core's gang placement
-(``core.placement.gang_placement.Cluster``), or dropped (no retries, no preemption), and leaves
+(``core.placement.gang_placement.PlacementState``), or dropped (no retries, no preemption), and leaves
 after an exponential lifetime whose mean makes the offered load 130 % of the GPUs. Churn is what
 fragments a cluster. Every profile sees the same stream. The mix (share of workloads):
 
@@ -45,7 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplane.core.placement.devices import DeviceConfig, pod_needs
-from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet
 from gpuplane.model.objects import Node, PodTemplate
 
@@ -105,7 +105,7 @@ def gang(arrival: Arrival, config: DeviceConfig) -> list[GangPodSet]:
 def run(profile: str, nodes: int, stream: Sequence[Arrival]) -> dict[str, float | int | str]:
     config = DeviceConfig()
     started = time.perf_counter()
-    cluster = Cluster(gpu_nodes(nodes), config, profile=None if profile == BASELINE else profile)
+    cluster = PlacementState(gpu_nodes(nodes), config, profile=None if profile == BASELINE else profile)
     capacity = nodes * 8 * 1000
     placed_milli = failed = fragmented = 0
     leaving: list[tuple[float, int]] = []  # (time, arrival index), a heap

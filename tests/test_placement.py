@@ -1,4 +1,4 @@
-"""Placement of gangs onto nodes and devices: through ``Cluster.place`` and through ``gpuplane schedule``.
+"""Placement of gangs onto nodes and devices: through ``PlacementState.place`` and ``gpuplane schedule``.
 
 Every case states the cluster (nodes, and workloads placed before it), the gang, and either where its
 pods land or why it cannot be placed. A gang is all or nothing: when it fails, the cluster's free
@@ -25,7 +25,7 @@ from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant, pod_needs
-from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.scheduler import schedule
 from gpuplane.model.loader import load_state
@@ -110,7 +110,7 @@ def gang_for(
     ]
 
 
-def snapshot(cluster: Cluster) -> dict[str, Any]:
+def snapshot(cluster: PlacementState) -> dict[str, Any]:
     """Free and used capacity per node and per device, for before/after comparisons."""
     out: dict[str, Any] = {}
     for name, state in cluster.nodes.items():
@@ -136,7 +136,7 @@ def pods_per_node(placement: GangPlacement) -> dict[str, int]:
     return dict(Counter(p.node for places in placement.pods.values() for p in places))
 
 
-# --- Cluster.place: where a gang lands, or why not ------------------------------------------------------
+# --- PlacementState.place: where a gang lands, or why not ----------------------------------------------
 
 
 @dataclass
@@ -331,7 +331,7 @@ PLACE_CASES = [
 def test_place(case: PlaceCase) -> None:
     flavors = [case.flavor] if case.flavor else []
     state = loaded(*case.nodes, *flavors, *case.before, case.gang)
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     for wl in case.before:
         name = wl.body["metadata"]["name"]
         assert isinstance(cluster.place(f"default/{name}", gang_for(state, name)), GangPlacement)
@@ -474,7 +474,7 @@ def check_filter(nodes: list[Manifest], case: FilterCase) -> None:
     flavors = [case.flavor] if case.flavor else []
     gang = workload("gang").podset(count=len(case.want_nodes), spec=case.spec)
     state = loaded(*nodes, *flavors, gang)
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     flavor = case.flavor.body["metadata"]["name"] if case.flavor else None
     pod_sets = gang_for(state, "gang", flavor=flavor)
     assert cluster.eligible_names(pod_sets[0]) == case.want_nodes
@@ -503,7 +503,7 @@ def test_mig_static_layout_hands_out_instances_then_waits() -> None:
         workload("three").podset(**{MIG_3G: 1}),
         workload("four").podset(**{MIG_4G: 1}),
     )
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     for name, want in (("three", "0:3g.40gb@4"), ("four", "0:4g.40gb@0")):
         placed = cluster.place(f"default/{name}", gang_for(state, name))
         assert isinstance(placed, GangPlacement), placed
@@ -525,9 +525,9 @@ def test_mig_repartition_gives_a_free_gpu_a_new_layout() -> None:
         workload("whole").podset(**{MIG_7G: 1}),
         workload("gang").podset(count=2, **{MIG_3G: 1}),
     )
-    cluster = Cluster(state.nodes, config)
+    cluster = PlacementState(state.nodes, config)
     assert isinstance(cluster.place("default/whole", gang_for(state, "whole", config)), GangPlacement)
-    static = Cluster(state.nodes, DeviceConfig())
+    static = PlacementState(state.nodes, DeviceConfig())
     static.place("default/whole", gang_for(state, "whole"))
     assert isinstance(static.place("default/gang", gang_for(state, "gang")), PlacementFailure)
     result = cluster.place("default/gang", gang_for(state, "gang", config))
@@ -546,7 +546,7 @@ def test_failed_gang_with_repartitioning_leaves_the_mig_layout_as_it_was() -> No
         ),
         workload("gang").podset(count=3, **{MIG_3G: 1}),
     )
-    cluster = Cluster(state.nodes, config)
+    cluster = PlacementState(state.nodes, config)
     before = snapshot(cluster)
     result = cluster.place("default/gang", gang_for(state, "gang", config))
     assert isinstance(result, PlacementFailure)
@@ -566,7 +566,7 @@ def test_failed_gang_with_repartitioning_leaves_the_mig_layout_as_it_was() -> No
 )
 def test_mig_request_reason_ignores_nodes_without_mig(nodes: list[Manifest], want_reason: str) -> None:
     state = loaded(*nodes, workload("gang").podset(**{MIG_3G: 1}))
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     if "m" in cluster.nodes:
         assert isinstance(cluster.place("default/first", gang_for(state, "gang")), GangPlacement)
     result = cluster.place("default/gang", gang_for(state, "gang"))
@@ -594,7 +594,7 @@ def test_eight_gpus_with_four_replicas_hold_32_pods(strategy: str) -> None:
         workload("gang").podset(count=32, **{SHARED: 1}),
         workload("one-more").podset(count=1, **{SHARED: 1}),
     )
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     assert [(d.sharing, d.replicas) for d in cluster.nodes["ts"].devices] == [(strategy, 4)] * 8
     result = cluster.place("default/gang", gang_for(state, "gang"))
     assert isinstance(result, GangPlacement), result
@@ -610,7 +610,7 @@ def test_time_slicing_without_rename_serves_nvidia_com_gpu_requests() -> None:
         shared_node("ts", "nvidia.com/gpu", "time-slicing"),
         workload("gang").podset(count=32, gpu=1),
     )
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     result = cluster.place("default/gang", gang_for(state, "gang"))
     assert isinstance(result, GangPlacement), result
 
@@ -682,7 +682,7 @@ FRACTION_CASES = [
 def test_fractions(case: FractionCase) -> None:
     two_gpus = gpu_node("f", 2).label(MEMORY, "81920")
     state = loaded(two_gpus, *case.before, case.gang)
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     for wl in case.before:
         name = wl.body["metadata"]["name"]
         assert isinstance(cluster.place(f"default/{name}", gang_for(state, name)), GangPlacement)
@@ -700,7 +700,7 @@ def test_tiny_fraction_still_needs_a_gpu() -> None:
         node("cpu").allocatable(cpu="64"),
         fractional("gang", 1, "0.0004"),
     )
-    result = Cluster(state.nodes, DeviceConfig()).place("default/gang", gang_for(state, "gang"))
+    result = PlacementState(state.nodes, DeviceConfig()).place("default/gang", gang_for(state, "gang"))
     assert isinstance(result, GangPlacement), result
     assert pods_per_node(result) == {"gpu": 1}
 
@@ -776,7 +776,7 @@ fraction_ops = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(nodes=gpu_clusters(), ops=fraction_ops)
 def test_fractions_never_overcommit_a_gpu(nodes: list[Node], ops: list[tuple[str, Any, int]]) -> None:
-    cluster = Cluster(nodes, CONFIG)
+    cluster = PlacementState(nodes, CONFIG)
     memory = {(s.name, d.index): d.memory_mib for s in cluster.nodes.values() for d in s.devices}
     # The test's own ledger of what every live owner holds, per (node, device).
     ledger: dict[str, list[tuple[str, DeviceGrant]]] = {}
@@ -898,7 +898,7 @@ def gangs(draw: st.DrawFn) -> list[GangPodSet]:
 def test_a_gang_is_placed_whole_or_not_at_all(
     nodes: list[Node], earlier: list[list[GangPodSet]], gang: list[GangPodSet]
 ) -> None:
-    cluster = Cluster(nodes, CONFIG)
+    cluster = PlacementState(nodes, CONFIG)
     for i, pod_sets in enumerate(earlier):
         cluster.place(f"earlier-{i}", pod_sets)
     before = snapshot(cluster)
@@ -940,7 +940,7 @@ def test_a_gang_too_big_for_the_free_whole_gpus_fails_as_the_search_would(
     the same outcome as the search, the same failure, and the cluster as it was."""
     outcomes = []
     for skip in (True, False):
-        cluster = Cluster(nodes, CONFIG)
+        cluster = PlacementState(nodes, CONFIG)
         if not skip:
             cluster._too_few_free = lambda _pod_sets: False  # type: ignore[method-assign]
         for i, pod_sets in enumerate(earlier):
@@ -953,7 +953,7 @@ def test_a_gang_too_big_for_the_free_whole_gpus_fails_as_the_search_would(
 
 def test_the_free_whole_gpu_count_refuses_a_gang_without_searching() -> None:
     nodes = [Node(f"n{i}", {"cpu": 64_000, "nvidia.com/gpu": 8}, {RACK: "r0"}) for i in range(3)]
-    cluster = Cluster(nodes, CONFIG)
+    cluster = PlacementState(nodes, CONFIG)
     template = PodTemplate(requests={"cpu": 500, "nvidia.com/gpu": 8})
     needs = pod_needs(template, CONFIG)
     assert not isinstance(cluster.place("first", [GangPodSet("main", 1, needs, template)]), PlacementFailure)

@@ -1,7 +1,7 @@
 """The placement engine: Filter / Score / Reserve plugins chosen by a profile, and gang placement on it.
 
 Engine cases run on a small :class:`GpuCluster`; gang cases run through
-``core.placement.gang_placement.Cluster`` with the default profile, and check that scoring one node per
+``core.placement.gang_placement.PlacementState`` with the default profile, and check that scoring one node per
 look gives the order that scoring every sampled node gives, and that a recorded plan is held exactly
 (or not at all when the world changed).
 """
@@ -15,7 +15,7 @@ import pytest
 
 from gpuplane.core.placement import engine
 from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant
-from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.placement.gangs import GangPodSet
 from gpuplane.core.placement.gpu_cluster import BoolArray, GpuCluster, GpuRequest, IntArray, NodeSpec
 from gpuplane.core.placement.profiles import DEFAULT_PROFILE, PROFILES, get_profile
@@ -139,14 +139,14 @@ def test_profiles_are_checked_and_named() -> None:
 FRACTIONS = (250, 500, 750)
 
 
-def varied_cluster(nodes: int = 48) -> tuple[Cluster, GangPodSet]:
+def varied_cluster(nodes: int = 48) -> tuple[PlacementState, GangPodSet]:
     """``nodes`` 8-GPU nodes: node ``i`` runs a pod of ``i % 4`` whole GPUs (the lowest ones) and, when
     ``i`` is odd, a fraction of GPU 7; and the gang to place: one pod of half a GPU."""
     objects: list[Manifest] = [gpu_node(f"n{i:03d}") for i in range(nodes)]
     objects += [fractional(f"f{m}", 1, f"{m}m") for m in FRACTIONS]
     objects += [workload(f"k{k}").podset(count=1, gpu=k) for k in range(1, 4)]
     state = loaded(*objects, fractional("g", 1, "500m"))
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     for i in range(nodes):
         node, whole, milli = f"n{i:03d}", i % 4, FRACTIONS[i % 3]
         if whole:
@@ -192,14 +192,14 @@ def test_a_recorded_plan_is_held_exactly_or_not_at_all() -> None:
     plan = read_plan(placement_annotation(decision))
     assert plan == {"main": [("a", "2,3"), ("b", "0,1")]}
 
-    cluster = Cluster(state.nodes, DeviceConfig())
+    cluster = PlacementState(state.nodes, DeviceConfig())
     assert cluster.hold_planned("default/w", gang, plan)
     held = sorted((n, ",".join(g.describe() for g in grants)) for n, _, grants in cluster.owners["default/w"])
     assert held == [("a", "2,3"), ("b", "0,1")]
     assert cluster.hold_planned("default/w", gang, plan), "held again: nothing more is taken"
     assert len(cluster.owners["default/w"]) == 2
 
-    changed = Cluster(state.nodes, DeviceConfig())
+    changed = PlacementState(state.nodes, DeviceConfig())
     other = loaded(gpu_node("a", gpus=4), workload("x").podset(count=1, gpu=1))
     changed.hold("default/x", "a", gang_for(other, "x")[0].needs, [DeviceGrant(3, "whole")])
     before = snapshot(changed)

@@ -248,7 +248,10 @@ def test_watched_reasons_name_every_workload_whose_reason_changed() -> None:
     waiting = {f"default/w{i}" for i in range(4)} - admitted
     assert watched == admitted | waiting  # admitted (reason gone) and tried (reason written)
     assert [s.reasons.reason_of(k) for k in sorted(admitted)] == [None]
-    assert {s.reasons.reason_of(k) for k in waiting} <= {Reason.WAITING_FOR_QUOTA, Reason.WAITING_FOR_GANG_CAPACITY}
+    assert {s.reasons.reason_of(k) for k in waiting} <= {
+        Reason.WAITING_FOR_QUOTA,
+        Reason.WAITING_FOR_GANG_CAPACITY,
+    }
     assert sorted(waiting) == sorted(s.reasons.waiting_for({s.reasons.reason_of(k) for k in waiting}))
     watched.clear()
     s.withdraw("default/w3", T + 1)

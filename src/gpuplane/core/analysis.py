@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gpuplane.core.karpenter import provides
 from gpuplane.core.placement.devices import device_resource
-from gpuplane.core.placement.gang_placement import Cluster as PlacementCluster
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet
 from gpuplane.core.quota import AdmittedWorkload, ClusterQueueNode, CohortNode
 from gpuplane.core.scheduler import Scheduler
@@ -24,7 +24,7 @@ __all__ = [
     "CohortNode",
     "GangPlacement",
     "GangPodSet",
-    "PlacementCluster",
+    "PlacementState",
     "Scheduler",
     "device_resource",
     "provides",

@@ -25,7 +25,7 @@ from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import EligibilityMemo
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.placement.devices import NeedsMemo
-from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.plan import AdmissionDecision, PendingDecision, Plan, PreemptionDecision
 from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import QuotaTree
@@ -241,7 +241,7 @@ class Scheduler:
         return self.ledger.notes
 
     @property
-    def cluster(self) -> Cluster | None:
+    def cluster(self) -> PlacementState | None:
         return self.placer.cluster
 
     @property

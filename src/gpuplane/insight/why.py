@@ -31,7 +31,7 @@ from gpuplane.core.analysis import (
     CohortNode,
     GangPlacement,
     GangPodSet,
-    PlacementCluster,
+    PlacementState,
     Scheduler,
 )
 from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig, config_from_kueue, pod_needs
@@ -760,7 +760,7 @@ def _flavored(ctx: _Context, p: PendingDecision, wl: Workload) -> list[list[Gang
     ]
 
 
-def _owner_nodes(cluster: PlacementCluster) -> dict[str, set[str]]:
+def _owner_nodes(cluster: PlacementState) -> dict[str, set[str]]:
     return {owner: {name for name, _, _ in items} for owner, items in cluster.owners.items()}
 
 
@@ -806,7 +806,7 @@ def _fragmented(ctx: _Context, p: PendingDecision, wl: Workload) -> tuple[tuple[
     return (), "wait: no single preemption makes room; capacity frees as workloads finish"
 
 
-def _placed_without(cluster: PlacementCluster, owner: str, gang: list[GangPodSet], probe: str) -> list[str]:
+def _placed_without(cluster: PlacementState, owner: str, gang: list[GangPodSet], probe: str) -> list[str]:
     """The nodes the gang lands on once ``owner`` is gone (empty: it still does not fit).
 
     Probes under the core's undo: the cluster is unchanged afterwards.

@@ -1,9 +1,9 @@
 """Node and GPU placement: the engine, its GPU policies, and all-or-nothing gang placement.
 
-Gang placement (one :class:`~gpuplane.core.placement.gang_placement.Cluster` per scheduling call,
+Gang placement (one :class:`~gpuplane.core.placement.gang_placement.PlacementState` per scheduling call,
 a thin composition of parts with one owner each):
 
-* :mod:`~gpuplane.core.placement.gang_placement`: ``Cluster``: place a gang whole or not at all,
+* :mod:`~gpuplane.core.placement.gang_placement`: ``PlacementState``: place a gang whole or not at all,
   hold what is running or planned, release, why not;
 * :mod:`~gpuplane.core.placement.gangs`: a gang's pod sets as placement needs them, where its
   pods went, why it has no place;

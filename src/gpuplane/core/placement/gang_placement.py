@@ -1,6 +1,6 @@
 """All-or-nothing placement of a workload's pods onto nodes and devices.
 
-:meth:`Cluster.place` finds a node and devices for every pod of a gang, or none: a gang is never
+:meth:`PlacementState.place` finds a node and devices for every pod of a gang, or none: a gang is never
 placed partly. The nodes a pod may use are its pod set's eligible nodes
 (:mod:`~gpuplane.core.placement.eligibility`). With a required topology level
 (``kueue.x-k8s.io/podset-required-topology``) the gang lands in one domain of that level, the
@@ -35,7 +35,7 @@ from gpuplane.core.placement.profiles import DEFAULT_PROFILE
 from gpuplane.model.objects import Node
 
 
-class Cluster:
+class PlacementState:
     """Mutable placement state for one scheduling call: a composition of its parts.
 
     Owns no state of its own beyond the parts: :class:`NodeHoldings` (node states, what each owner

@@ -4,7 +4,7 @@ eviction outside preemption (reaper, node failure); each wakes the parked work i
 from __future__ import annotations
 
 from gpuplane.core.lifecycle import Reason
-from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.plan import PreemptionDecision
 from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import AdmittedWorkload
@@ -26,7 +26,7 @@ class Evictor:
         ledger: Ledger,
         queues: QueueManager,
         waker: Waker,
-        cluster: Cluster | None,
+        cluster: PlacementState | None,
         preemptor: Preemptor,
     ) -> None:
         self.state = state

@@ -1,13 +1,13 @@
 """The gang on the nodes: pods already bound and workloads already admitted hold their devices,
 and an entry's gang is placed (or probed, with its victims gone) on the node inventory (the gang
-placement's :class:`~gpuplane.core.placement.gang_placement.Cluster`)."""
+placement's :class:`~gpuplane.core.placement.gang_placement.PlacementState`)."""
 
 from __future__ import annotations
 
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.placement.devices import NeedsMemo, pod_needs, recorded_grants
-from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.scheduling.state import (
     WORKLOAD_LABEL,
@@ -35,7 +35,7 @@ class NodePlacer:
         self.flavors = flavors
         self.needs = needs
         self.notes = notes
-        self.cluster = Cluster(state.nodes, config.devices) if state.nodes else None
+        self.cluster = PlacementState(state.nodes, config.devices) if state.nodes else None
 
     def hold_running_pods(self) -> None:
         """Pods bound to nodes hold their resources and devices: the devices recorded on them

@@ -8,7 +8,7 @@ from gpuplane.core.check_gate import CheckGate
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.flavors import could_take_flavor, quota_requests_per_pod_set
 from gpuplane.core.placement.devices import NeedsMemo
-from gpuplane.core.placement.gang_placement import Cluster
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.placement.gangs import GangPodSet
 from gpuplane.core.preemptor import Preemptor
 from gpuplane.core.quota import CohortNode, FlavorResource, QuotaTree
@@ -32,7 +32,7 @@ class Waker:
         tree: QuotaTree,
         queues: QueueManager,
         shapes: Shapes,
-        cluster: Cluster | None,
+        cluster: PlacementState | None,
         flavors: dict[str, ResourceFlavor],
         gate: CheckGate,
         preemptor: Preemptor,
@@ -66,7 +66,7 @@ class Waker:
         bounds leave it a chance on one of the freed flavors (:meth:`still_short`): the quota
         could take it (:func:`could_take_flavor`, every possible victim gone), and, where its
         quota fits there without preempting, the free whole GPUs of the flavor's nodes could hold
-        its pods (:meth:`Cluster.surely_no_room`). A release that leaves it short cannot let it
+        its pods (:meth:`PlacementState.surely_no_room`). A release that leaves it short cannot let it
         in: waking it would park it again after a nomination (it keeps the reason and message
         of its last one, as a workload Kueue left inadmissible does). This is the index by size:
         a release wakes the parked work it could let in.
@@ -193,7 +193,7 @@ class Waker:
     def no_room_without_preemption(self, pending: PendingWorkload, flavor_name: str) -> bool:
         """Whether ``pending`` would get ``flavor_name`` without preempting (every resource it
         asks is in the flavor's resource group and fits the free quota) and yet the flavor's
-        nodes surely have no place for its pods (:meth:`Cluster.surely_no_room`). False wherever
+        nodes surely have no place for its pods (:meth:`PlacementState.surely_no_room`). False wherever
         that cannot be told cheaply (see :meth:`plain_gang`)."""
         gang = self.plain_gang(pending, flavor_name)
         return gang is not None and self.cluster is not None and self.cluster.surely_no_room(gang)
