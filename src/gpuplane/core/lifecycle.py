@@ -9,15 +9,18 @@ instead of spelling strings of their own.
 
                       +--checks pending--> QUOTA_RESERVED --checks Ready--+
                       |                        |                          v
-    PENDING ----------+------admit-------------|---------------------> ADMITTED --pods run--> RUNNING
-       ^                                       |                          |                    |
-       |                    check Retry/Rejected, preempted, evicted      |                    |
-       |                                       v                          v                    v
-       +--------requeue (its pods are gone)-- EVICTING <-----------------+--------------------+
-       +--------requeue at once (nothing ran, or the driver stopped the pods itself)----------+
+    PENDING ----------+------admit-------------|---------------------> ADMITTED (its pods run)
+       ^                                       |                          |
+       |                    check Retry/Rejected, preempted, evicted      |
+       |                                       v                          v
+       +--------requeue (its pods are gone)-- EVICTING <-----------------+
+       +--------requeue at once (nothing ran, or the driver stopped the pods itself)
 
-    QUOTA_RESERVED, ADMITTED, RUNNING, EVICTING --job completed--> FINISHED
-    every state but FINISHED and DELETED       --object deleted--> DELETED
+    QUOTA_RESERVED, ADMITTED, EVICTING    --job completed--> FINISHED
+    every state but FINISHED and DELETED --object deleted--> DELETED
+
+An admitted workload stays ADMITTED while its pods start and run: the core decides admissions
+and does not follow pods, so no state says whether they all run yet.
 
 Time is passed in (seconds, the caller's clock); nothing here reads a clock.
 
@@ -44,8 +47,7 @@ class WorkloadState(StrEnum):
 
     PENDING = "Pending"  # queued; the reason says why it is not admitted yet
     QUOTA_RESERVED = "QuotaReserved"  # quota and placement held; admission checks not all Ready yet
-    ADMITTED = "Admitted"  # quota reserved, every pod placed, every check Ready; pods not all running
-    RUNNING = "Running"  # every pod of the gang runs
+    ADMITTED = "Admitted"  # quota reserved, every pod placed, every check Ready; its pods start and run
     EVICTING = "Evicting"  # preempted or evicted; its pods are being stopped, its quota still held
     FINISHED = "Finished"  # the job completed (succeeded or failed): terminal
     DELETED = "Deleted"  # the workload object is gone: terminal
@@ -81,7 +83,6 @@ class Reason(StrEnum):
     # Admission (Kueue's condition types double as the reasons of their True state).
     QUOTA_RESERVED = "QuotaReserved"
     ADMITTED = "Admitted"
-    PODS_READY = "PodsReady"
     # Preemption (Kueue's preemption reasons: the Preempted condition's reason).
     IN_CLUSTER_QUEUE = "InClusterQueue"
     IN_COHORT_RECLAMATION = "InCohortReclamation"
@@ -116,12 +117,10 @@ TRANSITIONS: Mapping[WorkloadState, frozenset[WorkloadState]] = {
     # Every check Ready; a check asks to retry or rejects (EVICTING while the quota is held, or
     # PENDING at once when nothing was started); the job may finish or be deleted meanwhile.
     _S.QUOTA_RESERVED: frozenset({_S.ADMITTED, _S.EVICTING, _S.PENDING, _S.FINISHED, _S.DELETED}),
-    # Pods come up; preempted or evicted before they all ran; or requeued at once when
-    # there is nothing to wait for (no pods were created yet); the job may finish early.
-    _S.ADMITTED: frozenset({_S.RUNNING, _S.EVICTING, _S.PENDING, _S.FINISHED, _S.DELETED}),
-    # Preempted, evicted by the reaper, a check or a node failure (EVICTING, or straight back to
-    # PENDING when the driver stops the pods itself, as the simulator does); completes.
-    _S.RUNNING: frozenset({_S.EVICTING, _S.PENDING, _S.FINISHED, _S.DELETED}),
+    # Preempted, evicted by the reaper, a check or a node failure (EVICTING while its pods are
+    # stopped, or straight back to PENDING when there is nothing to wait for: no pods were created
+    # yet, or the driver stops the pods itself, as the simulator does); completes.
+    _S.ADMITTED: frozenset({_S.EVICTING, _S.PENDING, _S.FINISHED, _S.DELETED}),
     # Once its pods are gone its quota is released and it is requeued; it may also complete or be
     # deleted meanwhile.
     _S.EVICTING: frozenset({_S.PENDING, _S.FINISHED, _S.DELETED}),
@@ -138,7 +137,6 @@ CONDITIONS: Mapping[WorkloadState, frozenset[ConditionType]] = {
     _S.PENDING: frozenset(),
     _S.QUOTA_RESERVED: frozenset({ConditionType.QUOTA_RESERVED}),
     _S.ADMITTED: frozenset({ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED}),
-    _S.RUNNING: frozenset({ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED, ConditionType.PODS_READY}),
     _S.EVICTING: frozenset({ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED, ConditionType.EVICTED}),
     _S.FINISHED: frozenset({ConditionType.FINISHED}),
     _S.DELETED: frozenset(),
