@@ -28,13 +28,16 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_scale import LABELS, run_alone, timing_table  # a sibling script, found through the path above
+from sim_scale import (  # a sibling script, found through the path above
+    add_run_options,
+    run_each,
+    timing_table,
+)
 
 from gpuplane.sim.experiment import run_experiment, scenario_input
 from gpuplane.sim.parallel import default_jobs
@@ -48,10 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=float, default=1.5)
     parser.add_argument("--days", type=float, default=None, help="measured days (default: the scenario's)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="processes side by side")
-    parser.add_argument("--out", type=Path)
-    parser.add_argument(
-        "--same-process", action="store_true", help="time the models in this process, one after the other"
-    )
+    add_run_options(parser)
     args = parser.parse_args(argv)
     console = Console()
     scenario = builtin_scenario().with_load(args.load)
@@ -62,10 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         f"sim-saturated: {sim.cluster.gpus:,} GPUs, {scenario.days:g} days (+ warm-up), "
         f"{len(sim.workloads.jobs):,} workloads, offered load {args.load:g}"
     )
-    results: dict[str, dict[str, Any]] = {}
-    for label in LABELS:
-        console.print(f"{label}: running ...")
-        results[label] = run_alone(label, scenario, outcome=True, fresh=not args.same_process)
+    results = run_each(scenario, console, outcome=True, fresh=not args.same_process)
     table = timing_table(
         f"sim-saturated: load {args.load:g}, {len(sim.workloads.jobs):,} workloads",
         results,

@@ -164,6 +164,26 @@ def run_alone(label: str, scenario: Scenario, *, outcome: bool = False, fresh: b
         return pool.submit(run_model, label, scenario, outcome=outcome).result()
 
 
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options every simulator benchmark takes: where to write its results, and whether the
+    models run in this process (one after the other) or each alone in a fresh one."""
+    parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--same-process", action="store_true", help="run the models in this process, one after the other"
+    )
+
+
+def run_each(
+    scenario: Scenario, console: Console, *, outcome: bool = False, fresh: bool = True
+) -> dict[str, dict[str, Any]]:
+    """:func:`run_alone` for each model of :data:`LABELS`, by label."""
+    results: dict[str, dict[str, Any]] = {}
+    for label in LABELS:
+        console.print(f"{label}: running ...")
+        results[label] = run_alone(label, scenario, outcome=outcome, fresh=fresh)
+    return results
+
+
 def timing_table(
     title: str,
     results: dict[str, dict[str, Any]],
@@ -200,10 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--workloads", type=int, default=100_000)
     parser.add_argument("--load", type=float, help="offered load instead of sizing by --workloads (e.g. 1.2)")
-    parser.add_argument("--out", type=Path)
-    parser.add_argument(
-        "--same-process", action="store_true", help="run the models in this process, one after the other"
-    )
+    add_run_options(parser)
     args = parser.parse_args(argv)
     console = Console()
     scenario = scaled_scenario(args.days, args.gpus, args.workloads, args.load)
@@ -218,10 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         f"offered load {scenario.offered_load.mean:.2f}; drawn in {generate_seconds:.1f} s; "
         + ("the models one after the other in this process" if args.same_process else "each model alone")
     )
-    results: dict[str, dict[str, Any]] = {}
-    for label in LABELS:
-        console.print(f"{label}: running ...")
-        results[label] = run_alone(label, scenario, fresh=not args.same_process)
+    results = run_each(scenario, console, fresh=not args.same_process)
     table = timing_table(f"sim-scale: {jobs:,} workloads, {gpus:,} GPUs", results)
     console.print(table)
     gp = results["gpuplane"]["wallSeconds"]

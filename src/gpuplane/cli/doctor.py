@@ -19,21 +19,11 @@ def _live_state(kubeconfig: str | None, context: str | None, skipped: list[Input
     """The cluster's nodes and queueing objects; one the loader refuses is left out and added to
     ``skipped`` (reported on its own: one bad object must not stop the checks of the rest)."""
     from gpuplane.k8s import api as k8s  # noqa: PLC0415 - the client is only needed for a live cluster
+    from gpuplane.k8s.clusterstate import CHECKED  # noqa: PLC0415
 
     client = k8s.KubeApi(k8s.load_api_client(kubeconfig, context))
     objects = []
-    kinds = (
-        k8s.NAMESPACES,
-        k8s.NODES,
-        k8s.RESOURCE_FLAVORS,
-        k8s.COHORTS,
-        k8s.CLUSTER_QUEUES,
-        k8s.LOCAL_QUEUES,
-        k8s.TOPOLOGIES,
-        k8s.NODE_POOLS,
-        k8s.WORKLOADS,
-    )
-    for res in kinds:
+    for res in CHECKED:
         try:
             items = client.list(res).get("items", [])
         except k8s.ApiError as err:

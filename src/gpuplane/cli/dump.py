@@ -34,17 +34,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the cluster's state (queues, flavors, nodes, workloads, queued jobs, bound pods) as a
         state file for `gpuplane schedule -f`. Reads only; writes nothing to the cluster."""
-        from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
-        from gpuplane.k8s.clusterstate import live_objects  # noqa: PLC0415
+        from gpuplane.k8s.clusterstate import read_live  # noqa: PLC0415 - imports the client lazily
         from gpuplane.model.errors import InputError  # noqa: PLC0415
 
         left_out: list[InputError] = []
         try:
-            api = KubeApi(load_api_client(kubeconfig, context))
-            try:
-                objects = live_objects(api, left_out)
-            finally:
-                api.api_client.close()  # type: ignore[no-untyped-call]  # the client ships no annotations here
+            objects = read_live(kubeconfig, context, left_out)
         except Exception as err:  # unreadable kubeconfig, unreachable server, refused request
             typer.echo(f"error: cannot read the cluster: {type(err).__name__}: {err}", err=True)
             raise typer.Exit(2) from None

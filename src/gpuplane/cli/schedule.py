@@ -181,16 +181,11 @@ def live_state(kubeconfig: str, context: str | None, warnings: list[str]) -> Clu
     Raises :class:`InputError` when the cluster cannot be reached; an object the loader refuses is
     left out with a warning, as the controller leaves it out.
     """
-    from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
-    from gpuplane.k8s.clusterstate import live_objects  # noqa: PLC0415
+    from gpuplane.k8s.clusterstate import read_live  # noqa: PLC0415 - imports the client lazily
 
     left_out: list[InputError] = []
     try:
-        api = KubeApi(load_api_client(kubeconfig, context))
-        try:
-            objects = live_objects(api, left_out)
-        finally:
-            api.api_client.close()  # type: ignore[no-untyped-call]  # the client ships no annotations here
+        objects = read_live(kubeconfig, context, left_out)
     except Exception as err:  # unreadable kubeconfig, unreachable server, refused request
         raise InputError(f"cannot read the cluster: {type(err).__name__}: {err}", source=kubeconfig) from None
     warnings += [f"ignoring invalid object: {problem}" for problem in left_out]

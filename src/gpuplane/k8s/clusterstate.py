@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
-from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.k8s.api import ApiError, KubeApi, Resource, load_api_client
 from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
@@ -39,6 +39,10 @@ READ = (
     k8s.WORKLOADS,
     k8s.JOBS,
     k8s.PODS,
+)
+# What `gpuplane doctor` checks: the nodes and the queueing objects, in the same order.
+CHECKED = tuple(
+    res for res in READ if res not in (k8s.PRIORITY_CLASSES, k8s.ADMISSION_CHECKS, k8s.JOBS, k8s.PODS)
 )
 # What the controller (and the console on a live cluster) watches to keep its view of the cluster;
 # the job kinds it integrates come on top.
@@ -168,3 +172,16 @@ def live_objects(api: KubeApi, left_out: list[InputError] | None = None) -> list
         if not refused:
             return objects
         objects = [obj for i, obj in enumerate(objects) if i not in refused]
+
+
+def read_live(
+    kubeconfig: str | None, context: str | None, left_out: list[InputError]
+) -> list[dict[str, Any]]:
+    """:func:`live_objects` of the cluster ``kubeconfig`` and ``context`` name, through a client made
+    for this one read and closed after it. A cluster that cannot be reached or read raises what the
+    client raised."""
+    api = KubeApi(load_api_client(kubeconfig, context))
+    try:
+        return live_objects(api, left_out)
+    finally:
+        api.api_client.close()  # type: ignore[no-untyped-call]  # the client ships no annotations here

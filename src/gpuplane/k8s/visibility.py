@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
 import logging
 import ssl
 import tempfile
@@ -42,6 +41,7 @@ from typing import Any
 from gpuplane.core.session import Plan, config_from_kueue, schedule
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.k8s.api import SUBJECT_ACCESS_REVIEWS, ApiError, KubeApi
+from gpuplane.k8s.replies import reply_json
 from gpuplane.model.objects import ClusterState, Workload
 
 log = logging.getLogger(__name__)
@@ -366,12 +366,7 @@ def make_handler(app: VisibilityApp) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             user, groups = _identity(self, app)
             status, body = app.handle(self.path, user, groups)
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply_json(self, status, body)
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug(format, *args)

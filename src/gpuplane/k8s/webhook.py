@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpuplane.k8s.integrations import INTEGRATIONS
+from gpuplane.k8s.replies import reply_json
 from gpuplane.model.jobs import queue_name
 from gpuplane.model.labels import ADMISSION_GATE as GATE
 from gpuplane.model.labels import QUEUE_NAME_LABEL as QUEUE_LABEL
@@ -173,12 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 200
         except (ValueError, AttributeError):
             answer, status = {"error": "not an AdmissionReview"}, 400
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply_json(self, status, answer)
 
     def log_message(self, format: str, *args: Any) -> None:
         del format, args

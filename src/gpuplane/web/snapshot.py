@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from gpuplane.core.session import (
     AdmissionDecision,
     NodeState,
+    PendingDecision,
     Plan,
     PodNeeds,
     SchedulerConfig,
@@ -59,18 +60,11 @@ class EventRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class PendingRow:
-    """A pending workload: the plan's decision plus what the pages show beside it."""
+class PendingRow(PendingDecision):
+    """A pending workload: the plan's decision (its fields) plus what the pages show beside it."""
 
-    workload: str
     namespace: str
     name: str
-    cluster_queue: str | None
-    local_queue: str | None
-    position: int | None
-    local_position: int | None
-    reason: str
-    message: str
     gpus: float
     waiting_seconds: float
 
