@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuplane.core.placement.gpu_cluster import GpuRequest, NodeSpec
+from gpuplane.core.placement.gpu_arrays import GpuRequest, NodeSpec
 from gpuplane.sim.fgd import (
     EventLog,
     FgdRun,

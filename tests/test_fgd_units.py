@@ -21,7 +21,7 @@ from gpuplane.core.placement.fragmentation import (
     node_fragment,
     typical_pods,
 )
-from gpuplane.core.placement.gpu_cluster import GpuCluster, GpuRequest, IntArray, NodeSpec
+from gpuplane.core.placement.gpu_arrays import GpuArrays, GpuRequest, IntArray, NodeSpec
 from gpuplane.core.placement.scoring import (
     POLICIES,
     GpuClusteringScore,
@@ -35,7 +35,7 @@ from gpuplane.core.placement.scoring import (
 
 
 def schedule_one(
-    policy: ScorePolicy, cluster: GpuCluster, request: GpuRequest, rank: IntArray
+    policy: ScorePolicy, cluster: GpuArrays, request: GpuRequest, rank: IntArray
 ) -> Placement | None:
     """Place one pod with ``policy`` alone: a profile of that one plugin."""
     return engine.schedule_one(Profile(policy.name, ((policy, 1),), policy), cluster, request, rank)
@@ -88,9 +88,9 @@ def node(name: str) -> NodeBuilder:
     return NodeBuilder(name)
 
 
-def cluster(*builders: NodeBuilder) -> GpuCluster:
+def cluster(*builders: NodeBuilder) -> GpuArrays:
     """A cluster whose nodes start in the builders' states (set up through ``place``)."""
-    built = GpuCluster([b.spec() for b in builders])
+    built = GpuArrays([b.spec() for b in builders])
     for index, b in enumerate(builders):
         if b.used_cpu:
             built.place(index, GpuRequest(cpu=b.used_cpu), ())
@@ -112,7 +112,7 @@ def typical(*shapes: tuple[int, int, int, float], models: tuple[str, ...] = ()) 
 
 
 def scores(
-    policy_name: str, c: GpuCluster, request: GpuRequest, context: PolicyContext | None = None
+    policy_name: str, c: GpuArrays, request: GpuRequest, context: PolicyContext | None = None
 ) -> list[int]:
     policy = get_policy(policy_name, context)
     nodes = np.flatnonzero(c.feasible(request))

@@ -1,6 +1,6 @@
 """The placement engine: Filter / Score / Reserve plugins chosen by a profile, and gang placement on it.
 
-Engine cases run on a small :class:`GpuCluster`; gang cases run through
+Engine cases run on a small :class:`GpuArrays`; gang cases run through
 ``core.placement.gang_placement.PlacementState`` with the default profile, and check that scoring one node per
 look gives the order that scoring every sampled node gives, and that a recorded plan is held exactly
 (or not at all when the world changed).
@@ -17,7 +17,7 @@ from gpuplane.core.placement import engine
 from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant
 from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.placement.gangs import GangPodSet
-from gpuplane.core.placement.gpu_cluster import BoolArray, GpuCluster, GpuRequest, IntArray, NodeSpec
+from gpuplane.core.placement.gpu_arrays import BoolArray, GpuArrays, GpuRequest, IntArray, NodeSpec
 from gpuplane.core.placement.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from gpuplane.core.plan import AdmissionDecision, PodPlacement, PodSetDecision, placement_annotation
 from gpuplane.model.records import recorded_placement as read_plan
@@ -27,9 +27,9 @@ from test_placement import fractional, gang_for, gpu_node, loaded, snapshot
 ONE_GPU = GpuRequest(cpu=1000, memory=1024, gpus=1, gpu_milli=1000)
 
 
-def small_cluster() -> GpuCluster:
+def small_cluster() -> GpuArrays:
     """Three 4-GPU nodes: ``empty``, ``half`` (2 GPUs used) and ``busy`` (3 used)."""
-    cluster = GpuCluster(
+    cluster = GpuArrays(
         [NodeSpec(n, cpu=32_000, memory=256 * 1024, gpus=4) for n in ("empty", "half", "busy")]
     )
     cluster.place(1, GpuRequest(cpu=2000, memory=2048, gpus=2, gpu_milli=1000), (0, 1))
@@ -48,7 +48,7 @@ class OnlyNode:
     def __init__(self, node: int) -> None:
         self.node = node
 
-    def filter(self, cluster: GpuCluster, request: GpuRequest, mask: BoolArray) -> BoolArray:
+    def filter(self, cluster: GpuArrays, request: GpuRequest, mask: BoolArray) -> BoolArray:
         del cluster, request
         keep = np.zeros_like(mask)
         keep[self.node] = True
@@ -64,7 +64,7 @@ class Constant:
     def __init__(self, value: int, node: int | None = None, other: int = 0) -> None:
         self.value, self.node, self.other = value, node, other
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> engine.Scores:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> engine.Scores:
         del cluster, request
         out = np.full(len(nodes), self.value, dtype=np.int64)
         if self.node is not None:

@@ -2,9 +2,9 @@
 
 The scheduler keeps each queued workload's reason (``Scheduler.status``). A session wraps that
 mapping in a :class:`ReasonLog`, which notes every write, and reads it through
-:class:`PendingReasons`: the reasons that changed since the driver last asked (the controller), and
-the cheap reads the simulator needs after every event (:meth:`PendingReasons.watch`,
-:meth:`PendingReasons.reason_of`, :meth:`PendingReasons.waiting_for`). Those are the session's fast
+:class:`ReasonReader`: the reasons that changed since the driver last asked (the controller), and
+the cheap reads the simulator needs after every event (:meth:`ReasonReader.watch`,
+:meth:`ReasonReader.reason_of`, :meth:`ReasonReader.waiting_for`). Those are the session's fast
 paths, reached as ``Session.reasons``.
 """
 
@@ -74,7 +74,7 @@ class ReasonLog(dict[str, Status]):
         return super().setdefault(key, default)
 
 
-class PendingReasons:
+class ReasonReader:
     """Reads of the scheduler's pending reasons. Owns the :class:`ReasonLog` it installs on the
     scheduler and the (reason, message) last reported per ClusterQueue and workload."""
 

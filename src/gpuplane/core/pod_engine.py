@@ -13,10 +13,10 @@ from gpuplane.core.placement.engine import feasible as feasible_nodes
 from gpuplane.core.placement.engine import pick_node, schedule_one
 from gpuplane.core.placement.engine import score as score_nodes
 from gpuplane.core.placement.fragmentation import node_fragmentation, typical_pods
-from gpuplane.core.placement.gpu_cluster import (
+from gpuplane.core.placement.gpu_arrays import (
     MILLI_PER_GPU,
     FloatArray,
-    GpuCluster,
+    GpuArrays,
     GpuRequest,
     IntArray,
     NodeSpec,
@@ -27,7 +27,7 @@ from gpuplane.core.placement.scoring import PolicyContext, policy_factory
 __all__ = [
     "MILLI_PER_GPU",
     "FloatArray",
-    "GpuCluster",
+    "GpuArrays",
     "GpuRequest",
     "IntArray",
     "NodeSpec",

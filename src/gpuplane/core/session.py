@@ -27,7 +27,7 @@ so its history (state, time, reason) is there for insight and metrics to read. W
 the queues per cycle). ``history=False`` keeps no lifecycles at all (:meth:`Session.lifecycle` is
 ``None``): the simulator, which replays a hundred thousand workloads and reads none of them, runs
 that way and reads the reasons it needs through ``Session.reasons``
-(:class:`~gpuplane.core.pending_reasons.PendingReasons`) instead.
+(:class:`~gpuplane.core.pending_reasons.ReasonReader`) instead.
 
 Idempotency: ``finish``, ``evict``, ``withdraw``, ``node_down`` and ``node_up`` return what they
 changed, and a repeated call changes nothing.
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from gpuplane.core.check_gate import CheckEviction
 from gpuplane.core.config import SchedulerConfig, config_from_kueue
 from gpuplane.core.lifecycle import CONDITIONS, Lifecycle, Reason, WorkloadState
-from gpuplane.core.pending_reasons import PendingReasons
+from gpuplane.core.pending_reasons import ReasonReader
 from gpuplane.core.placement.devices import (
     DeviceConfig,
     DeviceGrant,
@@ -154,7 +154,7 @@ class Session:
     session's life: a node goes down and comes back, or changes its labels and taints. It owns the
     clock; the scheduler owns the working state, :class:`~gpuplane.core.workload_histories.Histories`
     the workloads' lives (none without ``history``), and
-    :class:`~gpuplane.core.pending_reasons.PendingReasons` the reads of the pending reasons.
+    :class:`~gpuplane.core.pending_reasons.ReasonReader` the reads of the pending reasons.
     """
 
     def __init__(
@@ -168,7 +168,7 @@ class Session:
     ) -> None:
         self._scheduler = Scheduler(state, config, now)
         self._now = now
-        self.reasons = PendingReasons(self._scheduler, keep_written=history)
+        self.reasons = ReasonReader(self._scheduler, keep_written=history)
         """The pending reasons, read cheaply: what changed, who waits for what, a watch on the
         workloads whose reason is written. The simulator's fast paths, which read them after
         every event."""

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuplane.core.session import ConditionType, Reason, SchedulerConfig, schedule
+from gpuplane.core.session import Reason, SchedulerConfig, schedule
+from gpuplane.model.conditions import ConditionType
 from gpuplane.model.labels import HOSTNAME_LABEL
 from gpuplane.model.objects import (
     ClusterQueue,

@@ -2,7 +2,7 @@
 
 One run::
 
-    nodes CSV ──> GpuCluster            pods CSV ──> typical pods (whole list, before tuning)
+    nodes CSV ──> GpuArrays            pods CSV ──> typical pods (whole list, before tuning)
                       │                       │
     arrivals (file or seeded) ──> one pod at a time: filter -> score -> pick (ties: node rank)
                       │                        -> GPUs -> place, or drop for good if nothing fits
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuplane.core.session import (
+from gpuplane.core.pod_engine import (
     FloatArray,
-    GpuCluster,
+    GpuArrays,
     GpuRequest,
     IntArray,
     NodeSpec,
@@ -166,7 +166,7 @@ def replay(
     """Place ``arrivals`` one at a time with one policy's profile on the placement engine; log the
     cluster after every arrival. ``context`` holds the typical pods (fragmentation is measured
     against them) and the policy's own random stream."""
-    cluster = GpuCluster(nodes)
+    cluster = GpuArrays(nodes)
     profile = get_profile(policy_name, context)
     fragmentation = node_fragmentation(context.typical, cluster)
     count = len(arrivals.requests)

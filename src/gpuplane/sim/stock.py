@@ -37,7 +37,7 @@ import numpy as np
 
 from gpuplane.core.pod_engine import (
     MILLI_PER_GPU,
-    GpuCluster,
+    GpuArrays,
     GpuRequest,
     NodeSpec,
     feasible_nodes,
@@ -99,7 +99,7 @@ class StockModel:
         self.pool_of: IntArray = np.asarray([self.pool_ids[n.pool] for n in nodes], dtype=np.int64)
         self.gpu_total: IntArray = np.asarray([n.gpus for n in nodes], dtype=np.int64)
         # No pod limit in this model; CPU and memory count only when the cluster models them.
-        self.inventory = GpuCluster(
+        self.inventory = GpuArrays(
             [NodeSpec(n.name, n.cpu_milli, n.memory_mib, n.gpus, max_pods=1 << 40) for n in nodes]
         )
         self.profile = get_profile("most-allocated" if packed else "least-allocated")

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuplane.core.session import MILLI_PER_GPU, GpuRequest, NodeSpec
+from gpuplane.core.pod_engine import MILLI_PER_GPU, GpuRequest, NodeSpec
 
 # The FGD simulator registers every node with room for 1001 pods.
 OPENB_MAX_PODS = 1001

@@ -23,7 +23,7 @@ The engine and its policies:
 
 * :mod:`~gpuplane.core.placement.engine`: filter, score and reserve plugins chosen by a profile
   (:mod:`~gpuplane.core.placement.profiles`);
-* :mod:`~gpuplane.core.placement.gpu_cluster`: the vectorised state of a cluster of GPU nodes
+* :mod:`~gpuplane.core.placement.gpu_arrays`: the vectorised state of a cluster of GPU nodes
   (free CPU, memory and milli-GPU per GPU), feasibility masks and GPU selection helpers;
 * :mod:`~gpuplane.core.placement.fragmentation`: the target workload ("typical pods") and the
   expected GPU fragmentation of a node under it, as defined by FGD (USENIX ATC'23);
@@ -32,5 +32,5 @@ The engine and its policies:
   the tie-break that turns scores into one node.
 
 Everything here is pure: randomness comes in as a :class:`numpy.random.Generator`, and a
-:class:`GpuCluster` changes only through its ``place``, ``release`` and ``set_free``.
+:class:`GpuArrays` changes only through its ``place``, ``release`` and ``set_free``.
 """

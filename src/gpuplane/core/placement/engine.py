@@ -10,7 +10,7 @@ the FGD protocol replay. The shape is the Kubernetes scheduling framework's, cut
                                                     Reserve plugin: the devices <--+
 
 * a **Filter** narrows a boolean mask of nodes; the engine always starts from the inventory's
-  own fit (free CPU, memory, pods, GPUs: :meth:`GpuCluster.feasible`);
+  own fit (free CPU, memory, pods, GPUs: :meth:`GpuArrays.feasible`);
 * a **Score** rates feasible nodes 0..100, higher is better; a profile weights and sums them;
 * the **Reserve** plugin chooses the devices inside the winning node (which GPUs, or which GPU
   a fraction shares); the engine then commits the pod to the inventory.
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from gpuplane.core.placement.gpu_cluster import BoolArray, GpuCluster, GpuRequest, IntArray
+from gpuplane.core.placement.gpu_arrays import BoolArray, GpuArrays, GpuRequest, IntArray
 
 Scores = npt.NDArray[Any]  # int64 for the framework's plugins; float64 where a plugin keeps fractions
 
@@ -43,7 +43,7 @@ class FilterPlugin(Protocol):
     @property
     def name(self) -> str: ...
 
-    def filter(self, cluster: GpuCluster, request: GpuRequest, mask: BoolArray) -> BoolArray:
+    def filter(self, cluster: GpuArrays, request: GpuRequest, mask: BoolArray) -> BoolArray:
         """``mask`` (nodes still feasible) with the nodes this plugin rejects turned off."""
         ...
 
@@ -54,13 +54,13 @@ class ScorePlugin(Protocol):
     @property
     def name(self) -> str: ...
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> Scores: ...
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> Scores: ...
 
 
 class ReservePlugin(Protocol):
     """Chooses the devices a request takes on the chosen node (``request.gpus`` GPU indices)."""
 
-    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]: ...
+    def choose_gpus(self, cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ class Placement:
 
 
 def feasible(
-    profile: Profile, cluster: GpuCluster, request: GpuRequest, among: BoolArray | None = None
+    profile: Profile, cluster: GpuArrays, request: GpuRequest, among: BoolArray | None = None
 ) -> IntArray:
     """Indices of the nodes that pass the inventory's fit, ``among`` (if given) and every filter."""
     mask = cluster.feasible(request)
@@ -105,7 +105,7 @@ def feasible(
     return np.flatnonzero(mask).astype(np.int64, copy=False)
 
 
-def score(profile: Profile, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> Scores:
+def score(profile: Profile, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> Scores:
     """The weighted sum of the profile's scores of ``nodes`` (one weight-1 plugin: its own scores)."""
     (first, weight), *rest = profile.scores
     total: Scores = first.score(cluster, request, nodes)
@@ -133,7 +133,7 @@ def order_nodes(scores: Scores, nodes: IntArray, rank: IntArray) -> IntArray:
 
 
 def schedule_one(
-    profile: Profile, cluster: GpuCluster, request: GpuRequest, rank: IntArray, among: BoolArray | None = None
+    profile: Profile, cluster: GpuArrays, request: GpuRequest, rank: IntArray, among: BoolArray | None = None
 ) -> Placement | None:
     """Place one pod: filter, score, pick (ties by ``rank``), reserve devices, commit to ``cluster``.
 
@@ -168,7 +168,7 @@ class _AllocationScore:
     name = ""
     most = False
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> Scores:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> Scores:
         cpu_capacity, memory_capacity, gpu_capacity = cluster.capacities
         if request.cpu or request.memory:
             cpu = (cluster.cpu_free[nodes] - request.cpu) / cpu_capacity[nodes]
@@ -202,7 +202,7 @@ class MostAllocated(_AllocationScore):
 class LowestFreeGpus:
     """Reserve plugin: the lowest-index GPUs that fit (whole GPUs: the lowest-index free ones)."""
 
-    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+    def choose_gpus(self, cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]:
         if request.gpus == 0:
             return ()
         row = cluster.gpu_free[node].tolist()

@@ -38,7 +38,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpuplane.core.placement.gpu_cluster import MILLI_PER_GPU, FloatArray, GpuCluster, GpuRequest, IntArray
+from gpuplane.core.placement.gpu_arrays import MILLI_PER_GPU, FloatArray, GpuArrays, GpuRequest, IntArray
 
 # Buckets in the order their sums are added (Q3, "satisfied", is never part of the fragment).
 Q1_LACK_BOTH, Q2_LACK_GPU, Q4_LACK_CPU, XL_SATISFIED, XR_LACK_CPU, NO_ACCESS = range(6)
@@ -197,7 +197,7 @@ class FragmentationMeasure:
 class NodeMeasureCache:
     """One measure for every node of one cluster, recomputed only for nodes whose version changed."""
 
-    def __init__(self, measure: NodeMeasure, cluster: GpuCluster) -> None:
+    def __init__(self, measure: NodeMeasure, cluster: GpuArrays) -> None:
         self.measure = measure
         self.cluster = cluster
         self._values = np.zeros(len(cluster), dtype=np.float64)
@@ -213,7 +213,7 @@ class NodeMeasureCache:
         return self._values
 
 
-def node_fragmentation(typical: Sequence[TypicalPod], cluster: GpuCluster) -> NodeMeasureCache:
+def node_fragmentation(typical: Sequence[TypicalPod], cluster: GpuArrays) -> NodeMeasureCache:
     """FGD's fragment of every node of ``cluster``, kept up to date."""
     return NodeMeasureCache(FragmentationMeasure(typical, cluster.model_names), cluster)
 
@@ -264,7 +264,7 @@ def cpu_per_gpu_milli(typical: Sequence[TypicalPod]) -> float:
     return cpu / gpu if gpu else 0.0
 
 
-def cpu_pressure(typical: Sequence[TypicalPod], cluster: GpuCluster) -> float:
+def cpu_pressure(typical: Sequence[TypicalPod], cluster: GpuArrays) -> float:
     """CPU the workload would ask, all pods included, once every GPU is allocated, over the CPU there is."""
     gpu = sum(t.probability * t.gpus * t.gpu_milli for t in typical)
     cpu = sum(t.probability * t.cpu for t in typical)
@@ -284,7 +284,7 @@ class WasteMeasure:
     that will not fit, so the reserve is discounted (down to ``MIN_RESERVE_SCALE``).
     """
 
-    def __init__(self, typical: Sequence[TypicalPod], cluster: GpuCluster) -> None:
+    def __init__(self, typical: Sequence[TypicalPod], cluster: GpuArrays) -> None:
         if not typical:
             raise ValueError("the waste measure needs the typical pods of the workload")
         self.gap_waste = gap_waste(typical)

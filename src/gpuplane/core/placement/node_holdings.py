@@ -7,7 +7,7 @@ rows of the placement engine's GPU array). Nothing outside it keeps a copy of a 
 in step.
 
 :class:`GpuRows` is the placement engine's view of the nodes with exclusive GPUs: a vectorised
-:class:`~gpuplane.core.placement.gpu_cluster.GpuCluster` with one row per such node. It is derived
+:class:`~gpuplane.core.placement.gpu_arrays.GpuArrays` with one row per such node. It is derived
 from the device inventory: a change marks the node's row out of date, and the row is read again
 from the node only when the engine reads it.
 """
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant, NodeState, PodNeeds, node_state
-from gpuplane.core.placement.gpu_cluster import GpuCluster, IntArray, NodeSpec
+from gpuplane.core.placement.gpu_arrays import GpuArrays, IntArray, NodeSpec
 from gpuplane.core.placement.topology_domains import TopologyDomains
 from gpuplane.model.objects import Node
 
@@ -34,7 +34,7 @@ Held = tuple[str, PodNeeds, tuple[DeviceGrant, ...]]
 class GpuRows:
     """The engine's GPU array of the nodes with exclusive GPUs, derived from their device states.
 
-    Owns the :class:`GpuCluster` (row per node, column j the node's j-th exclusive GPU), which rows
+    Owns the :class:`GpuArrays` (row per node, column j the node's j-th exclusive GPU), which rows
     are out of date, and each node's *look*: what the engine's score plugins read of a node, as a
     small integer shared by nodes that look alike (its shape, what its pods use, the free milli-GPU
     of each exclusive GPU). Only :class:`NodeHoldings` marks rows out of date."""
@@ -61,7 +61,7 @@ class GpuRows:
                 )
             )
         # A new array is all free, as the inventory is before anything is held.
-        self.array = GpuCluster(specs) if specs else None
+        self.array = GpuArrays(specs) if specs else None
         spec_ids: dict[tuple[object, ...], int] = {}
         self._spec: list[int] = [
             spec_ids.setdefault((s.cpu, s.memory, s.gpus, s.model, s.max_pods), len(spec_ids)) for s in specs

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from gpuplane.core.placement.devices import NodeState, PodNeeds
 from gpuplane.core.placement.eligibility import EligibleNodes
-from gpuplane.core.placement.gpu_cluster import GpuRequest
+from gpuplane.core.placement.gpu_arrays import GpuRequest
 from gpuplane.core.placement.node_holdings import NodeHoldings
 from gpuplane.core.placement.node_scores import NodeScores
 

@@ -18,7 +18,7 @@ from gpuplane.core.placement.devices import MILLI, NodeState, PodNeeds
 from gpuplane.core.placement.eligibility import MAX_REMEMBERED
 from gpuplane.core.placement.fragmentation import typical_pods
 from gpuplane.core.placement.gangs import GangPodSet
-from gpuplane.core.placement.gpu_cluster import GpuRequest
+from gpuplane.core.placement.gpu_arrays import GpuRequest
 from gpuplane.core.placement.node_holdings import GpuRows
 from gpuplane.core.placement.profiles import get_profile
 from gpuplane.core.placement.scoring import PolicyContext

@@ -41,10 +41,10 @@ from gpuplane.core.placement.fragmentation import (
     TypicalPod,
     WasteMeasure,
 )
-from gpuplane.core.placement.gpu_cluster import (
+from gpuplane.core.placement.gpu_arrays import (
     MILLI_PER_GPU,
     FloatArray,
-    GpuCluster,
+    GpuArrays,
     GpuRequest,
     IntArray,
 )
@@ -65,11 +65,11 @@ class ScorePolicy(Protocol):
         """The registry name."""
         ...
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
         """Integer scores 0..100 of ``nodes`` (indices of feasible nodes), aligned with them."""
         ...
 
-    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+    def choose_gpus(self, cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]:
         """The GPUs of the feasible ``node`` that ``request`` takes (``gpus`` of them)."""
         ...
 
@@ -91,11 +91,11 @@ def _trunc_score(values: FloatArray) -> IntArray:
     return result
 
 
-def _best_fit_gpus(cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+def _best_fit_gpus(cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]:
     return cluster.best_gpus(node, request)
 
 
-def _taken_free(cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+def _taken_free(cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
     """Free milli-GPU of the GPUs best fit would take on each node, ascending (``nodes`` x gpus)."""
     rows = cluster.gpu_free[nodes]
     keyed = np.where(rows >= request.gpu_milli, rows, _NO_FIT)
@@ -114,13 +114,13 @@ class RandomScore:
     def __init__(self, context: PolicyContext) -> None:
         self._rng = context.rng
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
         del cluster, request
         scores = np.zeros(len(nodes), dtype=np.int64)
         scores[int(self._rng.integers(len(nodes)))] = MAX_NODE_SCORE
         return scores
 
-    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+    def choose_gpus(self, cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]:
         if request.gpus == 0:
             return ()
         if request.gpu_milli == MILLI_PER_GPU:
@@ -138,7 +138,7 @@ class DotProdScore:
     def __init__(self, context: PolicyContext) -> None:
         del context
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
         cpu = (cluster.cpu_free[nodes] / MAX_SPEC_CPU) * (request.cpu / MAX_SPEC_CPU)
         gpu = (cluster.gpu_free_total[nodes] / MAX_SPEC_GPU) * (request.total_milli / MAX_SPEC_GPU)
         return _trunc_score(MAX_NODE_SCORE * (1.0 - (cpu + gpu) / 2.0))
@@ -164,21 +164,21 @@ class GpuClusteringScore:
 
     def __init__(self, context: PolicyContext) -> None:
         del context
-        self._cluster: GpuCluster | None = None
+        self._cluster: GpuArrays | None = None
         self._classes: IntArray = np.zeros((0, 0), dtype=np.int64)
 
-    def _bind(self, cluster: GpuCluster) -> IntArray:
+    def _bind(self, cluster: GpuArrays) -> IntArray:
         if self._cluster is not cluster:
             self._cluster = cluster
             self._classes = np.zeros((len(cluster), cluster.max_gpus + 1), dtype=np.int64)
         return self._classes
 
-    def observe(self, cluster: GpuCluster, request: GpuRequest, node: int, sign: int = 1) -> None:
+    def observe(self, cluster: GpuArrays, request: GpuRequest, node: int, sign: int = 1) -> None:
         """Record that a pod with ``request`` was placed on (``sign`` -1: removed from) ``node``."""
         if request.gpus:
             self._bind(cluster)[node, gpu_class(request)] += sign
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
         if request.gpus == 0:
             return np.zeros(len(nodes), dtype=np.int64)
         hosted = self._bind(cluster)[nodes] > 0
@@ -190,7 +190,7 @@ class GpuClusteringScore:
         result: IntArray = np.clip(base + bonus, 0, MAX_NODE_SCORE).astype(np.int64)
         return result
 
-    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+    def choose_gpus(self, cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]:
         gpus = cluster.best_gpus(node, request)
         # choose_gpus is called exactly once per placement, right before it is committed.
         self.observe(cluster, request, node)
@@ -205,7 +205,7 @@ class GpuPackingScore:
     def __init__(self, context: PolicyContext) -> None:
         del context
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
         if request.gpus == 0:
             return np.zeros(len(nodes), dtype=np.int64)
         count = cluster.gpu_count[nodes]
@@ -231,7 +231,7 @@ class BestFitScore:
     def __init__(self, context: PolicyContext) -> None:
         del context
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
         raw = _trunc_score(best_fit_raw(cluster, request, nodes) * MAX_NODE_SCORE)
         low, high = raw.min(), raw.max()
         if high == low:
@@ -242,7 +242,7 @@ class BestFitScore:
     choose_gpus = staticmethod(_best_fit_gpus)
 
 
-def best_fit_raw(cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> FloatArray:
+def best_fit_raw(cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> FloatArray:
     """``1 - leftover``, leftover = half the CPU and half the GPU left after placement (0..1)."""
     cpu_left = (cluster.cpu_free[nodes] - request.cpu).astype(np.float64)
     gpu_left = (cluster.gpu_free_total[nodes] - request.total_milli).astype(np.float64)
@@ -260,7 +260,7 @@ class _ShapeCache:
     seen: IntArray
 
 
-MeasureFactory = Callable[[GpuCluster], NodeMeasure]
+MeasureFactory = Callable[[GpuArrays], NodeMeasure]
 Rate = Callable[[FloatArray, FloatArray], FloatArray]
 
 
@@ -277,11 +277,11 @@ class PlacementDeltas:
     def __init__(self, measure_for: MeasureFactory, rate: Rate) -> None:
         self._measure_for = measure_for
         self._rate = rate
-        self._cluster: GpuCluster | None = None
+        self._cluster: GpuArrays | None = None
         self._nodes: NodeMeasureCache | None = None
         self._caches: dict[tuple[int, int, int, tuple[str, ...]], _ShapeCache] = {}
 
-    def node_values(self, cluster: GpuCluster) -> NodeMeasureCache:
+    def node_values(self, cluster: GpuArrays) -> NodeMeasureCache:
         """The measure of every node of ``cluster`` (state is reset when the cluster changes)."""
         if self._cluster is not cluster or self._nodes is None:
             self._cluster = cluster
@@ -290,7 +290,7 @@ class PlacementDeltas:
         return self._nodes
 
     def utilities(
-        self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray
+        self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray
     ) -> tuple[FloatArray, IntArray]:
         """Utility and chosen GPU (the first of the choice) of ``nodes`` for ``request``."""
         tracker = self.node_values(cluster)
@@ -313,7 +313,7 @@ class PlacementDeltas:
         return cache.utility[nodes], cache.gpu[nodes]
 
     def _fractional(
-        self, cluster: GpuCluster, tracker: NodeMeasureCache, request: GpuRequest, nodes: IntArray
+        self, cluster: GpuArrays, tracker: NodeMeasureCache, request: GpuRequest, nodes: IntArray
     ) -> tuple[FloatArray, IntArray]:
         rows = cluster.gpu_free[nodes]
         which, gpu = np.nonzero(rows >= request.gpu_milli)
@@ -329,7 +329,7 @@ class PlacementDeltas:
         return per_gpu[np.arange(len(nodes)), best], best.astype(np.int64)
 
     def _whole(
-        self, cluster: GpuCluster, tracker: NodeMeasureCache, request: GpuRequest, nodes: IntArray
+        self, cluster: GpuArrays, tracker: NodeMeasureCache, request: GpuRequest, nodes: IntArray
     ) -> tuple[FloatArray, IntArray]:
         after = cluster.gpu_free[nodes].copy()
         if request.gpus:
@@ -340,7 +340,7 @@ class PlacementDeltas:
         before = tracker.values()[nodes]
         return self._rate(before, value), np.zeros(len(nodes), dtype=np.int64)
 
-    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+    def choose_gpus(self, cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]:
         """The GPUs these utilities assume: the best GPU for a fractional request, else best fit."""
         if request.fractional:
             gpu = self.utilities(cluster, request, np.array([node], dtype=np.int64))[1]
@@ -378,10 +378,10 @@ class FgdScore:
         typical = _require_typical(context, self.name)
         self._deltas = PlacementDeltas(lambda c: FragmentationMeasure(typical, c.model_names), fgd_rate)
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
         return self._deltas.utilities(cluster, request, nodes)[0].astype(np.int64)
 
-    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+    def choose_gpus(self, cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]:
         return self._deltas.choose_gpus(cluster, request, node)
 
 
@@ -406,10 +406,10 @@ class GpuplaneScore:
         typical = _require_typical(context, self.name)
         self._deltas = PlacementDeltas(lambda c: WasteMeasure(typical, c), waste_drop)
 
-    def score(self, cluster: GpuCluster, request: GpuRequest, nodes: IntArray) -> IntArray:
+    def score(self, cluster: GpuArrays, request: GpuRequest, nodes: IntArray) -> IntArray:
         return sigmoid_score(self._deltas.utilities(cluster, request, nodes)[0]).astype(np.int64)
 
-    def choose_gpus(self, cluster: GpuCluster, request: GpuRequest, node: int) -> tuple[int, ...]:
+    def choose_gpus(self, cluster: GpuArrays, request: GpuRequest, node: int) -> tuple[int, ...]:
         return self._deltas.choose_gpus(cluster, request, node)
 
 

@@ -14,8 +14,8 @@ Layout (N nodes, at most ``max_gpus`` GPUs per node)::
     gpu_free_total[N], full_gpus[N], max_gpu_free[N]   derived per node, kept in step
     version[N]                                   changes whenever the node changes
 
-Invariant: the cluster changes only through :meth:`GpuCluster.place` and
-:meth:`GpuCluster.release`, and each of them gives the node a new, never reused ``version``, so a
+Invariant: the cluster changes only through :meth:`GpuArrays.place` and
+:meth:`GpuArrays.release`, and each of them gives the node a new, never reused ``version``, so a
 cache keyed on ``(node, version)`` never serves a stale value. Arrays returned by properties are
 the live state: read them, do not write them.
 """
@@ -94,7 +94,7 @@ class NodeSpec:
             raise ValueError(f"negative capacity on node {self.name!r}")
 
 
-class GpuCluster:
+class GpuArrays:
     """Mutable, vectorised free capacity of a fixed set of nodes (see the module docstring)."""
 
     def __init__(self, nodes: Sequence[NodeSpec]) -> None:
