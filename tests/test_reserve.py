@@ -7,13 +7,13 @@ devices fitted afresh, or a typed refusal.
 
 from __future__ import annotations
 
+from gpuplane.core.placement.reserve import Reservation
 from gpuplane.core.session import (
     DeviceConfig,
     NodeUse,
     PodOnNode,
     Refusal,
     RefusalReason,
-    Reservation,
     reserve_devices,
 )
 from gpuplane.model.objects import Node, PodTemplate
