@@ -207,3 +207,20 @@ def test_a_recorded_plan_is_held_exactly_or_not_at_all() -> None:
     assert snapshot(changed) == before
     assert read_plan("not json") is None
     assert read_plan('{"main": [["a"]]}') is None
+
+
+def test_a_recorded_plan_that_fails_part_way_gives_back_what_it_took() -> None:
+    # Two pod sets: the first one's planned devices are free and taken; the second one's plan names a
+    # node that is gone, or has one slot too few. Nothing stays held either way.
+    state = loaded(
+        gpu_node("a", gpus=4),
+        workload("w").podset(name="lead", count=1, gpu=2).podset(name="workers", count=2, gpu=1),
+    )
+    gang = gang_for(state, "w")
+    for broken in ([("a", "2"), ("gone", "0")], [("a", "2")]):
+        cluster = PlacementState(state.nodes, DeviceConfig())
+        before = snapshot(cluster)
+        plan = {"lead": [("a", "0,1")], "workers": broken}
+        assert not cluster.hold_planned("default/w", gang, plan)
+        assert snapshot(cluster) == before, broken
+        assert "default/w" not in cluster.owners

@@ -270,10 +270,16 @@ class PlacementState:
             for name, _, grants in holdings.owners.get(owner, [])
         )
         taken: list[tuple[NodeState, PodNeeds, list[DeviceGrant]]] = []
+
+        def undo() -> bool:
+            for back_state, needs, back in reversed(taken):
+                holdings.give_back(owner, back_state, needs, back)
+            return False
+
         for ps in pod_sets:
             slots = planned.get(ps.name, ())
             if len(slots) != ps.count:
-                return False
+                return undo()
             spare = (ended or {}).get(ps.name, 0)
             for node, devices in slots:
                 if held[(node, devices)] > 0:
@@ -284,12 +290,10 @@ class PlacementState:
                     continue
                 state = holdings.nodes.get(node)
                 if state is None:
-                    return False
+                    return undo()
                 grants = recorded_grants(state, devices) if devices else []
                 if grants is None or not state.plain_fits(ps.needs):
-                    for back_state, needs, back in reversed(taken):
-                        holdings.give_back(owner, back_state, needs, back)
-                    return False
+                    return undo()
                 holdings.take(owner, state, ps.needs, grants)
                 taken.append((state, ps.needs, grants))
         holdings.record(owner, ((s.name, n, tuple(g)) for s, n, g in taken))
