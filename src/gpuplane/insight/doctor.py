@@ -41,8 +41,7 @@ class Finding:
 
 
 def _is_gpu_node(node: Node, config: DeviceConfig) -> bool:
-    labels = node.labels
-    return config.model_label in labels or config.count_label in labels or "nvidia.com/gpu.present" in labels
+    return config.labels_accelerators(node.labels)
 
 
 def _advertised_gpus(node: Node, config: DeviceConfig) -> int:
@@ -139,8 +138,8 @@ def _mig_config(nodes: list[Node], config: DeviceConfig) -> list[Finding]:
                     "error" if mig_state == "failed" else "warning",
                     "mig-config",
                     (f"Node/{node.name}",),
-                    f"nvidia.com/mig.config.state is {mig_state!r}, so its MIG capacity is not counted",
-                    "wait for the MIG manager, or check its logs and the requested nvidia.com/mig.config",
+                    f"{config.mig_config_state_label} is {mig_state!r}, so its MIG capacity is not counted",
+                    "wait for the MIG manager, or check its logs and the MIG configuration it was asked for",
                 )
             )
     return findings

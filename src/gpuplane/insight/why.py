@@ -659,12 +659,7 @@ def _not_advertised(ctx: _Context, wl: Workload) -> tuple[tuple[Blocker, ...], s
 
 
 def _gpu_labelled(node: Node, ctx: _Context) -> bool:
-    d = ctx.config.devices
-    return (
-        d.model_label in node.labels
-        or d.count_label in node.labels
-        or "nvidia.com/gpu.present" in node.labels
-    )
+    return ctx.config.devices.labels_accelerators(node.labels)
 
 
 def _advertising(ctx: _Context, wl: Workload) -> list[Node]:

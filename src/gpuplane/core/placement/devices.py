@@ -47,10 +47,15 @@ class DeviceConfig:
     replicas_label: str = "nvidia.com/gpu.replicas"
     sharing_label: str = "nvidia.com/gpu.sharing-strategy"
     mig_config_state_label: str = "nvidia.com/mig.config.state"
+    present_label: str = "nvidia.com/gpu.present"  # GPU Feature Discovery: the node has accelerators
     layout_annotation: str = "gpuplane.dev/mig-layout"
     fraction_annotations: tuple[str, ...] = keys.GPU_FRACTION_ANNOTATIONS
     memory_annotations: tuple[str, ...] = keys.GPU_MEMORY_ANNOTATIONS
     mig_repartition: bool = False
+
+    def labels_accelerators(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node's labels say it has accelerators (its model, count or presence label)."""
+        return self.model_label in labels or self.count_label in labels or self.present_label in labels
 
     def is_device_resource(self, name: str) -> bool:
         return (
