@@ -11,6 +11,12 @@ Work model of one job::
     stop: checkpointed work keeps progress up to the last checkpoint; stateless work keeps all of it;
           other work starts over. The next run pays the startup again.
 
+Job names: each team reuses names for reruns of the same work (:func:`base_names`). A name has its
+own typical runtime and its own pod shape, so runtimes spread much less within a name than across
+the class, and sizes go with names. The names are drawn after everything else, from a stream of
+their own, and conditioned on what was drawn: every arrival, size and runtime is what it was
+without them.
+
 GPU activity while computing is ``activity`` GPU-equivalents per pod: a whole-GPU pod's busy
 fraction times its GPUs; a fraction or MIG pod's busy fraction of one GPU. Sessions (notebooks)
 compute only inside their ``active`` stretches of progress.
@@ -18,6 +24,7 @@ compute only inside their ``active`` stretches of progress.
 
 from __future__ import annotations
 
+import math
 import zlib
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -28,6 +35,14 @@ from gpuplane.model import mig
 from gpuplane.sim.scenario import Scenario, Shape, WorkloadClass
 
 MILLI = 1000
+
+# Job names (see docs/simulator.md, "Job names"): assumptions informed by the PAI 2020 trace, whose
+# group tag marks repeated instances; its figures per group were not at hand.
+RUNS_PER_NAME = 20.0  # mean submissions of one name by one team in one class over a scenario
+NAME_ZIPF = 1.0  # name popularity within a team and class: the k-th name is used ~ 1 / k**NAME_ZIPF
+NAME_SIGMA = 0.35  # spread (sd of log runtime) of the runs of one name: CoV about 0.36
+SHAPE_LOYALTY = 0.8  # share of a name's runs at its own shape (the rest as the class's sizes fall)
+_NAME_ROWS = 2048  # jobs whose names are drawn in one numpy block
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +110,7 @@ class Job:
     start_progress: float = 0.0
     deadline: float | None = None  # replay: the pod is deleted at this time, whatever happened
     continuation_of: int | None = None
+    base_name: str = ""  # the name its team reuses for reruns of the same work ("": unknown)
 
     @property
     def is_session(self) -> bool:
@@ -237,6 +253,21 @@ def generate(scenario: Scenario) -> Workloads:
         gpus = [s.gpus.sample(rng, n) if s.gpus is not None else np.ones(n) for s in wc.shapes]
         expected = expected_run(wc)
         checkpoint = wc.checkpoint.mean if wc.checkpoint is not None else None
+        # A job's size as one number: its shape, pods and GPUs per pod.
+        rows = np.arange(n)
+        sizes = (
+            shape_idx * 1e6
+            + np.asarray(pods, dtype=np.float64).reshape(len(wc.shapes), n)[shape_idx, rows] * 1e3
+            + np.asarray(gpus, dtype=np.float64).reshape(len(wc.shapes), n)[shape_idx, rows]
+        )
+        names = base_names(
+            _rng(scenario.seed, f"{wc.name}/names"),
+            wc.name,
+            teams=len(teams),
+            team_idx=team_idx,
+            sizes=sizes,
+            durations=durations,
+        )
         for i in range(n):
             si = int(shape_idx[i])
             shape = wc.shapes[si]
@@ -263,6 +294,7 @@ def generate(scenario: Scenario) -> Workloads:
                 checkpoint=checkpoint,
                 stateless=wc.stateless,
                 active=active,
+                base_name=names[i],
             )
             drafts.append((job.submit, ci, i, job))
     drafts.sort(key=lambda d: (d[0], d[1], d[2]))
@@ -272,6 +304,65 @@ def generate(scenario: Scenario) -> Workloads:
         job.name = f"{job.klass}-{number:06d}"
         jobs.append(job)
     return Workloads(tuple(jobs), tuple(node_failures(scenario)), start, horizon)
+
+
+def _letters(k: int) -> str:
+    """``k`` as three letters: 0 -> ``aaa``, 1 -> ``aab``, ... (a name suffix no generator adds)."""
+    return "".join(chr(ord("a") + (k // 26**p) % 26) for p in (2, 1, 0))
+
+
+def base_names(  # noqa: PLR0913 - the class's draws the names are conditioned on
+    rng: np.random.Generator,
+    klass: str,
+    *,
+    teams: int,
+    team_idx: np.ndarray,
+    sizes: np.ndarray,
+    durations: np.ndarray,
+) -> list[str]:
+    """The name each of a class's jobs was submitted under, given its team, size and runtime.
+
+    Per team, the class has about one name per :data:`RUNS_PER_NAME` of its jobs, used with Zipf
+    popularity (:data:`NAME_ZIPF`). Each name has a typical log runtime, drawn around the class's
+    with the spread the class has between names (its whole spread less :data:`NAME_SIGMA`, the
+    spread within a name), and a size of its own, drawn as the class's sizes fall, that
+    :data:`SHAPE_LOYALTY` of its runs keep. Each job then takes a name drawn from how likely each
+    name was to give its size and runtime (a Gumbel draw per job and name): the jobs and their
+    runtimes stay exactly as drawn, and the runs of a name spread as the model says (exactly, in
+    the limit of many names). Deterministic for a given ``rng``.
+    """
+    n = len(durations)
+    out = [""] * n
+    if n == 0:
+        return out
+    logd = np.log(np.maximum(np.asarray(durations, dtype=np.float64), 1.0))
+    spread = float(np.std(logd))
+    within = min(NAME_SIGMA, spread)
+    between = math.sqrt(max(spread**2 - within**2, 0.0))
+    center = float(np.mean(logd))
+    for team in range(teams):
+        members = np.flatnonzero(team_idx == team)
+        if len(members) == 0:
+            continue
+        k = max(1, round(len(members) / RUNS_PER_NAME))
+        popularity = 1.0 / np.arange(1, k + 1, dtype=np.float64) ** NAME_ZIPF
+        log_popularity = np.log(popularity / popularity.sum())
+        typical = center + between * rng.standard_normal(k)
+        codes, inverse, counts = np.unique(sizes[members], return_inverse=True, return_counts=True)
+        share = counts / len(members)
+        own = rng.choice(len(codes), size=k, p=share)
+        for start in range(0, len(members), _NAME_ROWS):
+            rows = members[start : start + _NAME_ROWS]
+            which = inverse[start : start + _NAME_ROWS]
+            logits = np.broadcast_to(log_popularity, (len(rows), k)).copy()
+            if within > 0:
+                logits -= 0.5 * ((logd[rows][:, None] - typical[None, :]) / within) ** 2
+            elsewhere = (1.0 - SHAPE_LOYALTY) * share[which][:, None]
+            logits += np.log(np.where(which[:, None] == own[None, :], SHAPE_LOYALTY + elsewhere, elsewhere))
+            chosen = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
+            for row, name in zip(rows.tolist(), chosen.tolist(), strict=True):
+                out[row] = f"{klass}-{_letters(name)}"
+    return out
 
 
 def node_failures(scenario: Scenario) -> list[NodeEvent]:
