@@ -72,6 +72,14 @@ def test_history_wins_over_a_declared_runtime() -> None:
     assert p.predict(TRAIN, declared=5000.0).basis == "name"
 
 
+def test_a_declared_runtime_may_be_preferred_over_all_but_the_job_names_history() -> None:
+    p = RuntimePredictor(runs(EVAL, 100.0, 110.0, 120.0, 130.0, 140.0))
+    assert p.predict(TRAIN, declared=5000.0).basis == "team"
+    assert p.predict(TRAIN, declared=5000.0, prefer_declared=True).basis == "declared"
+    assert p.predict(TRAIN, prefer_declared=True).basis == "team"  # nothing declared: history
+    assert p.predict(EVAL, declared=5000.0, prefer_declared=True).basis == "name"
+
+
 def test_conditioned_on_attained_service() -> None:
     hours = [3.6, 3.7, 3.8, 3.9, 4.0, 4.0, 4.1, 4.2, 4.3, 4.4]
     p = RuntimePredictor(runs(TRAIN, *(h * 3600 for h in hours)))

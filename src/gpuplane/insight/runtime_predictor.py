@@ -16,7 +16,8 @@ everything                            ``all``    every finished run
 :meth:`RuntimePredictor.predict` takes the first key with at least ``min_samples`` finished runs
 (3Sigma's idea: predict from the most specific history that is large enough). With none, the
 job's declared runtime (``declared``) is taken as exact, and without one a lognormal around
-:data:`DEFAULT_RUNTIME_SECONDS` (spread :data:`DEFAULT_SIGMA`) is assumed.
+:data:`DEFAULT_RUNTIME_SECONDS` (spread :data:`DEFAULT_SIGMA`) is assumed. With
+``prefer_declared`` a declared runtime comes right after the job name's own history.
 
 The prediction is conditioned on attained service (Tiresias' idea): the remaining time of a job
 that has run ``elapsed`` seconds comes from the runs that lasted longer than ``elapsed``, less
@@ -167,19 +168,26 @@ class RuntimePredictor:
         *,
         declared: float | None = None,
         limit: float | None = None,
+        prefer_declared: bool = False,
     ) -> Prediction:
         """The remaining runtime of a job with ``features`` that has run ``elapsed`` seconds
-        (0: not started), with its declared runtime and its limit on the whole run, if any."""
+        (0: not started), with its declared runtime and its limit on the whole run, if any.
+
+        ``prefer_declared``: a declared runtime is taken over every history but the job name's
+        own (the reruns of this job know better than its author; its author knows better than
+        its team or queue)."""
         elapsed = max(0.0, float(elapsed))
-        found = self._from_history(features, elapsed)
+        found = self._from_history(features, elapsed, names_only=prefer_declared and declared is not None)
         if found is None:
             found = _declared(declared, elapsed) if declared is not None else _assumed(elapsed)
         if limit is not None:
             found = _capped(found, limit - elapsed)
         return found
 
-    def _from_history(self, features: JobFeatures, elapsed: float) -> Prediction | None:
+    def _from_history(self, features: JobFeatures, elapsed: float, *, names_only: bool) -> Prediction | None:
         for basis, key in _keys(features):
+            if names_only and basis != "name":
+                return None
             runs = self._runs.get(key)
             if runs is None or len(runs.runtimes) < self.min_samples:
                 continue
