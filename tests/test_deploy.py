@@ -45,6 +45,7 @@ from gpuplane.k8s import finishing as k8s_finishing
 from gpuplane.k8s import informer as k8s_informer
 from gpuplane.k8s import provisioning as k8s_provisioning
 from gpuplane.k8s import reporting as k8s_reporting
+from gpuplane.k8s import runtime_store as k8s_runtime_store
 from gpuplane.k8s import spot as k8s_spot
 from gpuplane.k8s import warm as k8s_warm
 from gpuplane.k8s import webhook as webhook_module
@@ -366,6 +367,9 @@ CONTROLLER_WRITES: set[Perm] = {
     for i in integrations.INTEGRATIONS.values()
 }
 LEADER_ELECTION: set[Perm] = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+# The runtime history's ConfigMap, in gpuplane's namespace (its own Role).
+RUNTIME_HISTORY: set[Perm] = {("", "configmaps", v) for v in ("get", "create", "update")}
+ROLES = ("gpuplane-leader-election", "gpuplane-runtime-history")
 # A Workload's owner reference to its job sets blockOwnerDeletion; with the
 # OwnerReferencesPermissionEnforcement admission plugin that needs update on <owner>/finalizers.
 OWNER_FINALIZERS: set[Perm] = {
@@ -462,6 +466,7 @@ def _code_perms() -> set[Perm]:
         k8s_provisioning,
         k8s_spot,
         k8s_warm,
+        k8s_runtime_store,
     )
     return {p for module in modules for p in _api_calls(module)}
 
@@ -485,8 +490,9 @@ def test_the_code_scan_sees_the_calls() -> None:
 
 def test_written_list_matches_the_code() -> None:
     found = _code_perms()
-    assert found - _informer_perms() - LEADER_ELECTION == CONTROLLER_WRITES
+    assert found - _informer_perms() - LEADER_ELECTION - RUNTIME_HISTORY == CONTROLLER_WRITES
     assert {p for p in found if p[1] == "leases"} == LEADER_ELECTION
+    assert {p for p in found if p[1] == "configmaps"} == RUNTIME_HISTORY
 
 
 def test_cluster_role_grants_exactly_what_the_controller_uses() -> None:
@@ -500,7 +506,7 @@ def test_cluster_role_grants_exactly_what_the_controller_uses() -> None:
 
 def test_leases_only_in_gpuplane_namespace_and_only_the_controllers_lease() -> None:
     docs = _manifests()
-    role = _one(docs, "Role")
+    role = _one(docs, "Role", "gpuplane-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE == k8s_controller.ControllerConfig().lease_namespace
     assert _rule_perms(role["rules"]) == LEADER_ELECTION
     lease_name = inspect.signature(leader.LeaderElector).parameters["name"].default
@@ -509,6 +515,17 @@ def test_leases_only_in_gpuplane_namespace_and_only_the_controllers_lease() -> N
             assert rule.get("resourceNames") == [lease_name]
     cluster_role = _one(docs, "ClusterRole")
     assert not {p for p in _rule_perms(cluster_role["rules"]) if p[1] == "leases"}
+
+
+def test_the_runtime_history_is_one_config_map_in_gpuplane_namespace() -> None:
+    docs = _manifests()
+    role = _one(docs, "Role", "gpuplane-runtime-history")
+    assert role["metadata"]["namespace"] == NAMESPACE == k8s_controller.ControllerConfig().lease_namespace
+    assert _rule_perms(role["rules"]) == RUNTIME_HISTORY
+    for rule in role["rules"]:
+        if set(rule["verbs"]) & {"get", "update"}:
+            assert rule.get("resourceNames") == [k8s_runtime_store.CONFIG_MAP_NAME]
+    assert not {p for p in _rule_perms(_one(docs, "ClusterRole")["rules"]) if p[1] == "configmaps"}
 
 
 def test_no_wildcards_or_escalation_anywhere() -> None:
@@ -523,7 +540,9 @@ def test_no_wildcards_or_escalation_anywhere() -> None:
 
 def test_every_api_resource_is_covered() -> None:
     docs = _manifests()
-    granted = _rule_perms(_one(docs, "ClusterRole")["rules"]) | _rule_perms(_one(docs, "Role")["rules"])
+    granted = _rule_perms(_one(docs, "ClusterRole")["rules"])
+    for name in ROLES:
+        granted |= _rule_perms(_one(docs, "Role", name)["rules"])
     # NodePools are read only by the command-line tools (doctor, schedule --kubeconfig, dump), with
     # the user's own credentials; the controller never touches them.
     cli_only = {k8s_api.NODE_POOLS}
@@ -536,9 +555,10 @@ def test_bindings_give_the_roles_to_the_service_account() -> None:
     account = _one(docs, "ServiceAccount", SERVICE_ACCOUNT)
     assert account["metadata"]["namespace"] == NAMESPACE
     subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        binding = _one(docs, kind)
-        role = _one(docs, role_kind)
+    pairs = [("ClusterRoleBinding", "ClusterRole", None)] + [("RoleBinding", "Role", name) for name in ROLES]
+    for kind, role_kind, name in pairs:
+        binding = _one(docs, kind, name)
+        role = _one(docs, role_kind, name)
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": role_kind,
@@ -552,7 +572,10 @@ def test_bindings_give_the_roles_to_the_service_account() -> None:
 def test_docs_explain_every_permission() -> None:
     text = DOCS.read_text()
     docs = _manifests()
-    for group, resource, _ in _rule_perms(_one(docs, "ClusterRole")["rules"] + _one(docs, "Role")["rules"]):
+    rules = _one(docs, "ClusterRole")["rules"] + [
+        r for name in ROLES for r in _one(docs, "Role", name)["rules"]
+    ]
+    for group, resource, _ in _rule_perms(rules):
         assert f"`{resource}`" in text, f"docs/deploy.md does not explain {group}/{resource}"
 
 
@@ -851,8 +874,12 @@ def test_helm_template_renders_the_same_objects() -> None:
     plain = _manifests() + _crds()  # `helm install` installs the chart's crds/ too
     kinds = sorted(d["kind"] for d in rendered)
     assert kinds == sorted(d["kind"] for d in plain if d["kind"] != "Namespace")
-    for kind in ("ClusterRole", "Role"):
-        assert _rule_perms(_one(rendered, kind)["rules"]) == _rule_perms(_one(plain, kind)["rules"])
+    assert _rule_perms(_one(rendered, "ClusterRole")["rules"]) == _rule_perms(
+        _one(plain, "ClusterRole")["rules"]
+    )
+    for name in ROLES:
+        ours_role, theirs_role = _one(rendered, "Role", name), _one(plain, "Role", name)
+        assert _rule_perms(ours_role["rules"]) == _rule_perms(theirs_role["rules"])
     for name in ("gpuplane-controller", "gpuplane-webhook"):
         ours = _one(rendered, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
         theirs = _one(plain, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]

@@ -62,6 +62,21 @@ def register(app: typer.Typer) -> None:
         write_eta: Annotated[
             bool, typer.Option(help="Annotate pending Workloads with their ETA (gpuplane.dev/eta).")
         ] = True,
+        runtime_history_size: Annotated[
+            int,
+            typer.Option(
+                min=0,
+                help="Runtimes of finished Workloads kept for the ETA, in the ConfigMap "
+                "gpuplane-runtime-history of --lease-namespace (the oldest go first; 0: none kept).",
+            ),
+        ] = 5000,
+        runtime_history_retention: Annotated[
+            float, typer.Option(min=0.001, help="Days a finished Workload's runtime is kept for the ETA.")
+        ] = 30.0,
+        runtime_history_write_interval: Annotated[
+            float,
+            typer.Option(min=0.0, help="Seconds between writes of the runtime history (and one at exit)."),
+        ] = 60.0,
         log_format: Annotated[
             LogFormat, typer.Option(help="Log lines as plain text, or one JSON object per line.")
         ] = LogFormat.TEXT,
@@ -85,6 +100,9 @@ def register(app: typer.Typer) -> None:
                 lease_namespace=lease_namespace,
                 min_runtime_seconds=min_runtime,
                 write_workers=write_workers,
+                runtime_history_size=runtime_history_size,
+                runtime_history_retention_seconds=runtime_history_retention * 86400.0,
+                runtime_history_flush_seconds=runtime_history_write_interval,
             ),
         )
         from gpuplane.cli.insight import InsightOptions, attach  # noqa: PLC0415

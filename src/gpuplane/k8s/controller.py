@@ -58,6 +58,13 @@ from gpuplane.k8s.leader import LeaderElector
 from gpuplane.k8s.live_session import LiveSession
 from gpuplane.k8s.provisioning import Provisioner
 from gpuplane.k8s.reporting import PendingReasons, QueueStatuses
+from gpuplane.k8s.runtime_store import (
+    DEFAULT_FLUSH_SECONDS,
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_SIZE,
+    RuntimeHistory,
+    RuntimeStore,
+)
 from gpuplane.k8s.spot import InterruptionGuard
 from gpuplane.k8s.warm import WarmBuffer, placeholder_resource
 from gpuplane.k8s.worklist import Worklist
@@ -98,6 +105,10 @@ class ControllerConfig:
     write_workers: int = 16  # independent writes in flight at once
     checkpoint_grace_seconds: float = 120.0  # on a node interruption, before eviction
     session_resync_seconds: float = 300.0  # the scheduling session is rebuilt from the cache this often
+    # The runtimes learned from finished Workloads, kept in a ConfigMap of lease_namespace (size 0: off).
+    runtime_history_size: int = DEFAULT_SIZE
+    runtime_history_retention_seconds: float = DEFAULT_RETENTION_SECONDS
+    runtime_history_flush_seconds: float = DEFAULT_FLUSH_SECONDS
 
 
 class Controller:
@@ -160,6 +171,14 @@ class Controller:
             tools, integrations=tuple(self.config.integrations), forget_pending=self.pending.forget
         )
         self.binder = Binder(tools, devices=devices, clear_warm=self.warm.clear)
+        # What finished Workloads teach the ETA, kept across restarts (runtime_store.py).
+        self.runtime_history = RuntimeStore(
+            api,
+            RuntimeHistory(self.config.runtime_history_size, self.config.runtime_history_retention_seconds),
+            namespace=self.config.lease_namespace,
+            flush_seconds=self.config.runtime_history_flush_seconds,
+            clock=clock,
+        )
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -174,6 +193,8 @@ class Controller:
         for informer in self.informers:
             informer.stop()
         self.close()
+        if not self.config.leader_election or self.elector.is_leader:
+            self.runtime_history.close()  # what it learned since its last write
         if self.config.leader_election:
             self.elector.release()
 
@@ -216,6 +237,7 @@ class Controller:
             # relist notes what changed meanwhile.
             return None
         started = time.monotonic()
+        self.runtime_history.sync()  # read the stored history on the first pass; write when due
         self._catch_up()
         self.interruptions.reconcile(
             signals=self.work.signalled, pods_on=self.work.pod_keys, asked=self.work.requested
@@ -269,6 +291,7 @@ class Controller:
         keep them for the session's next sync. Every step that looks at the worklist's candidates
         is preceded by one, so it sees what the steps before it wrote."""
         changes = self.cache.take_changes()
+        self.runtime_history.observe(changes.get("Workload", ()), lambda key: self.cache.get("Workload", key))
         for kind, changed in changes.items():
             self._unfed.setdefault(kind, set()).update(changed)
             if changed and kind in _QUEUE_STATUS_INPUTS:
