@@ -28,6 +28,7 @@ from gpuplane.k8s.runtime_store import (
     encode,
     sample_of,
 )
+from gpuplane.k8s.state import read_runtime_history
 
 NOW = 1_780_000_000.0
 NS = "gpuplane-system"
@@ -414,3 +415,17 @@ def test_size_zero_turns_the_history_off(api: KubeApi) -> None:
     s.close()
     assert not s.loaded
     assert s.writes == 0
+
+
+def test_the_commands_that_read_a_live_cluster_read_the_history_too(api: KubeApi) -> None:
+    assert read_runtime_history(api, NS) == (), "none yet"
+    s = store(api, Clock())
+    objs = workloads(3)
+    s.observe(objs, objs.get)
+    s.sync()
+    assert read_runtime_history(api, NS) == s.samples()
+    assert read_runtime_history(api, "elsewhere") == ()
+    cm = stored(api)
+    cm["data"][DATA_KEY] = "{corrupt"
+    api.replace(k8s.CONFIG_MAPS, cm)
+    assert read_runtime_history(api, NS) == (), "unreadable: the ETA learns from what it sees"
