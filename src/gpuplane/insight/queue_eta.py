@@ -36,23 +36,34 @@ import heapq
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from statistics import NormalDist
+from dataclasses import dataclass
 
-from gpuplane.core.analysis import AdmittedWorkload, ClusterQueueNode, CohortNode, GangPodSet, Scheduler
+from gpuplane.core.analysis import (
+    AdmittedWorkload,
+    ClusterQueueNode,
+    CohortNode,
+    GangPlacement,
+    GangPodSet,
+    PlacementState,
+    Scheduler,
+)
 from gpuplane.core.session import PendingDecision, SchedulerConfig, pod_needs
 from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts, predict_start
+from gpuplane.insight.runtime_history import JobFeatures, RuntimeSample, features_of
+from gpuplane.insight.runtime_predictor import (
+    DEFAULT_RUNTIME_SECONDS,
+    Prediction,
+    RuntimePredictor,
+)
 from gpuplane.model import labels as keys
 from gpuplane.model.conditions import ConditionType
 from gpuplane.model.gpu_share import FRACTION_RESOURCE
 from gpuplane.model.objects import ClusterState, Workload
 
 EXPECTED_RUNTIME_ANNOTATION = keys.EXPECTED_RUNTIME_ANNOTATION
-DEFAULT_RUNTIME_SECONDS = 3600.0
-QUANTILES = (0.25, 0.5, 0.75)
+QUANTILES = (0.1, 0.5, 0.9)  # the range: 10th to 90th percentile of the start, and the median
 SCENARIOS = 32  # plays of the queue per estimate
 PLAYED = 300  # workloads of a queue played one by one; later ones are estimated from their work
-DEFAULT_SIGMA = 1.0  # spread (log) of the assumed runtime without history
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -84,40 +95,6 @@ def _started(wl: Workload) -> float | None:
         if cond is not None and cond.status:
             return cond.last_transition
     return None
-
-
-def learn_runtimes(state: ClusterState, now: float | None = None) -> dict[str, tuple[float, ...]]:
-    """Runtime distributions per ClusterQueue (``""``: every queue), as sorted pseudo-samples.
-
-    Finished workloads give runtimes; with ``now``, running ones give lower bounds (they have run
-    this long and are not done). The two are combined with the Kaplan-Meier estimator, so a history
-    where only the short runs have finished yet is not read as "runs are short". See
-    :func:`kaplan_meier`.
-    """
-    observed: dict[str, list[tuple[float, bool]]] = {}
-    for wl in state.workloads:
-        if wl.admission is None:
-            continue
-        start = _started(wl)
-        if start is None:
-            continue
-        finished = wl.condition(ConditionType.FINISHED)
-        if finished is not None and finished.status:
-            if finished.last_transition < start:
-                continue
-            item = (finished.last_transition - start, True)
-        elif now is not None and not wl.evicted:
-            item = (max(0.0, now - start), False)
-        else:
-            continue
-        observed.setdefault(wl.admission.cluster_queue, []).append(item)
-        observed.setdefault("", []).append(item)
-    out = {}
-    for queue, items in observed.items():
-        samples = kaplan_meier(items)
-        if samples:
-            out[queue] = samples
-    return out
 
 
 PSEUDO_SAMPLES = 101
@@ -162,63 +139,144 @@ def quantile(samples: Sequence[float], q: float) -> float:
     return samples[lo] + (samples[hi] - samples[lo]) * (pos - lo)
 
 
-def runtime_model(state: ClusterState, now: float | None = None) -> RuntimeModel:
-    """The runtimes :func:`learn_runtimes` learns from ``state``, with how many finished behind them."""
-    counts: dict[str, int] = {}
+MIN_RUNS = 3  # finished runs of a feature key the live ETA learns from (a cluster's history is thin)
+
+
+def finished_samples(state: ClusterState) -> list[RuntimeSample]:
+    """What the finished Workloads of ``state`` teach: their runtime (admission to ``Finished``)
+    and features."""
+    out = []
     for wl in state.workloads:
-        if wl.admission is not None and wl.finished:
-            counts[wl.admission.cluster_queue] = counts.get(wl.admission.cluster_queue, 0) + 1
-            counts[""] = counts.get("", 0) + 1
-    return RuntimeModel(learn_runtimes(state, now), counts)
+        finished = wl.condition(ConditionType.FINISHED)
+        start = _started(wl)
+        if wl.admission is None or finished is None or not finished.status or start is None:
+            continue
+        if finished.last_transition < start:
+            continue
+        features = features_of(wl, wl.admission.cluster_queue)
+        out.append(RuntimeSample(features, finished.last_transition - start, finished.last_transition))
+    return out
 
 
-@dataclass(frozen=True, slots=True)
+def runtime_model(
+    state: ClusterState, now: float | None = None, history: Iterable[RuntimeSample] = ()
+) -> RuntimeModel:
+    """The runtimes learned from ``history`` (finished runs recorded elsewhere, such as the
+    controller's) and from the finished Workloads of ``state`` that ``history`` does not hold
+    already. ``now`` is not read: learning needs no clock."""
+    del now
+    known = list(history)
+    seen = set(known)
+    samples = known + [s for s in finished_samples(state) if s not in seen]
+    return RuntimeModel(RuntimePredictor(samples, min_samples=MIN_RUNS))
+
+
+def active_deadline(wl: Workload) -> float | None:
+    """The shortest ``activeDeadlineSeconds`` of the workload's pod templates, if any."""
+    limits = [ps.template.active_deadline for ps in wl.pod_sets if ps.template.active_deadline]
+    return float(min(limits)) if limits else None
+
+
 class RuntimeModel:
-    """Expected runtimes per ClusterQueue, learned from finished workloads."""
+    """Runtimes for the ETA: the predictor learned from finished runs, how many finished per
+    ClusterQueue, and the predictions made (by workload, queue and time run)."""
 
-    samples: Mapping[str, tuple[float, ...]]
-    counts: Mapping[str, int] = field(default_factory=dict)  # finished workloads behind each
+    def __init__(self, predictor: RuntimePredictor | None = None) -> None:
+        self.predictor = predictor or RuntimePredictor(min_samples=MIN_RUNS)
+        self._made: dict[tuple[str, str, float], Prediction] = {}
 
-    def sample_for(self, queue: str) -> tuple[tuple[float, ...], str]:
-        own = self.samples.get(queue)
-        if own:
-            return own, f"{self.counts.get(queue, 0)} finished in {queue}"
-        every = self.samples.get("")
-        if every:
-            return every, f"{self.counts.get('', 0)} finished cluster-wide"
-        return (), "no finished workloads"
-
-    def basis(self, queue: str, workloads: Iterable[Workload | None]) -> str:
-        """Where an estimate's runtimes come from, in words: the finished workloads sampled, or,
-        with none finished, the runtimes the ``workloads`` involved declare (any that declares
-        none is assumed to run about :data:`DEFAULT_RUNTIME_SECONDS`)."""
-        samples, sample_basis = self.sample_for(queue)
-        if samples:
-            return f"runtimes from {sample_basis} (median {quantile(samples, 0.5):.0f}s)"
-        if all(wl is not None and declared_runtime(wl) is not None for wl in workloads):
-            return "no finished workloads: runtimes as declared"
-        assumed = f"{DEFAULT_RUNTIME_SECONDS:.0f}s"
-        return f"no finished workloads: runtimes declared where given, else about {assumed}"
+    def prediction(self, wl: Workload | None, queue: str, elapsed: float = 0.0) -> Prediction:
+        """The remaining runtime of ``wl`` (in ClusterQueue ``queue``) after ``elapsed`` seconds:
+        from the history of its job name, else its declared runtime, else the history of its team
+        at its size, its queue, the cluster, else about :data:`DEFAULT_RUNTIME_SECONDS`; capped by
+        its ``activeDeadlineSeconds``. ``None``: a pod outside any queue."""
+        key = (wl.key if wl is not None else "", queue, elapsed)
+        made = self._made.get(key)
+        if made is None:
+            if wl is None:
+                made = self.predictor.predict(JobFeatures("", "", queue, "", ""), elapsed)
+            else:
+                made = self.predictor.predict(
+                    features_of(wl, queue),
+                    elapsed,
+                    declared=declared_runtime(wl),
+                    limit=active_deadline(wl),
+                    prefer_declared=True,
+                )
+            self._made[key] = made
+        return made
 
     def total_at(self, wl: Workload | None, queue: str, u: float) -> float:
-        """Runtime at quantile ``u`` of the distribution (declared runtimes are exact)."""
-        declared = declared_runtime(wl) if wl is not None else None
-        if declared is not None:
-            return declared
-        samples, _ = self.sample_for(queue)
-        if samples:
-            return quantile(samples, u)
-        z = NormalDist().inv_cdf(min(max(u, 0.001), 0.999))
-        return DEFAULT_RUNTIME_SECONDS * math.exp(DEFAULT_SIGMA * z)
+        """Runtime at quantile ``u`` of a workload not started yet."""
+        return self.prediction(wl, queue).at(u)
 
     def remaining_at(self, wl: Workload | None, queue: str, elapsed: float, u: float) -> float:
-        """Remaining runtime at quantile ``u`` of a workload that ran ``elapsed`` seconds."""
-        declared = declared_runtime(wl) if wl is not None else None
-        samples, _ = self.sample_for(queue)
-        if declared is not None or not samples:
-            return max(0.0, self.total_at(wl, queue, u) - elapsed)
-        longer = [s - elapsed for s in samples if s > elapsed]
-        return quantile(longer, u) if longer else 0.0
+        """Remaining runtime at quantile ``u`` of a workload that ran ``elapsed`` seconds: never 0
+        for one that ran past its expected end (see :mod:`gpuplane.insight.runtime_predictor`)."""
+        return self.prediction(wl, queue, elapsed).at(u)
+
+    def finished_in(self, queue: str) -> int:
+        """Finished runs learned in ClusterQueue ``queue``."""
+        return self.predictor.count(JobFeatures("", "", queue, "", ""))[1] if queue else 0
+
+    def basis(self, queue: str, involved: Iterable[tuple[Workload | None, str, float]]) -> str:
+        """Where an estimate's runtimes come from, in words, for the ``involved`` workloads
+        (each with its ClusterQueue and the time it has run; 0 when queued): the history of its
+        job name, its declared runtime, its team's history at its size, its queue's, the
+        cluster's, or assumed; and which ones ran past their expected end (a tail estimate)."""
+        found = [(wl, self.prediction(wl, q, elapsed)) for wl, q, elapsed in involved]
+        learned = [p for _, p in found if p.samples]
+        if learned:
+            words = f"runtimes from {_bases(found)}"
+            finished = self.finished_in(queue)
+            if finished:
+                words += f"; {finished} finished in {queue}"
+        elif all(p.basis.startswith("declared") for _, p in found):
+            words = "no finished workloads: runtimes as declared"
+        else:
+            words = (
+                "no finished workloads: runtimes declared where given, else about "
+                f"{DEFAULT_RUNTIME_SECONDS:.0f}s"
+            )
+        overdue = [wl for wl, p in found if p.overdue]
+        if overdue:
+            who = _names(overdue) if len(overdue) <= NAMED else f"{len(overdue)} workloads"
+            words += (
+                f"; {who} ran past {'its' if len(overdue) == 1 else 'their'} expected end: "
+                "tail estimate from the time run"
+            )
+        return words
+
+
+NAMED = 3  # involved workloads named one by one in a basis; more are counted
+_BASIS_WORDS = {
+    "name": "the history of its job name",
+    "team": "its team's history at its size",
+    "queue": "its queue's history",
+    "all": "the cluster's history",
+    "declared": "its declared runtime",
+    "assumed": f"assumed about {DEFAULT_RUNTIME_SECONDS:.0f}s",
+}
+
+
+def _names(workloads: Sequence[Workload | None]) -> str:
+    return ", ".join(wl.key if wl is not None else "a pod outside any queue" for wl in workloads)
+
+
+def _bases(found: Sequence[tuple[Workload | None, Prediction]]) -> str:
+    """Each involved workload's basis (or, past :data:`NAMED`, how many have each)."""
+    if len(found) <= NAMED:
+        parts = []
+        for wl, p in found:
+            kind = p.basis.split(",")[0]
+            runs = f" ({p.samples} runs)" if p.samples else ""
+            parts.append(f"{_names([wl])}: {_BASIS_WORDS[kind]}{runs}")
+        return ", ".join(parts)
+    by_kind: dict[str, int] = {}
+    for _, p in found:
+        kind = p.basis.split(",")[0]
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+    return ", ".join(f"{n} x {_BASIS_WORDS[kind]}" for kind, n in by_kind.items())
 
 
 def main_resource(wl: Workload, config: SchedulerConfig) -> str:
@@ -392,7 +450,11 @@ def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step 
         ]
         for key, start in play(now, capacity, free, releases, queue_items, strict=strict).items():
             scenario_starts[key].append(start)
-    involved = [i.workload for i in played] + [world.workloads.get(aw.key) for aw, _, _, _ in holders]
+    involved = [
+        (world.workloads.get(aw.key), queue, max(0.0, now - aw.reserved_at))
+        for aw, queue, _, now_reclaimed in holders
+        if not now_reclaimed
+    ] + [(i.workload, cq.name, 0.0) for i in played]
     basis_tail = [f"{capacity - free:g}/{capacity:g} {resource} in use", runtimes.basis(cq.name, involved)]
     if reclaim:
         basis_tail.append("borrowed quota reclaimed now")
@@ -455,6 +517,101 @@ def with_one_node(  # noqa: PLR0913 - keyword-only: runtimes, config and time
     if values[1] is None:
         return Estimate(None, None, None, quota.basis + "; no single node ever has room")
     return Estimate(values[1], values[0], values[2], quota.basis + "; the pod needs one node with room")
+
+
+def with_room(  # noqa: PLR0913 - keyword-only: runtimes, time and the probe's name
+    world: Scheduler,
+    gangs: Sequence[Sequence[GangPodSet]],
+    quota: Estimate,
+    *,
+    runtimes: RuntimeModel,
+    now: float,
+    probe: str,
+) -> Estimate:
+    """``quota``, pushed later to when the nodes have room for the whole gang, for a gang waiting
+    on placement (its quota may be free, its nodes are not).
+
+    ``gangs`` is the gang once per flavor it may use; the start is the earliest over them. In each
+    of the :data:`SCENARIOS` the workloads on the gang's eligible nodes end at the scenario's
+    quantile of their remaining runtime, and the core's own placement (topology included) is
+    asked, under its undo, after which of those ends the gang fits (a bisection over the ends in
+    order: one more end never takes room away). Each of low, median and high is the later of the
+    quota's and the nodes' quantile.
+    """
+    cluster = world.cluster
+    if cluster is None or quota.seconds is None or not gangs:
+        return quota
+    owners: dict[str, tuple[Workload | None, str, float]] = {}  # on any eligible node
+    eligible: set[str] = set()
+    for gang in gangs:
+        for ps in gang:
+            eligible |= cluster.eligible_names(ps)
+    for owner, items in cluster.owners.items():
+        if any(name in eligible for name, _, _ in items):
+            aw = world.tree.admitted.get(owner)
+            queue = aw.cluster_queue if aw is not None else ""
+            elapsed = max(0.0, now - aw.reserved_at) if aw is not None else 0.0
+            owners[owner] = (world.workloads.get(owner), queue, elapsed)
+    salts = {o: _salt(o) for o in owners}
+    starts: list[tuple[float, tuple[str, ...]]] = []
+    for k in range(SCENARIOS):
+        ends = sorted(
+            (now + runtimes.remaining_at(wl, queue, elapsed, _u(k, salts[o])), o)
+            for o, (wl, queue, elapsed) in owners.items()
+        )
+        found = [f for gang in gangs if (f := _room_after(cluster, gang, ends, now, probe)) is not None]
+        if found:
+            starts.append(min(found))
+    if len(starts) * 2 < SCENARIOS:
+        return Estimate(None, None, None, quota.basis + "; the nodes never have room for the whole gang")
+    starts.sort()
+    values = [
+        round(max(mine or 0.0, quantile([t for t, _ in starts], q) - now), 1)
+        for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
+    ]
+    waited = starts[len(starts) // 2][1]
+    if not waited:
+        return quota
+    involved = [owners[o] for o in waited]
+    who = ", ".join(o.removeprefix("pod:") for o in waited[:NAMED])
+    if len(waited) > NAMED:
+        who += f" and {len(waited) - NAMED} more"
+    queue = next((q for _, q, _ in involved if q), "")
+    end = "ends" if len(waited) == 1 else "end"
+    room = f"the nodes have room for the whole gang when {who} {end} ({runtimes.basis(queue, involved)})"
+    return Estimate(values[1], values[0], values[2], f"{quota.basis}; {room}")
+
+
+def _room_after(
+    cluster: PlacementState,
+    gang: Sequence[GangPodSet],
+    ends: Sequence[tuple[float, str]],
+    now: float,
+    probe: str,
+) -> tuple[float, tuple[str, ...]] | None:
+    """When ``gang`` first fits as the owners of ``ends`` (in order) end, and the ones it waited
+    for; ``None`` when it does not fit with them all gone."""
+
+    def fits(k: int) -> bool:
+        with cluster.without([o for _, o in ends[:k]]):
+            placed = cluster.place(probe, list(gang))
+            if not isinstance(placed, GangPlacement):
+                return False
+            cluster.release(probe)
+            return True
+
+    if fits(0):
+        return now, ()
+    if not ends or not fits(len(ends)):
+        return None
+    lo, hi = 0, len(ends)  # it fits after hi ends, not after lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return ends[hi - 1][0], tuple(o for _, o in ends[:hi])
 
 
 def _one_node(world: Scheduler, need: float, runtimes: RuntimeModel, now: float, q: float) -> float | None:
@@ -628,6 +785,11 @@ def estimate_gangs(
         g.queue: world.tree.queues[g.queue].spec.preemption.reclaim_within_cohort != "Never" for g in gangs
     }
     holders = [o for _, h in held for o in h.owners]
+    node_holders = [
+        (world.workloads.get(o), aw.cluster_queue, max(0.0, now - aw.reserved_at))
+        for o in holders
+        if (aw := world.tree.admitted.get(o)) is not None
+    ]
     salts = {key: _salt(key) for key in [*(g.workload.key for g in gangs), *holders]}
     seen: dict[str, list[float]] = {g.workload.key: [] for g in gangs}
     for k in range(SCENARIOS):
@@ -669,7 +831,7 @@ def estimate_gangs(
                 seen[g.workload.key].append(start)
     out: dict[str, Estimate] = {}
     for g in gangs:
-        runtimes_basis = runtimes.basis(g.queue, [g.workload])
+        runtimes_basis = runtimes.basis(g.queue, [*node_holders, (g.workload, g.queue, 0.0)])
         quota = quotas[g.workload.key]
         basis = (
             f"whole-node gang: replayed on the nodes of {', '.join(g.pools)}"

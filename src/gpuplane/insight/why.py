@@ -48,7 +48,9 @@ from gpuplane.insight.queue_eta import (
     node_gang,
     runtime_model,
     with_one_node,
+    with_room,
 )
+from gpuplane.insight.runtime_history import RuntimeSample
 from gpuplane.model import labels as keys
 from gpuplane.model.objects import ClusterState, Node, Pod, Workload
 from gpuplane.model.quantity import base_units_per_unit
@@ -286,9 +288,16 @@ class _Context:
         return self.gang_etas[p.workload]
 
 
-def _context(state: ClusterState, plan: Plan, now: float, config: SchedulerConfig | None) -> _Context:
+def _context(
+    state: ClusterState,
+    plan: Plan,
+    now: float,
+    config: SchedulerConfig | None,
+    history: Iterable[RuntimeSample] = (),
+) -> _Context:
     config = config or config_from_kueue(state.configuration)
-    ctx = _Context(state, plan, config, now, world_after(state, plan, config, now), runtime_model(state, now))
+    runtimes = runtime_model(state, now, history)
+    ctx = _Context(state, plan, config, now, world_after(state, plan, config, now), runtimes)
     for p in plan.pending:
         if p.cluster_queue is not None and p.position is not None:
             ctx.pending_by_queue.setdefault(p.cluster_queue, []).append(p)
@@ -297,37 +306,41 @@ def _context(state: ClusterState, plan: Plan, now: float, config: SchedulerConfi
     return ctx
 
 
-def explain(
+def explain(  # noqa: PLR0913 - keyword-only: the history
     state: ClusterState,
     plan: Plan,
     now: float,
     workload: str,
     config: SchedulerConfig | None = None,
+    *,
+    history: Iterable[RuntimeSample] = (),
 ) -> Explanation:
     """Why ``workload`` (``namespace/name``) waits after ``plan``.
 
     A workload the plan admitted (or one already admitted in ``state``) is explained as
-    ``Admitted`` with no blockers; an unknown key raises :class:`NotFoundError`.
+    ``Admitted`` with no blockers; an unknown key raises :class:`NotFoundError`. ``history``:
+    finished runs recorded elsewhere (the controller's), learned with the state's own.
     """
-    ctx = _context(state, plan, now, config)
+    ctx = _context(state, plan, now, config, history)
     return _explain_one(ctx, workload)
 
 
-def explain_all(
+def explain_all(  # noqa: PLR0913 - keyword-only: diagnose and the history
     state: ClusterState,
     plan: Plan,
     now: float,
     config: SchedulerConfig | None = None,
     *,
     diagnose: bool = True,
+    history: Iterable[RuntimeSample] = (),
 ) -> tuple[Explanation, ...]:
     """An explanation for every pending workload of ``plan``, in the plan's order.
 
     With ``diagnose=False`` blockers and fixes are left out (reason, positions and ETA stay): the
     metrics, the visibility API and the ETA annotations need no more, and the fragmentation
-    search is the costly part.
+    search is the costly part. ``history``: as for :func:`explain`.
     """
-    ctx = _context(state, plan, now, config)
+    ctx = _context(state, plan, now, config, history)
     return tuple(_explain_pending(ctx, p, diagnose) for p in plan.pending)
 
 
@@ -412,8 +425,13 @@ def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -
         eta = ctx.eta(p)
         if ctx.gang(p) is not None:
             eta = ctx.gang_eta(p)
-        elif p.reason in _PLACEMENT_CAPACITY:
+        elif p.reason in _PLACEMENT_CAPACITY and sum(ps.count for ps in wl.pod_sets) == 1:
             eta = with_one_node(ctx.world, wl, eta, runtimes=ctx.runtimes, config=ctx.config, now=ctx.now)
+        elif p.reason in _PLACEMENT_CAPACITY:
+            gangs = _flavored(ctx, p, wl)
+            eta = with_room(
+                ctx.world, gangs, eta, runtimes=ctx.runtimes, now=ctx.now, probe=f"eta:{p.workload}"
+            )
     return Explanation(
         workload=p.workload,
         cluster_queue=p.cluster_queue,

@@ -231,7 +231,20 @@ def pod_template(spec: Doc, path: str, meta: Doc | None = None) -> PodTemplate:
         tolerations=tolerations(f.get_list(spec, "tolerations", path), f.join(path, "tolerations")),
         labels=frozen_map(f.string_map(meta, "labels", "metadata")),
         annotations=frozen_map(f.string_map(meta, "annotations", "metadata")),
+        active_deadline=_active_deadline(spec, path),
     )
+
+
+def _active_deadline(spec: Doc, path: str) -> int | None:
+    """``activeDeadlineSeconds`` of a pod spec, if set: a positive whole number of seconds."""
+    seconds = f.get_int(spec, "activeDeadlineSeconds", path)
+    if seconds is not None and seconds <= 0:
+        raise InputError(
+            f"must be positive, got {seconds}",
+            field=f.join(path, "activeDeadlineSeconds"),
+            invalid_value=True,
+        )
+    return seconds
 
 
 def _template(raw: Doc, path: str) -> PodTemplate:
@@ -248,6 +261,7 @@ def _template(raw: Doc, path: str) -> PodTemplate:
         tolerations=tpl.tolerations,
         labels=frozen_map(labels),
         annotations=frozen_map(annotations),
+        active_deadline=tpl.active_deadline,
     )
 
 

@@ -159,6 +159,7 @@ class PodTemplate:
     tolerations: tuple[Toleration, ...] = ()
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    active_deadline: int | None = None  # spec.activeDeadlineSeconds: a limit on the pod's run
     quota_requests: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

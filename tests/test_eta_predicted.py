@@ -1,0 +1,142 @@
+"""The live ETA with learned runtimes: history passed in, holders that ran past their expected end,
+``activeDeadlineSeconds`` as a bound, the 10th-90th percentile range, and gangs waiting for room
+on their nodes (the example of ``docs/visibility.md``)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuplane.cli.app import build_app
+from gpuplane.core.config import config_from_kueue
+from gpuplane.core.scheduler import schedule
+from gpuplane.insight.queue_eta import QUANTILES
+from gpuplane.insight.runtime_history import RuntimeSample, features_of
+from gpuplane.insight.why import Explanation, explain_all
+from gpuplane.model.loader import load_state
+from gpuplane.model.objects import ClusterState
+from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
+from why_cases import holder
+
+NOW = 1_773_000_000
+EXPECTED = "gpuplane.dev/expected-runtime"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpu-cluster.yaml"
+
+
+def _rfc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def running(name: str, ran: int, gpus: int = 4) -> Manifest:
+    """A workload holding the whole quota (4 GPUs), admitted ``ran`` seconds ago."""
+    reserved = {
+        "type": "QuotaReserved",
+        "status": "True",
+        "reason": "QuotaReserved",
+        "message": "",
+        "lastTransitionTime": _rfc(NOW - ran),
+    }
+    return holder(name, gpus).set("status.conditions", [reserved])
+
+
+def state_of(*manifests: Manifest) -> ClusterState:
+    return load_state(
+        [
+            (
+                "s.yaml",
+                documents(
+                    namespace("default"),
+                    resource_flavor("default"),
+                    cluster_queue("team-a").flavor("default", gpu=4, cpu="100"),
+                    local_queue("lq", "default", "team-a"),
+                    *manifests,
+                ),
+            )
+        ]
+    )
+
+
+def explained(state: ClusterState, history: tuple[RuntimeSample, ...] = ()) -> dict[str, Explanation]:
+    config = config_from_kueue(state.configuration)
+    plan = schedule(state, config, float(NOW), cycles=None)
+    found = explain_all(state, plan, float(NOW), config, diagnose=False, history=history)
+    return {e.workload: e for e in found}
+
+
+def pending(name: str) -> Manifest:
+    return workload(name).queue("lq").created(_rfc(NOW - 10)).podset(gpu=4, cpu="1")
+
+
+def test_the_range_is_the_10th_to_90th_percentile() -> None:
+    assert QUANTILES == (0.1, 0.5, 0.9)
+
+
+def test_holders_past_their_declared_runtime_give_a_tail_estimate_not_0s() -> None:
+    # r1 declared 600 s and has run an hour: the old estimate said it ends now ("0s").
+    found = explained(state_of(running("r1", 3600).annotate(EXPECTED, "600"), pending("p")))
+    eta = found["default/p"].eta
+    assert eta.low is not None
+    assert eta.seconds is not None
+    assert eta.high is not None
+    assert 0.0 < eta.low < eta.seconds < eta.high
+    assert eta.seconds < 3600.0  # a share of the time it ran, not another full run
+    assert "default/r1 ran past its expected end: tail estimate from the time run" in eta.basis
+
+
+def test_holders_past_every_run_of_their_name_give_a_tail_estimate() -> None:
+    state = state_of(running("r1", 7200), pending("p"))
+    r1 = next(wl for wl in state.workloads if wl.name == "r1")
+    assert r1.admission is not None
+    history = tuple(
+        RuntimeSample(features_of(r1, r1.admission.cluster_queue), 1000.0 + i, float(NOW - 86400 + i))
+        for i in range(10)
+    )
+    eta = explained(state, history)["default/p"].eta
+    assert eta.low is not None
+    assert eta.low > 0.0
+    assert "default/r1: the history of its job name (10 runs)" in eta.basis
+    assert "ran past its expected end" in eta.basis
+
+
+def test_a_running_job_ends_with_the_runs_of_its_name_longer_than_its_age() -> None:
+    state = state_of(running("r1", 3 * 3600), pending("p"))
+    r1 = next(wl for wl in state.workloads if wl.name == "r1")
+    assert r1.admission is not None
+    hours = (3.6, 3.7, 3.8, 3.9, 4.0, 4.1, 4.2, 4.3, 4.4)
+    history = tuple(
+        RuntimeSample(features_of(r1, r1.admission.cluster_queue), h * 3600, float(NOW - 86400))
+        for h in hours
+    )
+    eta = explained(state, history)["default/p"].eta
+    assert eta.seconds is not None
+    assert eta.low is not None
+    assert eta.high is not None
+    assert 0.6 * 3600 <= eta.low <= eta.seconds <= eta.high <= 1.4 * 3600  # about an hour left, not four
+
+
+def test_active_deadline_seconds_caps_a_holders_runtime() -> None:
+    # No history: r1 is assumed to run about an hour (up to many), but its pods stop at 1000 s.
+    capped = running("r1", 200).set("spec.podSets[0].template.spec.activeDeadlineSeconds", 1000)
+    state = state_of(capped, pending("p"))
+    r1 = next(wl for wl in state.workloads if wl.name == "r1")
+    assert r1.pod_sets[0].template.active_deadline == 1000
+    eta = explained(state)["default/p"].eta
+    assert eta.high is not None
+    assert eta.high <= 800.0
+
+
+def test_why_on_the_example_gives_a_range_for_a_gang_waiting_for_room() -> None:
+    # toobig's quota is free; its rack's nodes are not: it starts when gang (and frac) end.
+    result = CliRunner().invoke(build_app(), ["why", "toobig", "-f", str(EXAMPLE), "-o", "json"])
+    assert result.exit_code == 0, result.stderr
+    eta = json.loads(result.stdout)["eta"]
+    assert eta["low"] is not None
+    assert eta["high"] is not None
+    assert 0.0 < eta["low"] < eta["seconds"] < eta["high"]
+    assert "the nodes have room for the whole gang when default/gang" in eta["basis"]
+    assert "about 3600s" in eta["basis"]  # no history: the runtimes are assumed, and it says so
+    table = CliRunner().invoke(build_app(), ["why", "toobig", "-f", str(EXAMPLE)])
+    assert "between 0s and 0s" not in table.stdout
