@@ -12,7 +12,7 @@ from gpuplane.cli.app import build_app
 from gpuplane.cli.schedule import default_now
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.scheduler import schedule
-from gpuplane.insight.queue_eta import kaplan_meier
+from gpuplane.insight.live_runtimes import kaplan_meier
 from gpuplane.insight.why import NotFoundError, explain, explain_all, resolve, split_reference
 from gpuplane.model.loader import load_state
 from manifests import (

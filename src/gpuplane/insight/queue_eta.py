@@ -8,24 +8,25 @@ ClusterQueues of a cluster state, from what the control plane knows at a moment 
   placement, the first single node with room (:func:`with_one_node`);
 * **held and releases**: admitted workloads of the queue (and the part of the cohort's
   workloads that borrows) release what they hold when they end;
-* **runtimes**: learned per ClusterQueue from finished workloads (admission to ``Finished``) and
-  running ones (lower bounds) with the Kaplan-Meier estimator, conditioned on the runtime a running
-  workload already has (one that ran 3 h ends with the runs longer than 3 h); a workload may declare
-  its own with the ``gpuplane.dev/expected-runtime`` annotation (seconds, or a number with
-  ``s``/``m``/``h``); with no history at all a lognormal around one hour is assumed and the basis
-  says so;
+* **runtimes**: :mod:`gpuplane.insight.live_runtimes`: learned from finished runs by job name,
+  team and size, queue and cluster (:mod:`gpuplane.insight.runtime_predictor`), or declared with
+  the ``gpuplane.dev/expected-runtime`` annotation, or assumed; a running workload's remaining time
+  is conditioned on the time it ran (one that ran past its expected end gets a tail estimate, never
+  0), and ``activeDeadlineSeconds`` caps it;
 * **reclaim**: a queue below its nominal quota whose ClusterQueue may reclaim within the cohort
   gets the borrowed part back now, not when the borrowers end;
 * **queue order**: BestEffortFIFO lets a workload that fits start past one that does not;
   StrictFIFO does not;
+* **gangs waiting for room on their nodes**: a gang whose quota is free but whose nodes are
+  not starts when the core's placement finds room for it as the workloads on its eligible nodes
+  end, the earliest over its flavors (:func:`with_room`);
 * **whole-node gangs**: a workload whose every pod takes a whole node (:func:`node_gang`) is also
   replayed on the nodes, with the pending whole-node gangs of every ClusterQueue that share them,
   by :func:`gpuplane.insight.eta.gang_start`, the simulator's method (:func:`estimate_gangs`).
 
 The queue is played in :data:`SCENARIOS` scenarios of the runtimes (:func:`estimate_queue`); the
-range is the 25th/50th/75th percentile of the starts. The estimate ignores arrivals of
-higher-priority work, and is a lower bound for a gang of pods that each take part of a node when
-placement is fragmented beyond one node.
+range is the 10th to 90th percentile of the starts (:data:`QUANTILES`), the estimate their
+median. The estimate ignores arrivals of higher-priority work.
 ``bench/eta_accuracy.py`` measures it against the core's real starts.
 """
 
@@ -33,8 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -49,23 +48,13 @@ from gpuplane.core.analysis import (
 )
 from gpuplane.core.session import PendingDecision, SchedulerConfig, pod_needs
 from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts, predict_start
-from gpuplane.insight.runtime_history import JobFeatures, RuntimeSample, features_of
-from gpuplane.insight.runtime_predictor import (
-    DEFAULT_RUNTIME_SECONDS,
-    Prediction,
-    RuntimePredictor,
-)
-from gpuplane.model import labels as keys
-from gpuplane.model.conditions import ConditionType
+from gpuplane.insight.live_runtimes import NAMED, RuntimeModel, quantile
 from gpuplane.model.gpu_share import FRACTION_RESOURCE
-from gpuplane.model.objects import ClusterState, Workload
+from gpuplane.model.objects import Workload
 
-EXPECTED_RUNTIME_ANNOTATION = keys.EXPECTED_RUNTIME_ANNOTATION
 QUANTILES = (0.1, 0.5, 0.9)  # the range: 10th to 90th percentile of the start, and the median
 SCENARIOS = 32  # plays of the queue per estimate
 PLAYED = 300  # workloads of a queue played one by one; later ones are estimated from their work
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
-_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,207 +65,6 @@ class Estimate:
     low: float | None
     high: float | None
     basis: str
-
-
-def declared_runtime(wl: Workload) -> float | None:
-    """The workload's own expected runtime annotation, in seconds, if valid."""
-    text = wl.annotations.get(EXPECTED_RUNTIME_ANNOTATION)
-    if text is None:
-        return None
-    match = _DURATION.match(text)
-    if match is None:
-        return None
-    return float(match.group(1)) * _UNIT[match.group(2)]
-
-
-def _started(wl: Workload) -> float | None:
-    for ctype in (ConditionType.ADMITTED, ConditionType.QUOTA_RESERVED):
-        cond = wl.condition(ctype)
-        if cond is not None and cond.status:
-            return cond.last_transition
-    return None
-
-
-PSEUDO_SAMPLES = 101
-TAIL = 1.5  # the mass past the last finished runtime sits at the longest time seen, times this
-
-
-def kaplan_meier(observations: Sequence[tuple[float, bool]]) -> tuple[float, ...]:
-    """The runtime distribution of ``(time, finished)`` observations as :data:`PSEUDO_SAMPLES` quantiles.
-
-    Kaplan-Meier: at each finished runtime ``t``, survival drops by the share of the workloads still
-    running at ``t`` that finished then; a running workload counts only while its runtime so far
-    covers ``t``. The probability left after the last finished runtime (workloads running longer than
-    any that finished) sits at the longest time observed times :data:`TAIL` (a lognormal tail fitted to
-    the known part measured worse in ``bench/eta_accuracy.py``). Empty without a single finished
-    workload.
-    """
-    events = sorted({t for t, done in observations if done})
-    if not events:
-        return ()
-    survival = 1.0
-    steps: list[tuple[float, float]] = []  # (time, cumulative probability of finishing by then)
-    for t in events:
-        at_risk = sum(1 for time_, _ in observations if time_ >= t)
-        finished = sum(1 for time_, done in observations if done and time_ == t)
-        survival *= 1.0 - finished / at_risk
-        steps.append((t, 1.0 - survival))
-    tail = max(max(t for t, _ in observations) * TAIL, steps[-1][0])
-    out = []
-    for i in range(PSEUDO_SAMPLES):
-        u = (i + 0.5) / PSEUDO_SAMPLES
-        out.append(next((t for t, cdf in steps if cdf >= u - 1e-12), tail))
-    return tuple(out)
-
-
-def quantile(samples: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile of sorted ``samples`` (not empty)."""
-    if len(samples) == 1:
-        return samples[0]
-    pos = q * (len(samples) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(samples) - 1)
-    return samples[lo] + (samples[hi] - samples[lo]) * (pos - lo)
-
-
-MIN_RUNS = 3  # finished runs of a feature key the live ETA learns from (a cluster's history is thin)
-
-
-def finished_samples(state: ClusterState) -> list[RuntimeSample]:
-    """What the finished Workloads of ``state`` teach: their runtime (admission to ``Finished``)
-    and features."""
-    out = []
-    for wl in state.workloads:
-        finished = wl.condition(ConditionType.FINISHED)
-        start = _started(wl)
-        if wl.admission is None or finished is None or not finished.status or start is None:
-            continue
-        if finished.last_transition < start:
-            continue
-        features = features_of(wl, wl.admission.cluster_queue)
-        out.append(RuntimeSample(features, finished.last_transition - start, finished.last_transition))
-    return out
-
-
-def runtime_model(
-    state: ClusterState, now: float | None = None, history: Iterable[RuntimeSample] = ()
-) -> RuntimeModel:
-    """The runtimes learned from ``history`` (finished runs recorded elsewhere, such as the
-    controller's) and from the finished Workloads of ``state`` that ``history`` does not hold
-    already. ``now`` is not read: learning needs no clock."""
-    del now
-    known = list(history)
-    seen = set(known)
-    samples = known + [s for s in finished_samples(state) if s not in seen]
-    return RuntimeModel(RuntimePredictor(samples, min_samples=MIN_RUNS))
-
-
-def active_deadline(wl: Workload) -> float | None:
-    """The shortest ``activeDeadlineSeconds`` of the workload's pod templates, if any."""
-    limits = [ps.template.active_deadline for ps in wl.pod_sets if ps.template.active_deadline]
-    return float(min(limits)) if limits else None
-
-
-class RuntimeModel:
-    """Runtimes for the ETA: the predictor learned from finished runs, how many finished per
-    ClusterQueue, and the predictions made (by workload, queue and time run)."""
-
-    def __init__(self, predictor: RuntimePredictor | None = None) -> None:
-        self.predictor = predictor or RuntimePredictor(min_samples=MIN_RUNS)
-        self._made: dict[tuple[str, str, float], Prediction] = {}
-
-    def prediction(self, wl: Workload | None, queue: str, elapsed: float = 0.0) -> Prediction:
-        """The remaining runtime of ``wl`` (in ClusterQueue ``queue``) after ``elapsed`` seconds:
-        from the history of its job name, else its declared runtime, else the history of its team
-        at its size, its queue, the cluster, else about :data:`DEFAULT_RUNTIME_SECONDS`; capped by
-        its ``activeDeadlineSeconds``. ``None``: a pod outside any queue."""
-        key = (wl.key if wl is not None else "", queue, elapsed)
-        made = self._made.get(key)
-        if made is None:
-            if wl is None:
-                made = self.predictor.predict(JobFeatures("", "", queue, "", ""), elapsed)
-            else:
-                made = self.predictor.predict(
-                    features_of(wl, queue),
-                    elapsed,
-                    declared=declared_runtime(wl),
-                    limit=active_deadline(wl),
-                    prefer_declared=True,
-                )
-            self._made[key] = made
-        return made
-
-    def total_at(self, wl: Workload | None, queue: str, u: float) -> float:
-        """Runtime at quantile ``u`` of a workload not started yet."""
-        return self.prediction(wl, queue).at(u)
-
-    def remaining_at(self, wl: Workload | None, queue: str, elapsed: float, u: float) -> float:
-        """Remaining runtime at quantile ``u`` of a workload that ran ``elapsed`` seconds: never 0
-        for one that ran past its expected end (see :mod:`gpuplane.insight.runtime_predictor`)."""
-        return self.prediction(wl, queue, elapsed).at(u)
-
-    def finished_in(self, queue: str) -> int:
-        """Finished runs learned in ClusterQueue ``queue``."""
-        return self.predictor.count(JobFeatures("", "", queue, "", ""))[1] if queue else 0
-
-    def basis(self, queue: str, involved: Iterable[tuple[Workload | None, str, float]]) -> str:
-        """Where an estimate's runtimes come from, in words, for the ``involved`` workloads
-        (each with its ClusterQueue and the time it has run; 0 when queued): the history of its
-        job name, its declared runtime, its team's history at its size, its queue's, the
-        cluster's, or assumed; and which ones ran past their expected end (a tail estimate)."""
-        found = [(wl, self.prediction(wl, q, elapsed)) for wl, q, elapsed in involved]
-        learned = [p for _, p in found if p.samples]
-        if learned:
-            words = f"runtimes from {_bases(found)}"
-            finished = self.finished_in(queue)
-            if finished:
-                words += f"; {finished} finished in {queue}"
-        elif all(p.basis.startswith("declared") for _, p in found):
-            words = "no finished workloads: runtimes as declared"
-        else:
-            words = (
-                "no finished workloads: runtimes declared where given, else about "
-                f"{DEFAULT_RUNTIME_SECONDS:.0f}s"
-            )
-        overdue = [wl for wl, p in found if p.overdue]
-        if overdue:
-            who = _names(overdue) if len(overdue) <= NAMED else f"{len(overdue)} workloads"
-            words += (
-                f"; {who} ran past {'its' if len(overdue) == 1 else 'their'} expected end: "
-                "tail estimate from the time run"
-            )
-        return words
-
-
-NAMED = 3  # involved workloads named one by one in a basis; more are counted
-_BASIS_WORDS = {
-    "name": "the history of its job name",
-    "team": "its team's history at its size",
-    "queue": "its queue's history",
-    "all": "the cluster's history",
-    "declared": "its declared runtime",
-    "assumed": f"assumed about {DEFAULT_RUNTIME_SECONDS:.0f}s",
-}
-
-
-def _names(workloads: Sequence[Workload | None]) -> str:
-    return ", ".join(wl.key if wl is not None else "a pod outside any queue" for wl in workloads)
-
-
-def _bases(found: Sequence[tuple[Workload | None, Prediction]]) -> str:
-    """Each involved workload's basis (or, past :data:`NAMED`, how many have each)."""
-    if len(found) <= NAMED:
-        parts = []
-        for wl, p in found:
-            kind = p.basis.split(",")[0]
-            runs = f" ({p.samples} runs)" if p.samples else ""
-            parts.append(f"{_names([wl])}: {_BASIS_WORDS[kind]}{runs}")
-        return ", ".join(parts)
-    by_kind: dict[str, int] = {}
-    for _, p in found:
-        kind = p.basis.split(",")[0]
-        by_kind[kind] = by_kind.get(kind, 0) + 1
-    return ", ".join(f"{n} x {_BASIS_WORDS[kind]}" for kind, n in by_kind.items())
 
 
 def main_resource(wl: Workload, config: SchedulerConfig) -> str:
@@ -380,7 +168,7 @@ def estimate_queue(
     of its runtime distribution (conditioned on what it has run) and every queued one runs for a
     quantile of its own; quantiles are stratified and rotated per workload, so the scenarios cover
     each distribution evenly and are the same on every call. ``low``/``seconds``/``high`` are the
-    25th/50th/75th percentiles of the scenario starts. Only the first :data:`PLAYED` workloads are
+    10th/50th/90th percentiles of the scenario starts. Only the first :data:`PLAYED` workloads are
     played one by one; the later ones start when the played ones have, plus their work over the
     capacity.
     """

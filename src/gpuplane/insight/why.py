@@ -38,15 +38,14 @@ from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig
 from gpuplane.insight import bypass
 from gpuplane.insight.aftermath import world_after
 from gpuplane.insight.idle import DATA_STALL_CONDITION
+from gpuplane.insight.live_runtimes import RuntimeModel, runtime_model
 from gpuplane.insight.queue_eta import (
     Estimate,
     NodeGang,
-    RuntimeModel,
     estimate_gangs,
     estimate_queue,
     main_resource,
     node_gang,
-    runtime_model,
     with_one_node,
     with_room,
 )
