@@ -429,3 +429,45 @@ def test_the_commands_that_read_a_live_cluster_read_the_history_too(api: KubeApi
     cm["data"][DATA_KEY] = "{corrupt"
     api.replace(k8s.CONFIG_MAPS, cm)
     assert read_runtime_history(api, NS) == (), "unreadable: the ETA learns from what it sees"
+
+
+def test_an_empty_history_is_seeded_once_after_the_first_list(
+    api: KubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    objs = workloads(1)
+    learned = sample_of(next(iter(objs.values())))
+    assert learned is not None
+    same_run = RuntimeSample(JobFeatures("team-a", "train", "", "", ""), 100.0, learned[1].finished_at + 2)
+    calls: list[int] = []
+
+    def seed() -> list[tuple[str, RuntimeSample]]:
+        calls.append(1)
+        return [("p1", sample("eval", 30.0, NOW - 50)), ("p2", same_run)]
+
+    s = RuntimeStore(api, RuntimeHistory(), namespace=NS, flush_seconds=0, clock=clock, seed=seed)
+    s.sync()  # first pass: reads (nothing stored) ...
+    assert not calls
+    s.observe(objs, objs.get)  # ... and learns the first list
+    s.sync()  # second pass: seeds what the Workloads did not teach
+    assert calls == [1]
+    assert sorted(x.features.name for x in s.samples()) == ["eval", "train"]
+    s.sync()
+    assert calls == [1], "once"
+    assert len(decode(stored(api)["data"][DATA_KEY])) == 2
+
+    restarted = RuntimeStore(api, RuntimeHistory(), namespace=NS, flush_seconds=0, clock=clock, seed=seed)
+    restarted.sync()
+    restarted.sync()
+    assert calls == [1], "a history that is not empty is not seeded again"
+
+    def broken() -> list[tuple[str, RuntimeSample]]:
+        raise OSError("connection refused")
+
+    other = RuntimeStore(
+        api, RuntimeHistory(), namespace="elsewhere", flush_seconds=0, clock=clock, seed=broken
+    )
+    with caplog.at_level(logging.WARNING, logger="gpuplane.k8s.runtime_store"):
+        other.sync()
+        other.sync()
+    assert any("not seeded" in r.getMessage() for r in caplog.records)

@@ -77,6 +77,13 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option(min=0.0, help="Seconds between writes of the runtime history (and one at exit)."),
         ] = 60.0,
+        runtime_history_prometheus: Annotated[
+            str | None,
+            typer.Option(
+                help="Prometheus URL whose kube-state-metrics Job metrics seed a runtime history that "
+                "starts empty (kube_job_status_start_time, kube_job_status_completion_time)."
+            ),
+        ] = None,
         log_format: Annotated[
             LogFormat, typer.Option(help="Log lines as plain text, or one JSON object per line.")
         ] = LogFormat.TEXT,
@@ -103,6 +110,7 @@ def register(app: typer.Typer) -> None:
                 runtime_history_size=runtime_history_size,
                 runtime_history_retention_seconds=runtime_history_retention * 86400.0,
                 runtime_history_flush_seconds=runtime_history_write_interval,
+                runtime_history_prometheus=runtime_history_prometheus,
             ),
         )
         from gpuplane.cli.insight import InsightOptions, attach  # noqa: PLC0415

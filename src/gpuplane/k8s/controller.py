@@ -43,8 +43,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from gpuplane.core.session import CycleOutcome, Plan, SchedulerConfig, Session, config_from_kueue
+from gpuplane.insight.runtime_history import RuntimeSample
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.admitting import Admissions
 from gpuplane.k8s.api import KubeApi
@@ -58,6 +60,7 @@ from gpuplane.k8s.leader import LeaderElector
 from gpuplane.k8s.live_session import LiveSession
 from gpuplane.k8s.provisioning import Provisioner
 from gpuplane.k8s.reporting import PendingReasons, QueueStatuses
+from gpuplane.k8s.runtime_seed import prometheus_samples
 from gpuplane.k8s.runtime_store import (
     DEFAULT_FLUSH_SECONDS,
     DEFAULT_RETENTION_SECONDS,
@@ -109,6 +112,7 @@ class ControllerConfig:
     runtime_history_size: int = DEFAULT_SIZE
     runtime_history_retention_seconds: float = DEFAULT_RETENTION_SECONDS
     runtime_history_flush_seconds: float = DEFAULT_FLUSH_SECONDS
+    runtime_history_prometheus: str | None = None  # seeds an empty history (kube-state-metrics' Jobs)
 
 
 class Controller:
@@ -178,6 +182,7 @@ class Controller:
             namespace=self.config.lease_namespace,
             flush_seconds=self.config.runtime_history_flush_seconds,
             clock=clock,
+            seed=_prometheus_seed(self.config),
         )
 
     # --- lifecycle ---------------------------------------------------------------
@@ -340,6 +345,13 @@ class Controller:
             # counts it free. The next pass starts from the cluster again.
             self.live.invalidate("the last pass preempted")
         return plan
+
+
+def _prometheus_seed(config: ControllerConfig) -> Callable[[], list[tuple[str, RuntimeSample]]] | None:
+    url = config.runtime_history_prometheus
+    if not url:
+        return None
+    return partial(prometheus_samples, url, config.runtime_history_retention_seconds)
 
 
 def _drain_until_preemption(session: Session, now: float, *, with_pending: bool = True) -> tuple[Plan, bool]:

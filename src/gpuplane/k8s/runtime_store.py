@@ -29,6 +29,7 @@ from typing import Any
 from gpuplane.insight.runtime_history import JobFeatures, RuntimeSample, features_of
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
+from gpuplane.k8s.runtime_seed import not_learned
 from gpuplane.model.conditions import ConditionType
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import lenient_timestamp
@@ -221,6 +222,7 @@ class RuntimeStore:
         name: str = CONFIG_MAP_NAME,
         flush_seconds: float = DEFAULT_FLUSH_SECONDS,
         clock: Callable[[], float],
+        seed: Callable[[], list[tuple[str, RuntimeSample]]] | None = None,
     ) -> None:
         if flush_seconds < 0:
             raise ValueError(f"the runtime history's write interval must be at least 0, not {flush_seconds}")
@@ -230,7 +232,9 @@ class RuntimeStore:
         self.name = name
         self.flush_seconds = flush_seconds
         self.clock = clock
+        self.seed = seed  # runs recorded elsewhere (Prometheus), for a history that starts empty
         self.loaded = False
+        self._seed_due = False
         self.writes = 0
         self._stored: dict[str, Any] | None = None  # the ConfigMap as last read or written
         self._flushed_at = -math.inf
@@ -271,8 +275,22 @@ class RuntimeStore:
                 return
             self.loaded = True
             log.info("runtime history: %d samples read from ConfigMap %s", len(self.history), self._where)
+            self._seed_due = self.seed is not None and len(self.history) == 0
+        elif self._seed_due:  # the pass after the first read: the first list has been learned
+            self._seed_due = False
+            self._seed_once(now)
         if self.history.dirty and now - self._flushed_at >= self.flush_seconds:
             self.flush()
+
+    def _seed_once(self, now: float) -> None:
+        assert self.seed is not None
+        try:
+            found = self.seed()
+        except (OSError, ValueError) as err:
+            log.warning("runtime history: not seeded: %s", err)
+            return
+        added = self.history.add(not_learned(found, self.history.samples()), now)
+        log.info("runtime history: %d of %d runs seeded from Prometheus", added, len(found))
 
     def close(self) -> None:
         """Write what is new now (a clean shutdown); a failure is logged, never raised."""
