@@ -140,3 +140,57 @@ def test_why_on_the_example_gives_a_range_for_a_gang_waiting_for_room() -> None:
     assert "about 3600s" in eta["basis"]  # no history: the runtimes are assumed, and it says so
     table = CliRunner().invoke(build_app(), ["why", "toobig", "-f", str(EXAMPLE)])
     assert "between 0s and 0s" not in table.stdout
+
+
+def in_flavor(name: str, gpus: int, flavor: str, runtime: int) -> Manifest:
+    """A workload holding ``gpus`` of ``flavor`` since now, declared to run ``runtime`` s."""
+    reserved = {
+        "type": "QuotaReserved",
+        "status": "True",
+        "reason": "QuotaReserved",
+        "message": "",
+        "lastTransitionTime": _rfc(NOW),
+    }
+    assignment = {
+        "name": "main",
+        "count": 1,
+        "flavors": {"nvidia.com/gpu": flavor, "cpu": flavor},
+        "resourceUsage": {"nvidia.com/gpu": gpus, "cpu": "1"},
+    }
+    return (
+        workload(name)
+        .queue("lq")
+        .created(_rfc(NOW - 100))
+        .podset(count=1, gpu=gpus, cpu="1")
+        .admitted("team-a", assignment)
+        .annotate(EXPECTED, str(runtime))
+        .set("status.conditions", [reserved])
+    )
+
+
+def two_flavors(*manifests: Manifest) -> ClusterState:
+    queue = cluster_queue("team-a").flavor("a", gpu=4, cpu="100").flavor("b", gpu=4, cpu="100")
+    text = documents(
+        namespace("default"),
+        resource_flavor("a"),
+        resource_flavor("b"),
+        queue,
+        local_queue("lq", "default", "team-a"),
+        *manifests,
+    )
+    return load_state([("s.yaml", text)])
+
+
+def test_a_workload_that_may_run_on_several_flavors_starts_in_the_first_with_room() -> None:
+    # 2 of 4 GPUs free in each flavor: 4 GPUs free in all, but no flavor has 4: the workload
+    # starts when the first flavor frees, at 1000 s (flavor b) though flavor a frees at 3000 s.
+    state = two_flavors(
+        in_flavor("ra", 2, "a", 3000),
+        in_flavor("rb", 2, "b", 1000),
+        pending("p").annotate(EXPECTED, "600"),
+    )
+    found = explained(state)
+    assert found["default/p"].reason == "WaitingForQuota"
+    eta = found["default/p"].eta
+    assert (eta.low, eta.seconds, eta.high) == (1000.0, 1000.0, 1000.0)
+    assert "over 2 flavors" in eta.basis

@@ -114,44 +114,76 @@ class _Item:
 
 def play(  # noqa: PLR0913 - keyword-only: strict
     now: float,
-    capacity: float,
-    free: float,
-    releases: Iterable[tuple[float, float]],
+    capacity: Mapping[str, float],
+    free: Mapping[str, float],
+    releases: Iterable[tuple[float, str, float]],
     queue: Sequence[tuple[str, float, float]],
     *,
     strict: bool,
 ) -> dict[str, float]:
     """Start times of queued ``(key, amount, duration)`` items; an item missing never starts.
 
-    At ``now`` and at every release, items start in queue order while they fit; under BestEffortFIFO
-    an item that does not fit lets the ones behind it try (Kueue sets it aside), under StrictFIFO it
-    blocks them.
+    ``capacity`` and ``free`` are per pool (flavor), in the order the queue tries them;
+    ``releases`` are ``(end, pool, amount)``. At ``now`` and at every release, items start in queue
+    order while they fit, each in the first pool with room (an item larger than every pool takes
+    what is free across them); under BestEffortFIFO an item that does not fit lets the ones behind
+    it try (Kueue sets it aside), under StrictFIFO it blocks them.
     """
     heap = list(releases)
     heapq.heapify(heap)
+    room = dict(free)
+    pools = list(capacity)
+    largest = max(capacity.values(), default=0.0)
+    total = sum(capacity.values())
     t = now
     starts: dict[str, float] = {}
-    waiting = [item for item in queue if item[1] <= capacity + EPSILON]
+    waiting = [item for item in queue if item[1] <= total + EPSILON]
     while waiting:
         still = []
         blocked = False
         for key, amount, duration in waiting:
-            if not blocked and amount <= free + EPSILON:
-                free -= amount
-                starts[key] = t
-                heapq.heappush(heap, (t + duration, amount))
-            else:
+            taken = None if blocked else _take(room, pools, amount, split=amount > largest + EPSILON)
+            if taken is None:
                 still.append((key, amount, duration))
                 blocked = blocked or strict
+                continue
+            starts[key] = t
+            for pool, part in taken:
+                heapq.heappush(heap, (t + duration, pool, part))
         waiting = still
         if not waiting or not heap:
             break
-        end, amount = heapq.heappop(heap)
+        end, pool, amount = heapq.heappop(heap)
         t = max(t, end)
-        free += amount
+        room[pool] += amount
         while heap and heap[0][0] <= t:
-            free += heapq.heappop(heap)[1]
+            _, pool, amount = heapq.heappop(heap)
+            room[pool] += amount
     return starts
+
+
+def _take(
+    room: dict[str, float], pools: Sequence[str], amount: float, *, split: bool
+) -> list[tuple[str, float]] | None:
+    """Take ``amount`` from the first pool with room (or, with ``split``, from each in order);
+    ``None`` (nothing taken) when it does not fit."""
+    if not split:
+        for pool in pools:
+            if amount <= room[pool] + EPSILON:
+                room[pool] -= amount
+                return [(pool, amount)]
+        return None
+    if amount > sum(room.values()) + EPSILON:
+        return None
+    taken = []
+    left = amount
+    for pool in pools:
+        part = min(left, max(0.0, room[pool]))
+        if part > 0.0:
+            room[pool] -= part
+            taken.append((pool, part))
+            left -= part
+    return taken
 
 
 def estimate_queue(
@@ -189,6 +221,57 @@ def estimate_queue(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Holder:
+    """An admitted workload that gives quota back to the estimated queue when it ends: its
+    ClusterQueue, what per flavor, and whether reclaim takes it back now."""
+
+    admitted: AdmittedWorkload
+    queue: str
+    amounts: Mapping[str, float]
+    reclaimed_now: bool
+
+
+def _pool_holders(cq: ClusterQueueNode, frs: Sequence[tuple[str, str]], reclaim: bool) -> list[_Holder]:
+    """The workloads of ``cq`` and the part that its cohort's other queues borrow, per flavor."""
+    holders = []
+    for other in _cohort_queues(cq):
+        borrowed = {fr[0]: float(max(0, other.usage.get(fr, 0) - other.quota_for(fr).nominal)) for fr in frs}
+        for aw in sorted(other.workloads.values(), key=lambda a: a.key):
+            amounts = {}
+            for fr in frs:
+                amount = float(aw.usage.get(fr, 0))
+                if other is not cq:  # only what another queue borrows comes back to this one
+                    amount = min(amount, borrowed[fr[0]])
+                    borrowed[fr[0]] -= amount
+                if amount:
+                    amounts[fr[0]] = amount
+            if amounts:
+                holders.append(_Holder(aw, other.name, amounts, other is not cq and reclaim))
+    return holders
+
+
+def _releases(  # noqa: PLR0913 - one scenario's ends
+    world: Scheduler,
+    holders: Sequence[_Holder],
+    runtimes: RuntimeModel,
+    *,
+    now: float,
+    k: int,
+    salts: Mapping[str, float],
+) -> list[tuple[float, str, float]]:
+    """``(end, flavor, amount)`` of every holder in scenario ``k``."""
+    out = []
+    for h in holders:
+        end = now
+        if not h.reclaimed_now:
+            aw = h.admitted
+            elapsed = max(0.0, now - aw.reserved_at)
+            end += runtimes.remaining_at(world.workloads.get(aw.key), h.queue, elapsed, _u(k, salts[aw.key]))
+        out += [(end, pool, amount) for pool, amount in h.amounts.items()]
+    return out
+
+
 def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step by step
     world: Scheduler,
     cq: ClusterQueueNode,
@@ -200,50 +283,36 @@ def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step 
 ) -> dict[str, Estimate]:
     group = cq.group_for(resource)
     frs = [(f.name, resource) for f in group.flavors] if group is not None else []
-    capacity = float(sum(cq.potential_available(fr) for fr in frs))
-    free = float(sum(cq.available(fr) for fr in frs))
+    pool_capacity = {fr[0]: float(cq.potential_available(fr)) for fr in frs}
+    pool_free = {fr[0]: float(cq.available(fr)) for fr in frs}
+    capacity = sum(pool_capacity.values())
+    free = sum(pool_free.values())
     nominal = sum(cq.quota_for(fr).nominal for fr in frs)
     reclaim = (
         sum(cq.usage.get(fr, 0) for fr in frs) < nominal
         and cq.spec.preemption.reclaim_within_cohort != "Never"
     )
     strict = cq.spec.queueing_strategy == "StrictFIFO"
-    holders: list[tuple[AdmittedWorkload, str, float, bool]] = []  # (workload, queue, amount, reclaimed now)
-    for queue in _cohort_queues(cq):
-        borrowed = float(sum(max(0, queue.usage.get(fr, 0) - queue.quota_for(fr).nominal) for fr in frs))
-        for aw in sorted(queue.workloads.values(), key=lambda a: a.key):
-            amount = _held(aw, frs)
-            if queue is not cq:
-                amount = min(amount, borrowed)  # only what another queue borrows comes back to this one
-            if amount:
-                holders.append((aw, queue.name, amount, queue is not cq and reclaim))
+    holders = _pool_holders(cq, frs, reclaim)
     played = items[:PLAYED]
-    salts = {i.key: _salt(i.key) for i in played} | {h[0].key: _salt(h[0].key) for h in holders}
+    salts = {i.key: _salt(i.key) for i in played} | {h.admitted.key: _salt(h.admitted.key) for h in holders}
     scenario_starts: dict[str, list[float]] = {i.key: [] for i in played}
     for k in range(SCENARIOS):
-        releases = [
-            (
-                now
-                if now_reclaimed
-                else now
-                + runtimes.remaining_at(
-                    world.workloads.get(aw.key), queue, max(0.0, now - aw.reserved_at), _u(k, salts[aw.key])
-                ),
-                amount,
-            )
-            for aw, queue, amount, now_reclaimed in holders
-        ]
+        releases = _releases(world, holders, runtimes, now=now, k=k, salts=salts)
         queue_items = [
             (i.key, i.amount, runtimes.total_at(i.workload, cq.name, _u(k, salts[i.key]))) for i in played
         ]
-        for key, start in play(now, capacity, free, releases, queue_items, strict=strict).items():
+        for key, start in play(now, pool_capacity, pool_free, releases, queue_items, strict=strict).items():
             scenario_starts[key].append(start)
     involved = [
-        (world.workloads.get(aw.key), queue, max(0.0, now - aw.reserved_at))
-        for aw, queue, _, now_reclaimed in holders
-        if not now_reclaimed
+        (world.workloads.get(h.admitted.key), h.queue, max(0.0, now - h.admitted.reserved_at))
+        for h in holders
+        if not h.reclaimed_now
     ] + [(i.workload, cq.name, 0.0) for i in played]
-    basis_tail = [f"{capacity - free:g}/{capacity:g} {resource} in use", runtimes.basis(cq.name, involved)]
+    in_use = f"{capacity - free:g}/{capacity:g} {resource} in use"
+    if len(frs) > 1:
+        in_use += f" over {len(frs)} flavors (each workload in the first with room)"
+    basis_tail = [in_use, runtimes.basis(cq.name, involved)]
     if reclaim:
         basis_tail.append("borrowed quota reclaimed now")
     basis_tail.append(f"{SCENARIOS} scenarios")
