@@ -32,7 +32,8 @@ Kueue's metrics (same names, types and labels, so existing Kueue dashboards work
 gpuplane's own: ``gpuplane_gpus_allocated`` (GPU-equivalents held, by ``namespace``,
 ``cluster_queue``, ``local_queue``, ``flavor``, ``device_kind``), ``gpuplane_pending_gpus`` (demand
 by ``cluster_queue`` and ``reason``), ``gpuplane_pending_gpus_fit_if_defragmented``,
-``gpuplane_workload_eta_seconds`` (per pending workload), ``gpuplane_eta_error_seconds`` (histogram:
+``gpuplane_workload_eta_seconds`` (per pending workload), ``gpuplane_cluster_queue_head_eta_seconds``
+(the ETA of each ClusterQueue's first pending workload), ``gpuplane_eta_error_seconds`` (histogram:
 first prediction against the real start), ``gpuplane_preemption_cost_gpu_hours_total`` (work lost
 since the victim's last checkpoint, by victim ``cluster_queue``) and
 ``gpuplane_controller_pass_duration_seconds``.
@@ -418,6 +419,11 @@ def _gpuplane_gauges(snap: _Snapshot) -> Iterator[Metric]:
         "Predicted seconds until a pending workload starts.",
         ["namespace", "workload", "cluster_queue"],
     )
+    head = _gauge(
+        "gpuplane_cluster_queue_head_eta_seconds",
+        "Predicted seconds until the first pending workload of a ClusterQueue starts (median).",
+        ["cluster_queue"],
+    )
     by_reason: dict[tuple[str, str], float] = {}
     fragmented: dict[str, float] = dict.fromkeys(snap.state.cluster_queues, 0.0)
     for found in snap.explanations:
@@ -430,8 +436,10 @@ def _gpuplane_gauges(snap: _Snapshot) -> Iterator[Metric]:
         if found.eta.seconds is not None:
             ns, _, name = found.workload.partition("/")
             eta.add_metric([ns, name, cq], found.eta.seconds)
+            if found.position_in_cluster_queue == 0:
+                head.add_metric([cq], found.eta.seconds)
     for reason_key, gpus in sorted(by_reason.items()):
         demand.add_metric(list(reason_key), gpus)
     for cq, gpus in sorted(fragmented.items()):
         defrag.add_metric([cq], gpus)
-    yield from (demand, defrag, eta)
+    yield from (demand, defrag, eta, head)

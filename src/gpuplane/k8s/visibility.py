@@ -8,7 +8,9 @@
 Both answer a ``PendingWorkloadsSummary`` whose items are the pending workloads in queue order,
 with ``positionInClusterQueue`` and ``positionInLocalQueue`` counted from 0 as Kueue counts them,
 ``limit`` (default 1000) and ``offset`` (default 0) applied after ordering. gpuplane adds
-``eta`` (``{seconds, low, high, basis}``), ``reason`` and ``message`` to each item.
+``eta`` (``{seconds, low, high, basis}``: the median start and its 10th-90th percentile range),
+``reason`` and ``message`` to each item, and ``headEta`` to the summary: the ``eta`` of the
+queue's first pending workload (with its ``workload``), whatever the page.
 
 The API server proxies requests here (an ``APIService``, see docs/visibility.md). Authentication
 is the API server's: a request is trusted only over a TLS client certificate signed by the
@@ -82,6 +84,15 @@ def _rfc3339(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _eta(found: Explanation) -> dict[str, Any]:
+    return {
+        "seconds": found.eta.seconds,
+        "low": found.eta.low,
+        "high": found.eta.high,
+        "basis": found.eta.basis,
+    }
+
+
 def _item(found: Explanation, wl: Workload | None) -> dict[str, Any]:
     ns, _, name = found.workload.partition("/")
     meta: dict[str, Any] = {"name": name, "namespace": ns}
@@ -94,12 +105,7 @@ def _item(found: Explanation, wl: Workload | None) -> dict[str, Any]:
         "localQueueName": lq,
         "positionInClusterQueue": found.position_in_cluster_queue,
         "positionInLocalQueue": found.position_in_local_queue,
-        "eta": {
-            "seconds": found.eta.seconds,
-            "low": found.eta.low,
-            "high": found.eta.high,
-            "basis": found.eta.basis,
-        },
+        "eta": _eta(found),
         "reason": found.reason,
         "message": found.message,
     }
@@ -125,12 +131,15 @@ def pending_workloads_summary(  # noqa: PLR0913 - keyword-only: the queue and th
         chosen = [e for e in queued if e.local_queue == key]
         chosen.sort(key=lambda e: e.position_in_local_queue or 0)
     page = chosen[offset : offset + limit]
-    return {
+    summary: dict[str, Any] = {
         "kind": "PendingWorkloadsSummary",
         "apiVersion": f"{GROUP}/{version}",
         "metadata": {"creationTimestamp": None},
         "items": [_item(e, view.workloads.get(e.workload)) for e in page],
     }
+    if chosen:  # the queue's head, whatever the page: when the queue moves next
+        summary["headEta"] = {"workload": chosen[0].workload, **_eta(chosen[0])}
+    return summary
 
 
 def api_group() -> dict[str, Any]:
