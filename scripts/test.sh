@@ -77,7 +77,8 @@ if bash scripts/kube-up.sh "${kube_dir}" >/dev/null; then
         python3 -m pytest -q tests/test_controller_e2e.py tests/test_controller_leader.py tests/test_k8s_informer.py \
             tests/test_kubectl_view_e2e.py \
             tests/test_job_life_e2e.py tests/test_partial_admission_e2e.py tests/test_sim_vs_real.py \
-            tests/test_webhook_jobs_e2e.py tests/test_why_bypass.py tests/test_doctor_webhook.py tests/test_deploy.py || e2e_status=$?
+            tests/test_webhook_jobs_e2e.py tests/test_why_bypass.py tests/test_doctor_webhook.py tests/test_deploy.py \
+            tests/test_runtime_history_e2e.py || e2e_status=$?
 else
     echo "the real control plane did not start" >&2
     e2e_status=1

@@ -121,7 +121,7 @@ def attach(controller: Controller, options: InsightOptions) -> Attached:
     )
 
     def explain(state: ClusterState, plan: Plan, now: float) -> None:
-        view = view_of(state, plan, now)
+        view = view_of(state, plan, now, history=controller.runtime_history.samples())
         if metrics is not None:
             metrics.record_view(state, plan, now, view.explanations)
         if latest is not None:

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve visibility.kueue.x-k8s.io v1beta1/v1beta2 pendingworkloads, with ETA and reason."""
         from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - the client loads lazily
-        from gpuplane.k8s.state import read_state  # noqa: PLC0415
+        from gpuplane.k8s.state import read_runtime_history, read_state  # noqa: PLC0415
         from gpuplane.k8s.visibility import (  # noqa: PLC0415
             Authorizer,
             CachedSource,
@@ -70,7 +70,10 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         if tls_cert is None or tls_key is None:
             tls_cert, tls_key = self_signed(hostname or ["localhost", "127.0.0.1"])
-        source = CachedSource(lambda: view_of_state(read_state(api), time.time()), ttl=refresh)
+        source = CachedSource(
+            lambda: view_of_state(read_state(api), time.time(), history=read_runtime_history(api)),
+            ttl=refresh,
+        )
         server = serve(
             VisibilityApp(source, Authorizer(api)),
             port=port,

@@ -21,6 +21,7 @@ from rich.table import Table
 from gpuplane.cli.schedule import OutputFormat, default_now
 from gpuplane.core.session import config_from_kueue, schedule
 from gpuplane.insight.bypass import bypassed_job_message
+from gpuplane.insight.runtime_history import RuntimeSample
 from gpuplane.insight.why import Explanation, NotFoundError, explain, resolve, split_reference
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import timestamp
@@ -44,6 +45,14 @@ def _cluster_state(
 
     api = KubeApi(load_api_client(kubeconfig, context))
     return read_state(api, namespace=namespace, unreadable=unreadable)
+
+
+def _cluster_history(kubeconfig: str, context: str | None) -> tuple[RuntimeSample, ...]:
+    """The runtimes the controller learned (its ConfigMap), where these credentials may read them."""
+    from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - the client loads only when asked
+    from gpuplane.k8s.state import read_runtime_history  # noqa: PLC0415
+
+    return read_runtime_history(KubeApi(load_api_client(kubeconfig, context)))
 
 
 def _resolve(
@@ -158,10 +167,12 @@ def run_why(
         err.print("error: give either -f STATE or --kubeconfig K", markup=False)
         return 2
     unreadable: list[str] = []
+    history: tuple[RuntimeSample, ...] = ()
     try:
         if kubeconfig:
             try:
                 state = _cluster_state(kubeconfig, context, namespace, unreadable)
+                history = _cluster_history(kubeconfig, context)
             except Exception as problem:  # any transport or configuration failure is one line
                 err.print(f"error: cannot read the cluster: {problem}".splitlines()[0], markup=False)
                 return 2
@@ -172,7 +183,7 @@ def run_why(
         wl = _resolve(state, name, namespace, kubeconfig, context)
         config = config_from_kueue(state.configuration)
         plan = schedule(state, config, at, cycles=None)
-        found = explain(state, plan, at, wl.key, config)
+        found = explain(state, plan, at, wl.key, config, history=history)
         if BLIND_WITHOUT & set(unreadable):
             found = as_recorded(wl, found)
     except (InputError, NotFoundError, OSError) as problem:

@@ -34,13 +34,14 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from gpuplane.core.session import Plan, config_from_kueue, schedule
+from gpuplane.insight.runtime_history import RuntimeSample
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.k8s.api import SUBJECT_ACCESS_REVIEWS, ApiError, KubeApi
 from gpuplane.k8s.replies import reply_json
@@ -67,17 +68,22 @@ class VisibilityView:
     workloads: Mapping[str, Workload] = field(default_factory=dict)
 
 
-def view_of(state: ClusterState, plan: Plan, now: float) -> VisibilityView:
-    """The view of ``plan`` made on ``state`` at ``now``."""
+def view_of(
+    state: ClusterState, plan: Plan, now: float, *, history: Iterable[RuntimeSample] = ()
+) -> VisibilityView:
+    """The view of ``plan`` made on ``state`` at ``now``; ``history``: finished runs recorded
+    elsewhere (the controller's runtime history), learned with the state's own."""
     config = config_from_kueue(state.configuration)
-    found = explain_all(state, plan, now, config, diagnose=False)
+    found = explain_all(state, plan, now, config, diagnose=False, history=history)
     return VisibilityView(found, {wl.key: wl for wl in state.workloads})
 
 
-def view_of_state(state: ClusterState, now: float) -> VisibilityView:
+def view_of_state(
+    state: ClusterState, now: float, *, history: Iterable[RuntimeSample] = ()
+) -> VisibilityView:
     """Plan as ``gpuplane schedule`` does (cycles to a fixed point), then :func:`view_of`."""
     plan = schedule(state, config_from_kueue(state.configuration), now, cycles=None)
-    return view_of(state, plan, now)
+    return view_of(state, plan, now, history=history)
 
 
 def _rfc3339(seconds: float) -> str:
