@@ -396,15 +396,18 @@ def test_creates_race_to_one_config_map(api: KubeApi) -> None:
     assert len(decode(stored(api)["data"][DATA_KEY])) == 2
 
 
-def test_a_read_that_fails_is_retried_later_and_nothing_is_written_before(api: KubeApi) -> None:
+def test_a_write_into_a_namespace_that_is_missing_waits_for_the_next_interval(
+    api: KubeApi, double: ApiServerDouble
+) -> None:
     clock = Clock()
     s = RuntimeStore(api, RuntimeHistory(), namespace="no-such-namespace-x", flush_seconds=60, clock=clock)
-    s.sync()  # 404 on a namespace that does not exist reads as "no ConfigMap yet"
+    s.sync()  # 404: no ConfigMap yet
     assert s.loaded
     objs = workloads(1)
     s.observe(objs, objs.get)
     assert not s.flush(), "the namespace is missing: a warning, no crash"
     assert s.history.dirty, "tried again later"
+    assert len(double.requests.find(verb="create", resource="configmaps")) == 1, "not retried at once"
 
 
 def test_size_zero_turns_the_history_off(api: KubeApi) -> None:
@@ -471,3 +474,15 @@ def test_an_empty_history_is_seeded_once_after_the_first_list(
         other.sync()
         other.sync()
     assert any("not seeded" in r.getMessage() for r in caplog.records)
+
+
+def test_a_config_map_deleted_under_a_running_controller_is_written_again_whole(api: KubeApi) -> None:
+    s = store(api, Clock(), flush=0)
+    s.sync()
+    objs = workloads(2)
+    s.observe(list(objs)[:1], objs.get)
+    s.sync()
+    api.delete(k8s.CONFIG_MAPS, CONFIG_MAP_NAME, NS)
+    s.observe(objs, objs.get)
+    assert s.flush(), "the update's 404: read (none), then create"
+    assert len(decode(stored(api)["data"][DATA_KEY])) == 2

@@ -366,16 +366,19 @@ class RuntimeStore:
         for _ in range(CONFLICT_RETRIES + 1):
             self.history.dirty = False
             body = self._body()
+            update = "resourceVersion" in body["metadata"]
             try:
-                if "resourceVersion" in body["metadata"]:
+                if update:
                     written = self.api.replace(k8s.CONFIG_MAPS, body)
                 else:
                     written = self.api.create(k8s.CONFIG_MAPS, body, self.namespace)
             except ApiError as err:
                 self.history.dirty = True
-                if err.conflict or err.not_found:  # changed or created meanwhile, or deleted
+                # Changed or created meanwhile, or deleted (a create's 404: no such namespace).
+                if err.conflict or (update and err.not_found):
                     if self._read():
                         continue
+                    self._flushed_at = self.clock()
                     return False
                 log.warning("runtime history: cannot write ConfigMap %s: %s", self._where, err)
                 self._flushed_at = self.clock()
