@@ -196,6 +196,16 @@ def test_the_history_drops_samples_past_its_retention() -> None:
     assert set(history.entries()) == {"newer"}, "the day-old one is now past seven days"
 
 
+def test_what_would_not_stay_is_known_before_it_is_read() -> None:
+    history = RuntimeHistory(size=2, retention_seconds=DAY)
+    assert not history.would_keep(NOW - 2 * DAY, NOW), "past the retention"
+    assert history.would_keep(NOW - 100, NOW), "room left"
+    history.add([("a", sample("train", 1.0, NOW - 50)), ("b", sample("train", 1.0, NOW - 40))], NOW)
+    assert not history.would_keep(NOW - 100, NOW), "full, and older than every kept one"
+    assert history.would_keep(NOW - 45, NOW)
+    assert not RuntimeHistory(size=0).would_keep(NOW, NOW)
+
+
 def test_bad_bounds_are_refused() -> None:
     with pytest.raises(ValueError, match="size"):
         RuntimeHistory(size=-1)

@@ -61,6 +61,11 @@ def _true_since(conditions: Iterable[Any], ctype: str) -> float | None:
     return None
 
 
+def finished_at(obj: Mapping[str, Any]) -> float | None:
+    """When a Workload object finished (its ``Finished`` condition's time), if it has."""
+    return _true_since((obj.get("status") or {}).get("conditions") or [], ConditionType.FINISHED)
+
+
 def sample_of(obj: Mapping[str, Any]) -> tuple[str, RuntimeSample] | None:
     """The id and the sample of a Workload object that finished after an admission; None for any
     other (pending, running, finished without an admission, or unreadable)."""
@@ -79,8 +84,14 @@ def sample_of(obj: Mapping[str, Any]) -> tuple[str, RuntimeSample] | None:
         wl = parse_workload(obj, "v1beta2", {})
     except (InputError, TypeError, ValueError, AttributeError):
         return None
-    uid = wl.uid.replace("-", "")[:ID_CHARS] or wl.key
-    return uid, RuntimeSample(features_of(wl, str(queue)), finished - started, finished)
+    return sample_id(obj), RuntimeSample(features_of(wl, str(queue)), finished - started, finished)
+
+
+def sample_id(obj: Mapping[str, Any]) -> str:
+    """The id of a Workload's sample: the first hex digits of its uid (else its namespace/name)."""
+    meta = obj.get("metadata") or {}
+    uid = str(meta.get("uid") or "").replace("-", "")[:ID_CHARS]
+    return uid or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def encode(entries: Mapping[str, RuntimeSample]) -> str:
@@ -149,6 +160,7 @@ class RuntimeHistory:
         self.dirty = False
         self._by_id: dict[str, RuntimeSample] = {}
         self._samples: tuple[RuntimeSample, ...] | None = ()
+        self._oldest: float | None = None  # the oldest finish kept, once asked (None: not known)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -162,6 +174,22 @@ class RuntimeHistory:
                 self._samples = tuple(sorted(self._by_id.values(), key=lambda s: s.finished_at))
             return self._samples
 
+    def knows(self, ident: str) -> bool:
+        with self._lock:
+            return ident in self._by_id
+
+    def would_keep(self, finished_at: float, now: float) -> bool:
+        """Whether a new sample that finished at ``finished_at`` would stay (within the retention,
+        and newer than the oldest kept when the history is full)."""
+        with self._lock:
+            if finished_at < now - self.retention_seconds or self.size == 0:
+                return False
+            if len(self._by_id) < self.size:
+                return True
+            if self._oldest is None:
+                self._oldest = min(s.finished_at for s in self._by_id.values())
+            return finished_at > self._oldest
+
     def entries(self) -> dict[str, RuntimeSample]:
         with self._lock:
             return dict(self._by_id)
@@ -172,12 +200,13 @@ class RuntimeHistory:
             new = {i: s for i, s in found if i not in self._by_id}
             if not new:
                 return 0
+            before = len(self._by_id)
             self._by_id.update(new)
             self._bound(now)
             kept = sum(1 for i in new if i in self._by_id)
-            if kept:
+            if kept or len(self._by_id) != before:  # new ones stayed, or old ones went
                 self.dirty = True
-                self._samples = None
+                self._samples = self._oldest = None
             return kept
 
     def merge(self, stored: Mapping[str, RuntimeSample], now: float) -> None:
@@ -187,7 +216,7 @@ class RuntimeHistory:
             for ident, sample in stored.items():
                 self._by_id.setdefault(ident, sample)
             self._bound(now)
-            self._samples = None
+            self._samples = self._oldest = None
             self.dirty = self._by_id.keys() != stored.keys()
 
     def drop_oldest(self, share: float) -> int:
@@ -196,7 +225,7 @@ class RuntimeHistory:
             count = max(1, math.ceil(len(self._by_id) * share))
             for ident, _ in sorted(self._by_id.items(), key=lambda kv: kv[1].finished_at)[:count]:
                 del self._by_id[ident]
-            self._samples = None
+            self._samples = self._oldest = None
             return count
 
     def _bound(self, now: float) -> None:
@@ -253,13 +282,17 @@ class RuntimeStore:
         if not self.enabled:
             return 0
         found = []
+        now = self.clock()
         for key in keys:
             obj = get(key)
-            if obj is not None:
+            if obj is None or self.history.knows(sample_id(obj)):
+                continue
+            at = finished_at(obj)
+            if at is not None and self.history.would_keep(at, now):  # parsed only then
                 sample = sample_of(obj)
                 if sample is not None:
                     found.append(sample)
-        return self.history.add(found, self.clock()) if found else 0
+        return self.history.add(found, now) if found else 0
 
     def sync(self) -> None:
         """Once per pass of the leader: read the stored copy until it has been read (after a failed
