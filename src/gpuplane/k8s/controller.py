@@ -27,7 +27,9 @@ write paths gather their inputs from the cache and the worklist and apply them, 
 :class:`~gpuplane.k8s.reporting.PendingReasons` (step 7), :class:`~gpuplane.k8s.finishing.Finishing`
 (jobs that ended) and :class:`~gpuplane.k8s.reporting.QueueStatuses`; the Events and the writer
 threads are :mod:`gpuplane.k8s.writing`'s. :class:`Controller` is the loop: leader election, the
-informers, the scheduling session, and the order of the steps.
+informers, the scheduling session, and the order of the steps. The runtimes of the Workloads the cache
+shows finished are learned by :class:`~gpuplane.k8s.runtime_store.RuntimeStore`, which keeps them in a
+ConfigMap across restarts (read on the leader's first pass, written when due and at shutdown).
 
 Writes that do not depend on each other (admissions of different workloads, bindings of
 different pods, statuses) go out at once from a pool of threads; the client's QPS and

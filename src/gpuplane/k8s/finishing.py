@@ -7,6 +7,8 @@ is gone is deleted (on a real cluster the garbage collector may get there first)
 worklist's: Workloads whose job or pods changed, every Workload after a sweep, so a restarted
 controller finishes what ended while it was down. Pods of a running job that will not run again are
 recorded in ``status.reclaimablePods``, so their quota and devices go back before the job ends.
+A Workload written Finished here reaches the controller's cache at once, and from there its runtime
+history (:mod:`gpuplane.k8s.runtime_store`), as does one that another replica finished.
 """
 
 from __future__ import annotations
