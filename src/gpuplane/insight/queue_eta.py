@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -95,14 +96,21 @@ def _held(aw: AdmittedWorkload, frs: Iterable[tuple[str, str]]) -> float:
     return float(sum(aw.usage.get(fr, 0) for fr in frs))
 
 
-def _salt(key: str) -> float:
-    """A stable offset in [0, 1) per workload, so scenarios differ per workload but never per run."""
-    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 2**32
+def _salt(key: str) -> tuple[float, ...]:
+    """The quantiles of one workload's runtime in the :data:`SCENARIOS` scenarios: one in each of as
+    many equal strata, so its scenarios cover its distribution evenly, in an order of its own drawn
+    from its key, so that the workloads' quantiles are independent of each other (a Latin hypercube)
+    and the same on every run. (Strata rotated by one offset per workload were not independent: the
+    sum of many runtimes then came out nearly the same in every scenario, and the range too narrow.)"""
+    rng = random.Random(hashlib.sha256(key.encode()).digest())
+    order = list(range(SCENARIOS))
+    rng.shuffle(order)
+    return tuple((stratum + rng.random()) / SCENARIOS for stratum in order)
 
 
-def _u(k: int, salt: float) -> float:
-    """The quantile scenario ``k`` of :data:`SCENARIOS` uses for one workload (stratified, rotated)."""
-    return ((k + 0.5) / SCENARIOS + salt) % 1.0
+def _u(k: int, salt: tuple[float, ...]) -> float:
+    """The quantile scenario ``k`` of :data:`SCENARIOS` uses for one workload."""
+    return salt[k]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +266,7 @@ def _releases(  # noqa: PLR0913 - one scenario's ends
     *,
     now: float,
     k: int,
-    salts: Mapping[str, float],
+    salts: Mapping[str, tuple[float, ...]],
 ) -> list[tuple[float, str, float]]:
     """``(end, flavor, amount)`` of every holder in scenario ``k``."""
     out = []
