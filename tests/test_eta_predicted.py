@@ -11,13 +11,15 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from gpuplane.cli.app import build_app
+from gpuplane.core.analysis import GangPodSet
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.scheduler import schedule
-from gpuplane.insight.queue_eta import QUANTILES
+from gpuplane.core.session import pod_needs
+from gpuplane.insight.queue_eta import QUANTILES, room_key
 from gpuplane.insight.runtime_history import RuntimeSample, features_of
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model.loader import load_state
-from gpuplane.model.objects import ClusterState
+from gpuplane.model.objects import ClusterState, PodTemplate, frozen_map
 from manifests import Manifest, cluster_queue, documents, local_queue, namespace, resource_flavor, workload
 from why_cases import holder
 
@@ -194,3 +196,15 @@ def test_a_workload_that_may_run_on_several_flavors_starts_in_the_first_with_roo
     eta = found["default/p"].eta
     assert (eta.low, eta.seconds, eta.high) == (1000.0, 1000.0, 1000.0)
     assert "over 2 flavors" in eta.basis
+
+
+def test_gangs_of_one_shape_share_the_nodes_answer() -> None:
+    config = config_from_kueue(state_of().configuration)
+
+    def gang(count: int, gpus: int) -> list[GangPodSet]:
+        tpl = PodTemplate(requests=frozen_map({"nvidia.com/gpu": gpus, "cpu": 1000}))
+        return [GangPodSet("main", count, pod_needs(tpl, config.devices), tpl, None, "rack")]
+
+    assert room_key([gang(2, 4)]) == room_key([gang(2, 4)])
+    assert room_key([gang(2, 4)]) != room_key([gang(3, 4)])
+    assert room_key([gang(2, 4)]) != room_key([gang(2, 2)])

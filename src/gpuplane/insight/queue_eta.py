@@ -384,7 +384,39 @@ def with_one_node(  # noqa: PLR0913 - keyword-only: runtimes, config and time
     return Estimate(values[1], values[0], values[2], quota.basis + "; the pod needs one node with room")
 
 
-def with_room(  # noqa: PLR0913 - keyword-only: runtimes, time and the probe's name
+@dataclass(frozen=True, slots=True)
+class Room:
+    """When the nodes have room for one gang shape: per scenario that finds room, the start and
+    the workloads it waited for; and every workload on the eligible nodes (its workload, its
+    ClusterQueue and the time it has run)."""
+
+    starts: tuple[tuple[float, tuple[str, ...]], ...]
+    owners: Mapping[str, tuple[Workload | None, str, float]]
+
+
+def room_key(gangs: Sequence[Sequence[GangPodSet]]) -> str:
+    """What decides :func:`with_room`'s answer for ``gangs``, apart from the cluster: the pods'
+    counts and needs, flavors, topology and the template fields that decide their eligible nodes.
+    Gangs of one key share one answer."""
+    return repr(
+        [
+            (
+                ps.count,
+                repr(ps.needs),
+                ps.flavor.name if ps.flavor is not None else None,
+                ps.required_level,
+                ps.preferred_level,
+                sorted(ps.template.node_selector.items()),
+                ps.template.tolerations,
+                ps.template.required_node_terms,
+            )
+            for gang in gangs
+            for ps in gang
+        ]
+    )
+
+
+def with_room(  # noqa: PLR0913 - keyword-only: runtimes, time, the probe's name and the cache
     world: Scheduler,
     gangs: Sequence[Sequence[GangPodSet]],
     quota: Estimate,
@@ -392,6 +424,7 @@ def with_room(  # noqa: PLR0913 - keyword-only: runtimes, time and the probe's n
     runtimes: RuntimeModel,
     now: float,
     probe: str,
+    cache: dict[str, Room] | None = None,
 ) -> Estimate:
     """``quota``, pushed later to when the nodes have room for the whole gang, for a gang waiting
     on placement (its quota may be free, its nodes are not).
@@ -401,11 +434,47 @@ def with_room(  # noqa: PLR0913 - keyword-only: runtimes, time and the probe's n
     quantile of their remaining runtime, and the core's own placement (topology included) is
     asked, under its undo, after which of those ends the gang fits (a bisection over the ends in
     order: one more end never takes room away). Each of low, median and high is the later of the
-    quota's and the nodes' quantile.
+    quota's and the nodes' quantile. ``cache`` keeps the nodes' answer per :func:`room_key` for
+    the other pending gangs of the same shape in the same cluster. Other pending gangs that wait
+    for the same nodes are not played: for the second of two such gangs the start is early.
     """
     cluster = world.cluster
     if cluster is None or quota.seconds is None or not gangs:
         return quota
+    key = room_key(gangs) if cache is not None else ""
+    room = cache.get(key) if cache is not None else None
+    if room is None:
+        room = _room(world, gangs, runtimes=runtimes, now=now, probe=probe)
+        if cache is not None:
+            cache[key] = room
+    owners = room.owners
+    starts = list(room.starts)
+    if len(starts) * 2 < SCENARIOS:
+        return Estimate(None, None, None, quota.basis + "; the nodes never have room for the whole gang")
+    starts.sort()
+    values = [
+        round(max(mine or 0.0, quantile([t for t, _ in starts], q) - now), 1)
+        for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
+    ]
+    waited = starts[len(starts) // 2][1]
+    if not waited:
+        return quota
+    involved = [owners[o] for o in waited]
+    who = ", ".join(o.removeprefix("pod:") for o in waited[:NAMED])
+    if len(waited) > NAMED:
+        who += f" and {len(waited) - NAMED} more"
+    queue = next((q for _, q, _ in involved if q), "")
+    end = "ends" if len(waited) == 1 else "end"
+    words = f"the nodes have room for the whole gang when {who} {end} ({runtimes.basis(queue, involved)})"
+    return Estimate(values[1], values[0], values[2], f"{quota.basis}; {words}")
+
+
+def _room(
+    world: Scheduler, gangs: Sequence[Sequence[GangPodSet]], *, runtimes: RuntimeModel, now: float, probe: str
+) -> Room:
+    """:class:`Room` of ``gangs``, found by the core's placement in every scenario."""
+    cluster = world.cluster
+    assert cluster is not None
     owners: dict[str, tuple[Workload | None, str, float]] = {}  # on any eligible node
     eligible: set[str] = set()
     for gang in gangs:
@@ -427,24 +496,7 @@ def with_room(  # noqa: PLR0913 - keyword-only: runtimes, time and the probe's n
         found = [f for gang in gangs if (f := _room_after(cluster, gang, ends, now, probe)) is not None]
         if found:
             starts.append(min(found))
-    if len(starts) * 2 < SCENARIOS:
-        return Estimate(None, None, None, quota.basis + "; the nodes never have room for the whole gang")
-    starts.sort()
-    values = [
-        round(max(mine or 0.0, quantile([t for t, _ in starts], q) - now), 1)
-        for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
-    ]
-    waited = starts[len(starts) // 2][1]
-    if not waited:
-        return quota
-    involved = [owners[o] for o in waited]
-    who = ", ".join(o.removeprefix("pod:") for o in waited[:NAMED])
-    if len(waited) > NAMED:
-        who += f" and {len(waited) - NAMED} more"
-    queue = next((q for _, q, _ in involved if q), "")
-    end = "ends" if len(waited) == 1 else "end"
-    room = f"the nodes have room for the whole gang when {who} {end} ({runtimes.basis(queue, involved)})"
-    return Estimate(values[1], values[0], values[2], f"{quota.basis}; {room}")
+    return Room(tuple(starts), owners)
 
 
 def _room_after(

@@ -42,6 +42,7 @@ from gpuplane.insight.live_runtimes import RuntimeModel, runtime_model
 from gpuplane.insight.queue_eta import (
     Estimate,
     NodeGang,
+    Room,
     estimate_gangs,
     estimate_queue,
     main_resource,
@@ -245,6 +246,7 @@ class _Context:
     gangs: dict[str, NodeGang | None] = field(default_factory=dict)  # whole-node gangs, by workload
     gang_etas: dict[str, Estimate] = field(default_factory=dict)  # their node replay, made once
     gangs_replayed: bool = False
+    rooms: dict[str, Room] = field(default_factory=dict)  # gangs waiting for room, by shape
 
     def eta(self, p: PendingDecision) -> Estimate:
         name = p.cluster_queue or ""
@@ -428,9 +430,9 @@ def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -
             eta = with_one_node(ctx.world, wl, eta, runtimes=ctx.runtimes, config=ctx.config, now=ctx.now)
         elif p.reason in _PLACEMENT_CAPACITY:
             gangs = _flavored(ctx, p, wl)
-            eta = with_room(
-                ctx.world, gangs, eta, runtimes=ctx.runtimes, now=ctx.now, probe=f"eta:{p.workload}"
-            )
+            probe = f"eta:{p.workload}"
+            runtimes, now = ctx.runtimes, ctx.now
+            eta = with_room(ctx.world, gangs, eta, runtimes=runtimes, now=now, probe=probe, cache=ctx.rooms)
     return Explanation(
         workload=p.workload,
         cluster_queue=p.cluster_queue,
