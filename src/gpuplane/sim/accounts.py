@@ -85,6 +85,9 @@ class Accounts:
                 waited = now - submit
                 if waited > ETA_RELATIVE_MIN_WAIT:
                     run.stats.eta_relative_errors.append(error / waited)
+                    low, high = run.predicted_low, run.predicted_high
+                    run.stats.eta_inside.append(low is not None and high is not None and low <= now <= high)
+                    run.stats.eta_bases.append(run.basis)
         elif submit >= 0:
             run.stats.resume_waits.append(now - submit)
 

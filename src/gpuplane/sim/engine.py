@@ -174,7 +174,7 @@ class Engine:
         self.progress = progress
         self.runs: dict[int, JobRun] = {}
         self.running: dict[int, JobRun] = {}
-        self.forecast = Forecaster(model, self.runs, self.accounts.down_since, self.running_for)
+        self.forecast = Forecaster(model, self.runs, self.accounts.down_since)
         self.events: list[tuple[float, int, int, int, int]] = []
         self.sequence = 0
         self.next_id = len(workloads.jobs)
@@ -286,7 +286,7 @@ class Engine:
             pools=frozenset(self.model.pools_of(job)),
         )
         self.runs[job.id] = run
-        self.forecast.queued(run)
+        self.forecast.queued(run, now)
         if now >= 0 and job.continuation_of is None:
             self.arrived.append(run)
         if job.deadline is not None:
@@ -422,7 +422,7 @@ class Engine:
             saved = p0
         run.progress = saved
         self.accounts.stopped(run, reason, p1 - saved, now)
-        self.forecast.queued(run)
+        self.forecast.queued(run, now)
 
     def close_run(self, run: JobRun, now: float) -> tuple[float, float]:
         """End the current run at ``now`` (counted in the accounts); returns progress before and after."""
@@ -464,13 +464,6 @@ class Engine:
             last, following = checkpoint_at(started + job.startup, period, now)
             heapq.heappush(due, (following, job_id, gen))
             yield job, last
-
-    def running_for(self, klass: str) -> Iterator[float]:
-        """How long each running job of ``klass`` has run so far (in its current run)."""
-        now = self.now
-        for run in self.running.values():
-            if run.job.klass == klass and run.running_since is not None and run.progress == 0:
-                yield now - run.running_since
 
     def predict_pending(self, now: float, *, tried: bool) -> None:
         """The ETA of each job that arrived at ``now`` and is still pending after the scheduling

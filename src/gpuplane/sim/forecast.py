@@ -2,10 +2,12 @@
 
 The engine (:mod:`gpuplane.sim.engine`) tells the :class:`Forecaster` when work is queued, starts,
 stops and ends; the forecaster keeps the running and queued work in a :class:`Book` and the
-runtimes learned per workload class in a :class:`RuntimeHistory`, and predicts a queued job's
-start: the queue replay (:meth:`Book.estimate`), or for a job whose every pod takes a whole node,
-the node replay (:meth:`Forecaster.predict_gang`). Nothing here changes what is simulated: the ETA
-is only measured against the start the job really had.
+runtimes learned from finished runs, by the features users repeat (job name, team and size,
+class), in a :class:`RuntimeHistory` (the runtime predictor the controller uses too), and
+predicts a queued job's start: the queue replay (:meth:`Book.estimate`), or for a job whose every
+pod takes a whole node, the node replay (:meth:`Forecaster.predict_gang`), with the range around
+it that the starts seen so far call for (:class:`~gpuplane.sim.ranges.StartRanges`). Nothing here
+changes what is simulated: the ETA is only measured against the start the job really had.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuplane.insight.eta import (
@@ -29,6 +33,9 @@ from gpuplane.insight.eta import (
     runtime_curve,
     van_der_corput,
 )
+from gpuplane.insight.runtime_history import JobFeatures, RuntimeSample
+from gpuplane.insight.runtime_predictor import OVERDUE_SHARE, PSEUDO_SAMPLES, Prediction, RuntimePredictor
+from gpuplane.sim.ranges import StartRanges
 from gpuplane.sim.runs import JobRun
 from gpuplane.sim.workloads import Job
 
@@ -36,79 +43,191 @@ if TYPE_CHECKING:
     from gpuplane.sim.engine import Model
 
 
-class RuntimeHistory:
-    """Expected runtimes per workload class, learned from what ran so far.
+def shape_of(job: Job) -> str:
+    """A job's pod-set shape as :func:`gpuplane.insight.runtime_history.shape_of` writes it: its
+    pods and what one pod asks."""
+    request = job.request
+    if request.gpus:
+        asked = f"nvidia.com/gpu={request.gpus}"
+    elif request.mig is not None:
+        asked = f"nvidia.com/mig-{request.mig}=1"
+    else:
+        asked = f"nvidia.com/gpu.shared={request.fraction_milli}m"
+    return f"{job.pods}x {asked}"
 
-    What a control plane can know: how long finished workloads of a class ran (start to
-    completion, in one run) and how long the running ones have run. Their Kaplan-Meier curve
-    (:func:`gpuplane.insight.eta.runtime_curve`) is recomputed when a class's finished runs grew
-    by :data:`RELEARN` since the last time; it gives the expected runtime (its mean up to the
-    longest seen) and, for the node replay of whole-node gangs, runtimes at chosen levels of the
-    curve (of a run not started yet, or of one of a given age). Until
-    :data:`LEARN_AFTER` of a class have finished, a job's own ``expected`` (the class mean the
-    scenario declares) stands in.
+
+def features_of(job: Job) -> JobFeatures:
+    """What a later job shares with ``job``: its team's namespace for its class (a team keeps its
+    notebooks, its CI and its training apart, as a cluster's namespaces do: ``<team>-<class>``),
+    the name the team reuses, its class as the queue (the scenario's classes are what a cluster
+    splits into queues: training, inference, notebooks), its tier as the priority class, its
+    shape."""
+    return JobFeatures(f"{job.team}-{job.klass}", job.base_name, job.klass, job.tier, shape_of(job))
+
+
+@dataclass(slots=True)
+class Known:
+    """What the history says of the runs of one set of features: the prediction of a run not
+    started yet, the mean runtime of the runs it was made from (the expected runtime), its basis,
+    how many finished runs call for the next one (``due``), and its runtime curve once asked for."""
+
+    prediction: Prediction
+    mean: float
+    basis: str
+    due: float
+    curve: RuntimeCurve | None = None
+
+    def runtime_curve(self) -> RuntimeCurve | None:
+        """The prediction as a runtime curve (for the node replay's draws of queued gangs)."""
+        if self.curve is None:
+            self.curve = runtime_curve(self.prediction.quantiles, ())
+        return self.curve
+
+
+class RuntimeHistory:
+    """Runtimes learned from what ran so far, by the features users repeat, in one
+    :class:`~gpuplane.insight.runtime_predictor.RuntimePredictor` (``predictor``), as the
+    controller learns them on a live cluster.
+
+    What a control plane can know: how long finished runs ran (start to completion, in one run),
+    and each job's features (:func:`features_of`). The predictor takes the most specific history
+    with enough runs (this job name, the team at this shape, the class, everything); without any,
+    the class mean the scenario declares (``Job.expected``) stands in, as a declared runtime would.
+    A prediction per set of features is kept (``known``) and made again when the runs behind it
+    grew by :data:`RELEARN` or its basis would change (per declared runtime too: it stands in
+    until there is history); each job's features are worked out once
+    (``features``).
     """
 
-    def __init__(self, running: Callable[[str], Iterable[float]]) -> None:
-        self.running = running
-        self.finished: dict[str, list[float]] = {}
-        self.learned: dict[str, RuntimeCurve | None] = {}
-        # Per class, how many finished runs call for the next curve: LEARN_AFTER, then RELEARN
-        # times the count it was last learned from. Asked for several times per arriving job, so
-        # a look-up and one comparison when nothing is due.
-        self.due: dict[str, float] = {}
+    def __init__(self) -> None:
+        self.predictor = RuntimePredictor()
+        # Per key of the predictor, the sum and the number of the runtimes learned: the mean of a
+        # heavy-tailed runtime lies mostly past its last quantiles (a lognormal of the spread of
+        # single-node training has half its mean in its top 1 %), so it is kept exactly.
+        self.sums: dict[tuple[str, ...], list[float]] = {}
+        # Per key, the sum of the start times and the number of the first runs running now: the
+        # long runs of a key are still running while its short ones have finished, so its mean
+        # counts the time they ran so far too (see :meth:`mean_of`).
+        self.running: dict[tuple[str, ...], list[float]] = {}
+        self.known: dict[tuple[JobFeatures, float], Known] = {}
+        self.features: dict[int, JobFeatures] = {}
 
-    def record(self, klass: str, seconds: float) -> None:
-        # In the order they ended: the curve sorts them (insorting here moved the whole list
-        # at every finish of a class with tens of thousands of runs).
-        self.finished.setdefault(klass, []).append(seconds)
+    def features_of(self, job: Job) -> JobFeatures:
+        found = self.features.get(job.id)
+        if found is None:
+            found = self.features[job.id] = features_of(job)
+        return found
 
-    def curve(self, klass: str) -> RuntimeCurve | None:
-        finished = self.finished.get(klass)
-        if finished is None:
-            return None
-        count = len(finished)
-        if count < self.due.get(klass, LEARN_AFTER):
-            return self.learned.get(klass)
-        self.due[klass] = count * RELEARN
-        curve = self.learned[klass] = runtime_curve(finished, self.running(klass))
-        return curve
+    def record(self, job: Job, seconds: float, now: float) -> None:
+        """``job`` finished at ``now`` after running ``seconds``."""
+        features = self.features_of(job)
+        self.predictor.add(RuntimeSample(features, seconds, now))
+        sums = self.sums
+        for key in _keys(features):
+            found = sums.get(key)
+            if found is None:
+                sums[key] = [seconds, 1.0]
+            else:
+                found[0] += seconds
+                found[1] += 1.0
 
-    def expected(self, job: Job) -> float:
-        curve = self.curve(job.klass)
-        return job.expected if curve is None else curve.mean
+    def run_started(self, job: Job, since: float) -> None:
+        """A first run of ``job`` started at ``since``."""
+        self._running(job, since, 1.0)
+
+    def run_stopped(self, job: Job, since: float) -> None:
+        """The first run of ``job`` that started at ``since`` no longer runs."""
+        self._running(job, -since, -1.0)
+
+    def _running(self, job: Job, start: float, count: float) -> None:
+        running = self.running
+        for key in _keys(self.features_of(job)):
+            found = running.get(key)
+            if found is None:
+                running[key] = [start, count]
+            else:
+                found[0] += start
+                found[1] += count
+
+    def mean_of(self, features: JobFeatures, now: float) -> float | None:
+        """The mean runtime of the key the predictor takes for ``features`` (``None``: no key has
+        enough finished runs): the time its runs ran, finished or running still, over its finished
+        runs (the total time on test; exact for exponential runtimes, and what keeps the running
+        long runs from going uncounted)."""
+        least = self.predictor.min_samples
+        for key in _keys(features):
+            found = self.sums.get(key)
+            if found is not None and found[1] >= least:
+                running = self.running.get(key)
+                ran = running[1] * now - running[0] if running is not None else 0.0
+                return (found[0] + ran) / found[1]
+        return None
+
+    def known_of(self, job: Job, now: float) -> Known:
+        features = self.features_of(job)
+        key = (features, job.expected)  # the declared runtime stands in until there is history
+        known = self.known.get(key)
+        basis, count = self.predictor.count(features)
+        if known is not None and count < known.due and (basis or "declared") == known.basis:
+            return known
+        prediction = self.predictor.predict(features, declared=job.expected)
+        mean = self.mean_of(features, now)
+        due = max(count + 1, count * RELEARN)
+        expected = job.expected if mean is None else mean
+        known = self.known[key] = Known(prediction, expected, prediction.basis, due)
+        return known
+
+    def remaining(self, job: Job, now: float, age: float, level: float | None = None) -> float:
+        """What is left of a run of ``job`` that has run ``age``: the mean (``level`` None) or the
+        quantile ``level`` of the runs of its prediction that lasted longer, less ``age`` (the
+        predictor's conditioning on attained service, read from the prediction kept for its
+        features); for a run past nearly all of them, the predictor's tail estimate, never 0."""
+        quantiles = self.known_of(job, now).prediction.quantiles
+        first = bisect.bisect_right(quantiles, age)
+        longer = len(quantiles) - first
+        if longer < OVERDUE_LEFT:
+            tail = self.predictor.predict(self.features_of(job), age, declared=job.expected)
+            return tail.at(level) if level is not None else sum(tail.quantiles) / len(tail.quantiles)
+        if level is None:
+            return sum(quantiles[first:]) / longer - age
+        pos = first + level * (longer - 1)
+        low = int(pos)
+        high = min(low + 1, len(quantiles) - 1)
+        return quantiles[low] + (quantiles[high] - quantiles[low]) * (pos - low) - age
 
 
-class _Classes(dict[str, RuntimeCurve | None]):
-    """What one prediction asks of :class:`RuntimeHistory`, asked once per class: by class, its
-    curve (``classes[klass]``), and :meth:`expected`.
+def _keys(features: JobFeatures) -> tuple[tuple[str, ...], ...]:
+    """The keys the runtime predictor groups runs by, most specific first (its module lists them):
+    job name and shape, job name, namespace and shape, queue, everything."""
+    ns, name = features.namespace, features.name
+    common = (("team", ns, features.shape), ("queue", features.queue), ("all",))
+    if name:
+        return (("name+shape", ns, name, features.shape), ("name", ns, name), *common)
+    return common
 
-    A prediction of a whole-node gang asks each class's curve and expected runtime for every job
-    of it on the gang's nodes and in its queue. Nothing finishes during a prediction, so every
-    ask after a class's first returns what the first did (that one still relearns the curve when
-    it is due, as before)."""
 
-    def __init__(self, runtimes: RuntimeHistory) -> None:
+class _Asked(dict[tuple[JobFeatures, float], Known]):
+    """What one prediction asks of :class:`RuntimeHistory`, asked once per set of features.
+
+    A prediction of a whole-node gang asks the expected runtime of every job on the gang's nodes
+    and in its queue. Nothing finishes during a prediction, so every ask after the first for the
+    same features returns what the first did."""
+
+    def __init__(self, runtimes: RuntimeHistory, now: float) -> None:
         super().__init__()
         self.runtimes = runtimes
-        self.means: dict[str, float | None] = {}
+        self.now = now
 
-    def __missing__(self, klass: str) -> RuntimeCurve | None:
-        curve = self[klass] = self.runtimes.curve(klass)
-        return curve
-
-    def expected(self, job: Job) -> float:
-        klass = job.klass
-        try:
-            mean = self.means[klass]
-        except KeyError:
-            curve = self[klass]
-            mean = self.means[klass] = None if curve is None else curve.mean
-        return job.expected if mean is None else mean
+    def of(self, job: Job) -> Known:
+        key = (self.runtimes.features_of(job), job.expected)
+        known = self.get(key)
+        if known is None:
+            known = self[key] = self.runtimes.known_of(job, self.now)
+        return known
 
 
-LEARN_AFTER = 20  # finished runs of a class before its curve replaces the declared class mean
-RELEARN = 1.05  # relearn a class's curve when its finished runs grew by 5 %
+RELEARN = 1.05  # predict a set of features again when the runs behind its prediction grew by 5 %
+OVERDUE_LEFT = math.ceil(OVERDUE_SHARE * PSEUDO_SAMPLES)  # fewer quantiles past a run's age: overdue
 
 
 GroupKey = tuple[frozenset[str], str, int, float]  # (pools, team, priority, what one pod asks)
@@ -293,73 +412,86 @@ class Book:
 class Forecaster:
     """The ETA of each queued job, from what a control plane can know.
 
-    Owns the book of running and queued work (:class:`Book`), the runtimes learned per class
-    (:class:`RuntimeHistory`), and the capacity the model replays queued work against
+    Owns the book of running and queued work (:class:`Book`), the runtimes learned by features
+    (:class:`RuntimeHistory`), the ranges learned from the starts that followed ETAs
+    (:class:`~gpuplane.sim.ranges.StartRanges`), and the capacity the model replays queued work against
     (``capacity``; ``None``: the configuration gives no ETA). It reads, and never changes, the
     engine's runs (``runs``) and the nodes that are down (``down``, node -> since when); the engine
     tells it when a job is queued, starts, stops and ends.
     """
 
-    def __init__(
-        self,
-        model: Model,
-        runs: Mapping[int, JobRun],
-        down: Mapping[str, float],
-        running_for: Callable[[str], Iterable[float]],
-    ) -> None:
+    def __init__(self, model: Model, runs: Mapping[int, JobRun], down: Mapping[str, float]) -> None:
         self.model = model
         self.runs = runs
         self.down = down
         self.book = Book()
         self.capacity = model.eta_capacity()
-        self.runtimes = RuntimeHistory(running_for)
+        self.runtimes = RuntimeHistory()
+        self.ranges = StartRanges()
 
     # --- what the engine tells it ---------------------------------------------------------------
 
-    def queued(self, run: JobRun) -> None:
-        """``run`` waits in its queue: it arrived, or it stopped and went back."""
-        self.book.add_pending(run, self.runtimes.expected(run.job))
+    def queued(self, run: JobRun, now: float) -> None:
+        """``run`` waits in its queue from ``now``: it arrived, or it stopped and went back."""
+        known = self.runtimes.known_of(run.job, now)
+        run.basis = known.basis
+        self.book.add_pending(run, known.mean)
 
     def unqueued(self, run: JobRun) -> None:
         """``run`` left its queue: it started, or it was withdrawn."""
         self.book.remove_pending(run)
 
     def started(self, run: JobRun, now: float) -> None:
-        """``run`` started at ``now``: when it is expected to end, from its class's runtimes."""
+        """``run`` started at ``now``: when it is expected to end, from the runtimes of its
+        features; the first start of a job given an ETA calibrates the ranges."""
         job = run.job
-        run.expected_end = now + max(job.startup, self.runtimes.expected(job) - run.progress)
+        known = self.runtimes.known_of(job, now)
+        run.basis = known.basis
+        run.expected_end = now + max(job.startup, known.mean - run.progress)
+        if run.progress == 0:
+            run.predicted_runtime = known.prediction.median
+            run.learning_since = now
+            self.runtimes.run_started(job, now)
         self.book.add_running(run)
+        if run.first_start == now and run.replayed is not None:
+            self.ranges.learn(run.eta_kind, run.asked_at, run.replayed, now)
 
     def stopped(self, run: JobRun) -> None:
         """``run`` no longer runs (it ended, or it went back to its queue)."""
         self.book.remove_running(run)
+        if run.learning_since is not None:
+            self.runtimes.run_stopped(run.job, run.learning_since)
+            run.learning_since = None
 
     def ended(self, run: JobRun, now: float) -> None:
-        """A run ended by itself (completed, or reaped idle): its runtime joins the history."""
-        if run.running_since is not None and run.progress == 0:
-            self.runtimes.record(run.job.klass, now - run.running_since)
+        """A run ended by itself (completed, or reaped idle): its runtime joins the history, and
+        the runtime predicted at its start is measured against it."""
+        since = run.running_since
+        if since is not None and run.progress == 0:
+            seconds = now - since
+            self.runtimes.record(run.job, seconds, now)
+            if run.predicted_runtime is not None and now >= 0 and seconds > 0:
+                run.stats.runtime_errors.append(abs(run.predicted_runtime - seconds) / seconds)
+                run.stats.runtime_bases.append(run.basis)
 
     # --- predictions --------------------------------------------------------------------------
 
-    def expected_end(self, run: JobRun, now: float, classes: _Classes) -> float:
-        """When a running job is expected to end: its age on its class's runtime curve (the mean
-        of what is left), or its expected end taken at start; never before ``now``. ``classes``:
-        what one prediction asked of the runtimes already."""
-        curve = classes[run.job.klass]
-        if curve is None or run.running_since is None:
+    def expected_end(self, run: JobRun, now: float) -> float:
+        """When a running job is expected to end: the mean of what is left of runs of its features
+        that lasted as long as it has (never before ``now``), or its expected end taken at start."""
+        if run.running_since is None:
             return max(now, run.expected_end)
-        return now + curve.remaining(now - run.running_since + run.progress)
+        return now + max(0.0, self.runtimes.remaining(run.job, now, now - run.running_since + run.progress))
 
-    def likely_end(self, run: JobRun, now: float, classes: _Classes) -> float | None:
-        """A running job's end drawn from its class's curve given its age, at the job's own point
-        of a van der Corput sequence (so the running jobs' ends spread as the curve says, the
-        first ones much earlier than any mean); ``None`` past the longest run seen. Without a
-        curve, its expected end. ``classes``: what one prediction asked of the runtimes already."""
-        curve = classes[run.job.klass]
-        if curve is None or run.running_since is None:
+    def likely_end(self, run: JobRun, now: float) -> float:
+        """A running job's end drawn from the runtimes of its features given its age, at the
+        job's own point of a van der Corput sequence (so the running jobs' ends spread as their
+        runtimes do, the first ones much earlier than any mean). Without a start, its expected
+        end."""
+        if run.running_since is None:
             return max(now, run.expected_end)
-        left = curve.remaining_at(now - run.running_since + run.progress, van_der_corput(run.job.id + 1))
-        return None if left is None else now + left
+        age = now - run.running_since + run.progress
+        return now + max(0.0, self.runtimes.remaining(run.job, now, age, van_der_corput(run.job.id + 1)))
 
     def predict(self, run: JobRun, now: float, *, tried: bool = False) -> float | None:
         """The ETA the insight layer gives a queued job: the queue replay, or for a job whose every
@@ -371,8 +503,16 @@ class Forecaster:
             return None
         nodes = self.model.whole_nodes(run.job)
         if nodes:
-            return self.predict_gang(run, nodes, capacity, now)
-        return self.book.estimate(run, self.runtimes.expected(run.job), capacity, now, tried=tried)
+            kind, predicted = "gang", self.predict_gang(run, nodes, capacity, now)
+        else:
+            kind = "queue"
+            expected = self.runtimes.known_of(run.job, now).mean
+            predicted = self.book.estimate(run, expected, capacity, now, tried=tried)
+        run.asked_at, run.eta_kind, run.replayed = now, kind, predicted
+        if predicted is None:
+            return None
+        run.predicted_low, run.predicted_high = self.ranges.range(kind, now, predicted)
+        return self.ranges.centre(kind, now, predicted)
 
     def predict_gang(
         self, run: JobRun, nodes: dict[str, list[tuple[str, list[int]]]], capacity: Capacity, now: float
@@ -394,7 +534,7 @@ class Forecaster:
         runs = self.runs
         down = self.down
         node_gpus = self.model.node_gpus
-        classes = _Classes(self.runtimes)  # each class's runtimes, asked once for the whole prediction
+        asked = _Asked(self.runtimes, now)  # each features' runtimes, asked once for the whole prediction
         for pool, on_nodes in nodes.items():
             for node, ids in on_nodes:
                 if node in down:
@@ -411,21 +551,20 @@ class Forecaster:
                         break
                     holders.append(h)
                 if whole is not None:
-                    end = self.likely_end(whole, now, classes)
-                    if end is not None:
-                        releases.append(NodeFree(end, pool, whole.job.team, whole.per_pod))
+                    end = self.likely_end(whole, now)
+                    releases.append(NodeFree(end, pool, whole.job.team, whole.per_pod))
                 elif holders:
-                    last = max([self.expected_end(h, now, classes) for h in holders])
+                    last = max([self.expected_end(h, now) for h in holders])
                     releases.append(NodeFree(last, pool))
                 else:
                     free[pool] = free.get(pool, 0) + 1
         mine = self.book.sequence_of(run)
-        queued = self._queued_gangs(run, pools, floor, mine, classes)
+        queued = self._queued_gangs(run, pools, floor, mine, asked)
         usage: dict[tuple[str, str], float] = {}
         for (pool, owner, priority), amount in self.book.held.items():
             if priority >= floor and pool in nodes:
                 usage[(owner, pool)] = usage.get((owner, pool), 0.0) + amount
-        asked = self._gang(run, run.job.team, pools, mine, classes)
+        gang = self._gang(run, run.job.team, pools, mine, asked)
         world = NodeReplay(
             free=free,
             releases=releases,
@@ -435,10 +574,10 @@ class Forecaster:
             node_size=run.per_pod,
             capacity={p: capacity.pools[p] for p in pools} if capacity.preemption else None,
         )
-        return gang_start(now, asked, world)
+        return gang_start(now, gang, world)
 
     def _queued_gangs(
-        self, run: JobRun, pools: tuple[str, ...], floor: int, mine: int, classes: _Classes
+        self, run: JobRun, pools: tuple[str, ...], floor: int, mine: int, asked: _Asked
     ) -> list[Gang]:
         """The whole-node gangs queued before ``run`` (sequence ``mine``) that may use its pools,
         of priority ``floor`` or more, as the node replay sees them."""
@@ -448,12 +587,13 @@ class Forecaster:
             theirs = shared.get(key[0])
             if theirs is None:
                 theirs = shared[key[0]] = tuple(p for p in pools if p in key[0])
-            queued.append(self._gang(other, key[1], theirs, seq, classes))
+            queued.append(self._gang(other, key[1], theirs, seq, asked))
         return queued
 
-    def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float, classes: _Classes) -> Gang:
-        """A queued whole-node job as the node replay sees it."""
-        expected = classes.expected(run.job)
-        curve = classes[run.job.klass] if run.progress == 0 else None
-        duration = max(run.job.startup, expected - run.progress)
+    def _gang(self, run: JobRun, queue: str, pools: tuple[str, ...], order: float, asked: _Asked) -> Gang:
+        """A queued whole-node job as the node replay sees it: a run not started yet is drawn from
+        the runtimes of its features."""
+        known = asked.of(run.job)
+        curve = known.runtime_curve() if run.progress == 0 else None
+        duration = max(run.job.startup, known.mean - run.progress)
         return Gang(queue, pools, run.job.pods, run.priority, order, duration, curve)

@@ -24,6 +24,15 @@ Definitions (every GPU-hour is counted inside the measured window ``[0, horizon]
   pending after the scheduling pass at its arrival (the ETA ``gpuplane why`` shows then) and
   started. The *relative* ETA error divides it by the real wait, over work that waited more than
   five minutes (:data:`ETA_RELATIVE_MIN_WAIT`).
+* **ETA range coverage**: over the same work, the share whose real start fell inside the range
+  given with the ETA (its 10th to 90th percentile, :mod:`gpuplane.sim.ranges`): calibrated, it is
+  about 0.8.
+* **runtime error**: |median runtime predicted at a job's first start - the runtime it had| / the
+  runtime it had, for first runs that ended by themselves in the window.
+* **basis**: what a job's runtime was predicted from (:mod:`gpuplane.insight.runtime_predictor`):
+  ``name`` (earlier runs of its job name), ``team`` (its team's runs of its size), ``class`` (its
+  class, the queue feature in the simulator), ``all``, or ``declared`` (the class mean the scenario
+  declares, before any history). The ETA errors by basis use the asked job's own basis.
 """
 
 from __future__ import annotations
@@ -62,6 +71,10 @@ class GroupStats:
     completion_times: list[float] = field(default_factory=list)
     eta_errors: list[float] = field(default_factory=list)
     eta_relative_errors: list[float] = field(default_factory=list)
+    eta_inside: list[bool] = field(default_factory=list)  # by eta_relative_errors: start in range
+    eta_bases: list[str] = field(default_factory=list)  # by eta_relative_errors: the job's basis
+    runtime_errors: list[float] = field(default_factory=list)
+    runtime_bases: list[str] = field(default_factory=list)  # by runtime_errors
     never_predicted: int = 0
 
     def merge(self, other: GroupStats) -> None:
@@ -87,6 +100,10 @@ class GroupStats:
         self.completion_times += other.completion_times
         self.eta_errors += other.eta_errors
         self.eta_relative_errors += other.eta_relative_errors
+        self.eta_inside += other.eta_inside
+        self.eta_bases += other.eta_bases
+        self.runtime_errors += other.runtime_errors
+        self.runtime_bases += other.runtime_bases
 
 
 class Series:
@@ -206,11 +223,47 @@ def group_document(stats: GroupStats, capacity: float | None = None) -> dict[str
             "etaRelativeErrorP50": _round(percentile(stats.eta_relative_errors, 50)),
             "etaRelativeErrorP90": _round(percentile(stats.eta_relative_errors, 90)),
             "etaWaitedCount": len(stats.eta_relative_errors),
+            "etaRangeCoverage": _round(_share(sum(stats.eta_inside), len(stats.eta_inside))),
+            "runtimeRelativeErrorP50": _round(percentile(stats.runtime_errors, 50)),
             "submitted": stats.submitted,
             "started": stats.started,
             "completed": stats.completed,
         }
     )
+    return doc
+
+
+BASES = ("name", "team", "class", "all", "declared", "assumed")
+
+
+def basis_label(basis: str) -> str:
+    """A runtime predictor's basis as reported: the simulator's queue feature is the class, and an
+    overdue run's tail counts with the basis it came from."""
+    head = basis.split(",", 1)[0]
+    return "class" if head == "queue" else head
+
+
+def basis_document(stats: GroupStats) -> dict[str, Any]:
+    """The ETA and runtime errors by basis (see the module docstring)."""
+    eta: dict[str, list[tuple[float, bool]]] = {}
+    eta_rows = zip(stats.eta_relative_errors, stats.eta_inside, stats.eta_bases, strict=True)
+    for error, inside, basis in eta_rows:
+        eta.setdefault(basis_label(basis), []).append((error, inside))
+    runtime: dict[str, list[float]] = {}
+    for error, basis in zip(stats.runtime_errors, stats.runtime_bases, strict=True):
+        runtime.setdefault(basis_label(basis), []).append(error)
+    doc: dict[str, Any] = {}
+    order = {basis: i for i, basis in enumerate(BASES)}
+    for basis in sorted(set(eta) | set(runtime), key=lambda b: (order.get(b, len(BASES)), b)):
+        waited = eta.get(basis, [])
+        runs = runtime.get(basis, [])
+        doc[basis] = {
+            "etaRelativeErrorP50": _round(percentile([e for e, _ in waited], 50)),
+            "etaRangeCoverage": _round(_share(sum(inside for _, inside in waited), len(waited))),
+            "etaWaitedCount": len(waited),
+            "runtimeRelativeErrorP50": _round(percentile(runs, 50)),
+            "runtimeCount": len(runs),
+        }
     return doc
 
 
@@ -224,7 +277,9 @@ def total(groups: Iterable[GroupStats]) -> GroupStats:
 def configuration_document(ledger: Ledger) -> dict[str, Any]:
     """The JSON summary of one configuration, with per-team and per-class breakdowns."""
     capacity = ledger.gpus * ledger.horizon
-    doc = group_document(total(ledger.groups.values()), capacity)
+    whole = total(ledger.groups.values())
+    doc = group_document(whole, capacity)
+    doc["byBasis"] = basis_document(whole)
     doc["strandedQuotaGpuHours"] = _round(ledger.stranded / HOUR, 2)
     doc["nodeFailures"] = ledger.node_failures
     doc["downGpuHours"] = _round(ledger.down_gpu_seconds / HOUR, 2)

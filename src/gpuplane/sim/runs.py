@@ -34,6 +34,14 @@ class JobRun:
     pools: frozenset[str] = frozenset()
     pool: str = ""
     expected_end: float = 0.0
+    predicted_low: float | None = None  # the range of the ETA: 10th and 90th percentile of the start
+    predicted_high: float | None = None
+    replayed: float | None = None  # the start the replay predicted, before the ranges' median
+    asked_at: float = 0.0  # when the ETA was given
+    eta_kind: str = ""  # which replay gave it: "queue" or "gang"
+    basis: str = ""  # what its runtime was predicted from (the runtime predictor's basis)
+    learning_since: float | None = None  # the start of a first run the history counts as running
+    predicted_runtime: float | None = None  # the median runtime predicted at its first start
 
     @property
     def alloc(self) -> float:

@@ -1,0 +1,100 @@
+"""The ETA's range (learned from how ETAs met starts) and the simulator's runtime history."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplane.sim import ranges
+from gpuplane.sim.forecast import RuntimeHistory, features_of, shape_of
+from gpuplane.sim.metrics import GroupStats, basis_document
+from gpuplane.sim.ranges import StartRanges
+from gpuplane.sim.workloads import Job, Request
+
+
+def test_range_before_anything_is_learned_is_half_to_twice_the_wait() -> None:
+    r = StartRanges()
+    assert r.range("queue", 100.0, 1100.0) == (600.0, 2100.0)
+    assert r.centre("queue", 100.0, 1100.0) == 1100.0
+    assert r.range("queue", 100.0, 110.0) == (100.0, 160.0)  # a short wait: up to a minute
+
+
+def test_range_reads_the_10th_and_90th_percentile_of_the_learned_ratios() -> None:
+    r = StartRanges()
+    for k in range(1, 101):  # real waits 0.01 .. 1.00 of twice the predicted one
+        r.learn("queue", 0.0, 1000.0, 20.0 * k)
+    low, high = r.range("queue", 0.0, 1000.0)
+    assert low == pytest.approx(1000.0 * 0.22)
+    assert high == pytest.approx(1000.0 * 1.82)
+    assert r.centre("queue", 0.0, 1000.0) == pytest.approx(1020.0)
+    assert r.range("gang", 0.0, 1000.0) == (500.0, 2000.0)  # each kind learns apart
+    inside = sum(low <= 20.0 * k <= high for k in range(1, 101))
+    assert inside == 81
+
+
+def test_range_forgets_past_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ranges, "WINDOW", 30)
+    r = StartRanges()
+    for _ in range(30):
+        r.learn("queue", 0.0, 100.0, 1000.0)
+    for _ in range(30):
+        r.learn("queue", 0.0, 100.0, 100.0)
+    assert r.range("queue", 0.0, 100.0) == (100.0, 100.0)  # only the last 30: ratios of 1
+
+
+def _job(i: int, name: str, work: float, team: str = "a") -> Job:
+    return Job(
+        i,
+        f"j{i}",
+        team,
+        "train",
+        "normal",
+        0.0,
+        2,
+        Request(gpus=8),
+        ("p",),
+        work,
+        0.0,
+        1.0,
+        999.0,
+        base_name=name,
+    )
+
+
+def test_history_predicts_from_the_name_and_counts_running_runs() -> None:
+    job = _job(0, "resnet", 100.0)
+    assert features_of(job).name == "resnet"
+    assert features_of(job).namespace == "a-train"
+    assert shape_of(job) == "2x nvidia.com/gpu=8"
+    history = RuntimeHistory()
+    assert history.known_of(job, 0.0).mean == 999.0  # the declared class mean, before any history
+    assert history.known_of(job, 0.0).basis == "declared"
+    for i in range(5):
+        history.record(_job(i, "resnet", 100.0), 100.0 + i, 1000.0)
+    known = history.known_of(job, 1000.0)
+    assert known.basis == "name"
+    assert known.mean == pytest.approx(102.0)
+    assert history.remaining(job, 1000.0, 101.0) == pytest.approx(1.5, abs=0.1)  # runs 101..104 left
+    assert history.remaining(job, 1000.0, 500.0) > 0  # overdue: a tail, never 0
+    other = _job(9, "bert", 100.0)
+    history.run_started(other, 0.0)  # a long run of the team's size still running
+    for i in range(5):
+        history.record(_job(10 + i, "bert", 10.0), 10.0, 100.0)
+    assert history.known_of(other, 100.0).mean == pytest.approx((50.0 + 100.0) / 5)
+    history.run_stopped(other, 0.0)
+    assert history.mean_of(features_of(other), 100.0) == pytest.approx(10.0)
+
+
+def test_errors_by_basis() -> None:
+    stats = GroupStats(
+        eta_relative_errors=[0.1, 0.3, 0.5],
+        eta_inside=[True, False, True],
+        eta_bases=["name", "name", "queue, overdue"],
+        runtime_errors=[0.2],
+        runtime_bases=["team"],
+    )
+    doc = basis_document(stats)
+    assert list(doc) == ["name", "team", "class"]
+    assert doc["name"]["etaRelativeErrorP50"] == 0.2
+    assert doc["name"]["etaRangeCoverage"] == 0.5
+    assert doc["class"]["etaWaitedCount"] == 1
+    assert doc["team"]["runtimeRelativeErrorP50"] == 0.2
