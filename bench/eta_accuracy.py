@@ -4,7 +4,10 @@ A virtual-time loop drives ``core.schedule`` on a frozen state rebuilt at every 
 finish): one ClusterQueue of 32 GPUs, workloads of 1/2/4/8 GPUs arriving at random (about 95 %
 offered load), true runtimes lognormal (median 30 min, sigma 0.8) that the estimator never sees.
 At each arrival the new workload's ETA is taken from ``insight.why.explain`` (runtimes learned from
-the finished workloads so far); when it starts, the error is measured.
+the finished workloads so far); when it starts, the error is measured. Workloads are submitted
+under job names that repeat (about 20 jobs a name; a name has its own size, and its runtimes spread
+0.35 in log around its own typical runtime, the assumptions of the simulator's generator), so the
+runtime predictor can learn a name's runtimes.
 
 With ``--whole-nodes`` the 32 GPUs are 4 nodes of 8, and workloads of 8 or 16 GPUs are gangs of 1 or
 2 pods that each take a whole node (the others, of 1, 2 or 4 GPUs, one pod, fragment the nodes): the
@@ -13,6 +16,10 @@ ETA of such a gang is the node replay; the errors on the gangs alone are reporte
 Reported, for waits over 5 minutes: the p50 and p90 of |predicted - actual| / actual wait, for
 gpuplane's estimate and, as the baseline measured in the same run, position x median runtime /
 average concurrency (what a user does with a queue position alone). The target is a p50 of at most 25 %.
+Then, over all and by basis (what the asked job's own runtime would be predicted from when it was
+asked: ``name``, ``team``, ``queue``, ``assumed``): the ETA's p50 relative error, the share of real
+starts inside the range given (its 10th to 90th percentile: calibrated, about 80 %), and the p50
+relative error of the median runtime the shared runtime predictor gives each job at its start.
 
     python3 bench/run.py eta-accuracy [-- --workloads 600 --seed 7 --whole-nodes]
 """
@@ -32,6 +39,8 @@ from rich.table import Table
 
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.scheduler import schedule
+from gpuplane.insight.runtime_history import JobFeatures, RuntimeSample
+from gpuplane.insight.runtime_predictor import RuntimePredictor
 from gpuplane.insight.why import explain
 from gpuplane.model.objects import (
     Admission,
@@ -62,6 +71,10 @@ SIGMA = 0.8
 LONG_WAIT = 300.0
 
 
+NAME_RUNS = 20.0  # mean jobs per job name (the simulator's RUNS_PER_NAME, an assumption)
+NAME_SIGMA = 0.35  # spread (log) of the runtimes of one name (the simulator's NAME_SIGMA, an assumption)
+
+
 @dataclass
 class Job:
     name: str
@@ -72,6 +85,11 @@ class Job:
     end: float | None = None
     predicted: float | None = None
     position: int | None = None
+    low: float | None = None  # the range given with the ETA (absolute times)
+    high: float | None = None
+    basis: str = ""  # what the job's own runtime would be predicted from when it was asked
+    predicted_runtime: float | None = None  # the median runtime predicted at its start
+    runtime_basis: str = ""  # what that was predicted from
 
 
 @dataclass
@@ -137,18 +155,54 @@ class World:
 
 
 def generate(count: int, seed: int, sizes: tuple[tuple[int, float], ...] = SIZES) -> list[Job]:
+    """Arrivals at 95 % load, sizes and runtimes as the module says, then the name each job was
+    submitted under: about :data:`NAME_RUNS` jobs a name with Zipf popularity, a name having its own
+    size (kept by 80 % of its runs) and typical runtime (its runs spread :data:`NAME_SIGMA` in log
+    around it). As in the simulator's generator, the name is drawn last, from a stream of its own,
+    given the job's size and runtime, so those are what they were without names. A workload is
+    named ``train-<name>-<number>``, as a generated Job's Workload would be."""
     rng = random.Random(seed)
     mean_gpus = sum(g * p for g, p in sizes)
     mean_runtime = MEDIAN_RUNTIME * math.exp(SIGMA**2 / 2)
     rate = 0.95 * CAPACITY / (mean_gpus * mean_runtime)  # arrivals per second at 95 % load
     t = 0.0
-    jobs = []
-    for i in range(count):
+    drawn = []
+    for _ in range(count):
         t += rng.expovariate(rate)
         gpus = rng.choices([g for g, _ in sizes], [p for _, p in sizes])[0]
         runtime = rng.lognormvariate(math.log(MEDIAN_RUNTIME), SIGMA)
-        jobs.append(Job(f"w{i:05d}", gpus, t, runtime))
+        drawn.append((t, gpus, runtime))
+    names = random.Random(seed + 1)
+    kinds = max(1, round(count / NAME_RUNS))
+    between = math.sqrt(SIGMA**2 - NAME_SIGMA**2)
+    typical = [names.gauss(math.log(MEDIAN_RUNTIME), between) for _ in range(kinds)]
+    share = dict(sizes)
+    own = names.choices([g for g, _ in sizes], [p for _, p in sizes], k=kinds)
+    jobs = []
+    for i, (arrival, gpus, runtime) in enumerate(drawn):
+        weights = [
+            math.exp(-0.5 * ((math.log(runtime) - typical[k]) / NAME_SIGMA) ** 2)
+            / (k + 1)
+            * (0.8 * (own[k] == gpus) + 0.2 * share[gpus])
+            for k in range(kinds)
+        ]
+        kind = names.choices(range(kinds), weights)[0] if sum(weights) > 0 else 0
+        jobs.append(Job(f"train-{_letters(kind)}-{i:05d}", gpus, arrival, runtime))
     return jobs
+
+
+def _letters(k: int) -> str:
+    return "".join(chr(ord("a") + (k // 26**p) % 26) for p in (2, 1, 0))
+
+
+def features(world: World, job: Job) -> JobFeatures:
+    """The job's features, as the controller reads them from its Workload."""
+    pods, per_pod = world.pods(job)
+    return JobFeatures("ns", job_name_of(job.name), "cq", "", f"{pods}x {GPU}={per_pod}")
+
+
+def job_name_of(name: str) -> str:
+    return name.rsplit("-", 1)[0]
 
 
 def run(count: int, seed: int, whole_nodes: bool = False) -> tuple[list[Job], float]:
@@ -159,11 +213,18 @@ def run(count: int, seed: int, whole_nodes: bool = False) -> tuple[list[Job], fl
     for job in jobs:
         world.jobs[job.name] = job
     config = SchedulerConfig()
+    learned = RuntimePredictor()  # what the job's own runtime would be predicted from, as the live ETA learns
     started = time.perf_counter()
     while events:
-        now, _, name = heapq.heappop(events)
+        now, kind, name = heapq.heappop(events)
+        batch = [(kind, name)]
         while events and events[0][0] == now:  # one decision per instant
-            heapq.heappop(events)
+            _, kind, other = heapq.heappop(events)
+            batch.append((kind, other))
+        for kind, other in batch:
+            if kind == 0:  # a finish
+                done = world.jobs[other]
+                learned.add(RuntimeSample(features(world, done), done.runtime, now))
         state = world.state(now)
         plan = schedule(state, config, now, cycles=None)
         for decision in plan.admitted:
@@ -171,12 +232,17 @@ def run(count: int, seed: int, whole_nodes: bool = False) -> tuple[list[Job], fl
             if job.start is None:
                 job.start = now
                 job.end = now + job.runtime
+                own = learned.predict(features(world, job))
+                job.predicted_runtime, job.runtime_basis = own.median, own.basis.split(",")[0]
                 heapq.heappush(events, (job.end, 0, job.name))
         arrived = world.jobs[name]
         if arrived.arrival == now and arrived.start is None:
             found = explain(state, plan, now, f"ns/{name}", config)
             if found.eta.seconds is not None:
                 arrived.predicted = now + found.eta.seconds
+            if found.eta.low is not None and found.eta.high is not None:
+                arrived.low, arrived.high = now + found.eta.low, now + found.eta.high
+            arrived.basis = learned.predict(features(world, arrived)).basis.split(",")[0]
             arrived.position = found.position_in_cluster_queue
     return jobs, time.perf_counter() - started
 
@@ -184,6 +250,44 @@ def run(count: int, seed: int, whole_nodes: bool = False) -> tuple[list[Job], fl
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def basis_table(jobs: list[Job]) -> Table:
+    """gpuplane's ETA over waits past 5 minutes (median relative error, and the share of real
+    starts inside the range given), and the median relative error of the runtime predicted at each
+    job's start, over all and by basis (what the job's runtime was predicted from: the history of
+    its name, of its team at its size, of its queue, or nothing yet)."""
+    eta: dict[str, list[tuple[float, bool]]] = {}
+    runtime: dict[str, list[float]] = {}
+    for job in jobs:
+        if job.start is None:
+            continue
+        if job.predicted_runtime is not None and job.runtime > 0:
+            error = abs(job.predicted_runtime - job.runtime) / job.runtime
+            for basis in ("all", job.runtime_basis):
+                runtime.setdefault(basis, []).append(error)
+        wait = job.start - job.arrival
+        if job.predicted is None or wait <= LONG_WAIT:
+            continue
+        inside = job.low is not None and job.high is not None and job.low <= job.start <= job.high
+        for basis in ("all", job.basis):
+            eta.setdefault(basis, []).append((abs(job.predicted - job.start) / wait, inside))
+    table = Table(title="gpuplane's ETA and the runtime predictor by basis (ETA: waits > 5 min)")
+    for column in ("basis", "ETA err p50", "coverage [p10, p90]", "waited", "runtime err p50", "started"):
+        table.add_column(column)
+    for basis in sorted(set(eta) | set(runtime), key=lambda b: (b != "all", b)):
+        rows = eta.get(basis, [])
+        errors = [e for e, _ in rows]
+        runs = runtime.get(basis, [])
+        table.add_row(
+            basis,
+            f"{percentile(errors, 0.5):.1%}" if errors else "",
+            f"{sum(i for _, i in rows) / len(rows):.1%}" if rows else "",
+            str(len(rows)),
+            f"{percentile(runs, 0.5):.1%}" if runs else "",
+            str(len(runs)),
+        )
+    return table
 
 
 def main() -> None:
@@ -228,6 +332,7 @@ def main() -> None:
     )
     console = Console()
     console.print(table)
+    console.print(basis_table(jobs))
     ratio = percentile(ours, 0.5) / percentile(baseline, 0.5)
     console.print(
         f"p50 error ratio gpuplane/baseline: {ratio:.2f}; target p50 <= 25 %: "

@@ -11,10 +11,14 @@ before left):
 * **stock** and **gpuplane** (the real core).
 
 Reported: wall and CPU seconds, events per second, and the ratio of each to the baseline of the same run
-(the machine may be shared, so the ratio is the number to compare). Then both configurations
-side by side, one worker process each (what ``gpuplane simulate --load 1.5`` does with two or more
-CPUs; ``--jobs``), timed as a whole. Target: both configurations <= 60 s; the verdict is on the
-side-by-side run, and the sum of the two timed alone is printed next to it.
+(the machine may be shared, so the ratio is the number to compare); then, for stock and gpuplane,
+the ETA's median relative error and its range's coverage (the share of real starts inside the
+10th to 90th percentile given) over waits past 5 minutes, and the median relative error of the
+runtime predicted at a job's start, over all and by basis (name history, team, class, declared).
+Then both configurations side by side, one worker process each (what ``gpuplane simulate --load
+1.5`` does with two or more CPUs; ``--jobs``), timed as a whole. Target: both configurations
+<= 60 s; the verdict is on the side-by-side run, and the sum of the two timed alone is printed next
+to it.
 
 Usage::
 
@@ -28,8 +32,10 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -44,6 +50,41 @@ from gpuplane.sim.parallel import default_jobs
 from gpuplane.sim.scenario import builtin_scenario
 
 TARGET_SECONDS = 60.0
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value:.0%}"
+
+
+def basis_table(results: dict[str, dict[str, Any]]) -> Table:
+    """The ETA's median relative error and its range's coverage over waits past 5 minutes, and the
+    median relative error of the runtime predicted at a job's start, over all and by basis (what
+    the runtime was predicted from: name history, team, class, declared), per configuration."""
+    table = Table(title="ETA and runtime by basis (waits > 5 min; coverage: real start inside [p10, p90])")
+    for column in ("model", "basis", "ETA err p50", "coverage", "waited", "runtime err p50", "runs"):
+        table.add_column(column, justify="left" if column in ("model", "basis") else "right")
+    for label in ("stock", "gpuplane"):
+        row = results[label]
+        table.add_row(
+            label,
+            "all",
+            _share(row["etaRelativeErrorP50"]),
+            _share(row["etaRangeCoverage"]),
+            "",
+            _share(row["runtimeRelativeErrorP50"]),
+            "",
+        )
+        for basis, doc in row["byBasis"].items():
+            table.add_row(
+                "",
+                basis,
+                _share(doc["etaRelativeErrorP50"]),
+                _share(doc["etaRangeCoverage"]),
+                f"{doc['etaWaitedCount']:,}",
+                _share(doc["runtimeRelativeErrorP50"]),
+                f"{doc['runtimeCount']:,}",
+            )
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     console.print(table)
+    console.print(basis_table(results))
     both = results["stock"]["wallSeconds"] + results["gpuplane"]["wallSeconds"]
     console.print(f"stock + gpuplane, each timed alone: {both:.1f} s")
     console.print(f"stock and gpuplane side by side ({args.jobs} processes): running ...")

@@ -133,7 +133,8 @@ LABELS = ("baseline", "stock", "gpuplane")
 
 def run_model(label: str, scenario: Scenario, *, outcome: bool = False) -> dict[str, Any]:
     """Draw the scenario's workloads and run them under model ``label``, timing the run alone.
-    With ``outcome``, the p95 wait and the ETA errors of the run come with the timings."""
+    With ``outcome``, the p95 wait, the ETA errors, the ETA range's coverage and the runtime error
+    (over all and by basis) of the run come with the timings."""
     sim = scenario_input(scenario)
     model = NoOpModel() if label == "baseline" else build_model(label, sim)
     t0, cpu0 = time.perf_counter(), time.process_time()
@@ -150,7 +151,14 @@ def run_model(label: str, scenario: Scenario, *, outcome: bool = False) -> dict[
     }
     if outcome:
         doc = configuration_document(ledger)
-        row |= {key: doc[key] for key in ("waitP95Seconds", "etaErrorP50", "etaRelativeErrorP50")}
+        keys = (
+            "waitP95Seconds",
+            "etaErrorP50",
+            "etaRelativeErrorP50",
+            "etaRangeCoverage",
+            "runtimeRelativeErrorP50",
+        )
+        row |= {key: doc[key] for key in keys} | {"byBasis": doc["byBasis"]}
     return row
 
 
