@@ -5,7 +5,8 @@
 (:mod:`gpuplane.insight.queue_eta`). :func:`explain_all` does it for every pending workload of
 a plan. Inputs are the parsed cluster state, the plan the core made on it and the time; the
 analysis runs on the cluster as the plan leaves it (:mod:`gpuplane.insight.aftermath`) and
-changes nothing.
+changes nothing. The workload behind a NAME (``[KIND/]NAME``) is found by
+:mod:`gpuplane.insight.why_names`.
 
 Reasons are the core's: Kueue's names (``WaitingForQuota``, ``ExceedsMaxQuota``,
 ``NoMatchingFlavor``, ``WaitingForPreemptedWorkloads``, ``Misconfigured``, ``Inactive``, ...)
@@ -20,7 +21,6 @@ Positions in the JSON are counted from 0, as Kueue's visibility API counts them 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -51,38 +51,20 @@ from gpuplane.insight.queue_eta import (
     with_room,
 )
 from gpuplane.insight.runtime_history import RuntimeSample
-from gpuplane.model import labels as keys
-from gpuplane.model.objects import ClusterState, Node, Pod, Workload
+from gpuplane.insight.why_names import QUEUE_NAME_LABEL, NotFoundError, resolve, split_reference
+from gpuplane.model.objects import ClusterState, Node, Workload
 from gpuplane.model.quantity import base_units_per_unit
 
-WORKLOAD_NAME_LABEL = keys.KUEUE_WORKLOAD_LABEL
-QUEUE_NAME_LABEL = keys.QUEUE_NAME_LABEL
-POD_GROUP_LABEL = keys.POD_GROUP_LABEL
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
-# kubectl's spellings of the kinds a NAME may carry, to the kind a Workload is named after.
-KIND_ALIASES = {
-    "workload": "workload",
-    "workloads": "workload",
-    "wl": "workload",
-    "workload.kueue.x-k8s.io": "workload",
-    "pod": "pod",
-    "pods": "pod",
-    "po": "pod",
-    "job": "job",
-    "jobs": "job",
-    "job.batch": "job",
-    "jobset": "jobset",
-    "jobsets": "jobset",
-    "pytorchjob": "pytorchjob",
-    "pytorchjobs": "pytorchjob",
-    "rayjob": "rayjob",
-    "rayjobs": "rayjob",
-    "trainjob": "trainjob",
-    "trainjobs": "trainjob",
-    "leaderworkerset": "leaderworkerset",
-    "leaderworkersets": "leaderworkerset",
-    "lws": "leaderworkerset",
-}
+__all__ = [
+    "NEVER",
+    "Blocker",
+    "Explanation",
+    "NotFoundError",
+    "explain",
+    "explain_all",
+    "resolve",
+    "split_reference",
+]
 NEVER = frozenset(
     {
         Reason.EXCEEDS_MAX_QUOTA,
@@ -145,85 +127,6 @@ class Explanation:
             "blockers": [b.to_json() for b in self.blockers],
             "fix": self.fix,
         }
-
-
-class NotFoundError(LookupError):
-    """The NAME given to ``why`` names no workload (the message says what was looked for)."""
-
-
-# ---------------------------------------------------------------------------
-# Finding the workload behind a name
-# ---------------------------------------------------------------------------
-
-
-def split_reference(ref: str) -> tuple[str, str]:
-    """``[KIND/]NAME`` as kubectl spells it into (canonical kind, name); bare names are Workloads."""
-    kind, sep, name = ref.partition("/")
-    if not sep:
-        return "workload", ref
-    canonical = KIND_ALIASES.get(kind.lower())
-    if canonical is None or not name or "/" in name:
-        known = ", ".join(sorted(set(KIND_ALIASES.values())))
-        raise NotFoundError(f"cannot read {ref!r}: expected [KIND/]NAME with KIND one of {known}")
-    return canonical, name
-
-
-def owned_workload_names(kind: str, name: str, workloads: Iterable[Workload]) -> list[Workload]:
-    """Workloads named as Kueue and gpuplane name the Workload of a ``kind`` object ``name``.
-
-    Both name it ``<kind>-<name>-<5 hex digits>`` (the name part cut to fit 63 characters).
-    """
-    prefix = f"{kind}-{name}"[:56]
-    pattern = re.compile(re.escape(prefix) + r"-[0-9a-f]{5}$")
-    return [wl for wl in workloads if pattern.match(wl.name)]
-
-
-def resolve(state: ClusterState, ref: str, namespace: str) -> Workload:
-    """The workload behind ``ref`` (``[KIND/]NAME``) in ``namespace``; raises :class:`NotFoundError`."""
-    kind, name = split_reference(ref)
-    here = [wl for wl in state.workloads if wl.namespace == namespace]
-    if kind == "workload":
-        for wl in here:
-            if wl.name == name:
-                return wl
-        raise NotFoundError(f"workload {namespace}/{name} not found")
-    if kind == "pod":
-        return _resolve_pod(state, here, name, namespace)
-    found = owned_workload_names(kind, name, here)
-    if not found:
-        raise NotFoundError(
-            f"no workload for {kind} {namespace}/{name} (is it queued with {QUEUE_NAME_LABEL}?)"
-        )
-    return found[0]
-
-
-def _resolve_pod(state: ClusterState, here: Sequence[Workload], name: str, namespace: str) -> Workload:
-    pod: Pod | None = next((p for p in state.pods if p.namespace == namespace and p.name == name), None)
-    if pod is not None:
-        labels = pod.template.labels
-        direct = labels.get(WORKLOAD_NAME_LABEL) or labels.get("gpuplane.dev/workload")
-        if direct:
-            for wl in here:
-                if wl.name == direct:
-                    return wl
-        for label in JOB_NAME_LABELS:
-            if label in labels:
-                found = owned_workload_names("job", labels[label], here)
-                if found:
-                    return found[0]
-        group = labels.get(POD_GROUP_LABEL)
-        if group:
-            found = owned_workload_names("podgroup", group, here)
-            if found:
-                return found[0]
-    found = owned_workload_names("pod", name, here)
-    if found:
-        return found[0]
-    if pod is not None and QUEUE_NAME_LABEL not in pod.template.labels:
-        raise NotFoundError(
-            f"pod {namespace}/{name} is not queued by gpuplane: it has no {QUEUE_NAME_LABEL} label"
-        )
-    raise NotFoundError(f"no workload for pod {namespace}/{name}")
 
 
 # ---------------------------------------------------------------------------
