@@ -149,5 +149,7 @@ def test_bad_input_is_refused() -> None:
         RuntimePredictor(min_samples=0)
     with pytest.raises(ValueError, match="quantile"):
         RuntimePredictor().predict(TRAIN).at(1.5)
+    with pytest.raises(ValueError, match="limit"):
+        RuntimePredictor().predict(TRAIN, limit=0.0)
     with pytest.raises(ValueError, match="declared"):
         RuntimePredictor().predict(TRAIN, declared=float("nan"))

@@ -181,6 +181,8 @@ class RuntimePredictor:
         if found is None:
             found = _declared(declared, elapsed) if declared is not None else _assumed(elapsed)
         if limit is not None:
+            if not limit > 0.0:  # NaN too
+                raise ValueError(f"a limit is a number of seconds > 0, not {limit!r}")
             found = _capped(found, limit - elapsed)
         return found
 
