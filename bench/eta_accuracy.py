@@ -273,7 +273,7 @@ def basis_table(jobs: list[Job]) -> Table:
         for basis in ("all", job.basis):
             eta.setdefault(basis, []).append((abs(job.predicted - job.start) / wait, inside))
     table = Table(title="gpuplane's ETA and the runtime predictor by basis (ETA: waits > 5 min)")
-    for column in ("basis", "ETA err p50", "coverage [p10, p90]", "waited", "runtime err p50", "started"):
+    for column in ("basis", "ETA err p50", "coverage p10-p90", "waited", "runtime err p50", "started"):
         table.add_column(column)
     for basis in sorted(set(eta) | set(runtime), key=lambda b: (b != "all", b)):
         rows = eta.get(basis, [])

@@ -60,7 +60,7 @@ def basis_table(results: dict[str, dict[str, Any]]) -> Table:
     """The ETA's median relative error and its range's coverage over waits past 5 minutes, and the
     median relative error of the runtime predicted at a job's start, over all and by basis (what
     the runtime was predicted from: name history, team, class, declared), per configuration."""
-    table = Table(title="ETA and runtime by basis (waits > 5 min; coverage: real start inside [p10, p90])")
+    table = Table(title="ETA and runtime by basis (waits > 5 min; coverage: real start in p10-p90)")
     for column in ("model", "basis", "ETA err p50", "coverage", "waited", "runtime err p50", "runs"):
         table.add_column(column, justify="left" if column in ("model", "basis") else "right")
     for label in ("stock", "gpuplane"):
