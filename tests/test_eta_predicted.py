@@ -15,7 +15,8 @@ from gpuplane.core.analysis import GangPodSet
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.scheduler import schedule
 from gpuplane.core.session import pod_needs
-from gpuplane.insight.queue_eta import QUANTILES, room_key
+from gpuplane.insight.node_eta import room_key
+from gpuplane.insight.queue_eta import QUANTILES, play
 from gpuplane.insight.runtime_history import RuntimeSample, features_of
 from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model.loader import load_state
@@ -208,3 +209,34 @@ def test_gangs_of_one_shape_share_the_nodes_answer() -> None:
     assert room_key([gang(2, 4)]) == room_key([gang(2, 4)])
     assert room_key([gang(2, 4)]) != room_key([gang(3, 4)])
     assert room_key([gang(2, 4)]) != room_key([gang(2, 2)])
+
+
+def test_work_still_to_come_starts_ahead_of_a_waiting_workload_where_it_fits() -> None:
+    # 4 GPUs, all held: 2 free at 100 s, 2 more at 300 s; "big" needs 4. A 1-GPU job arriving at
+    # 150 s for 1000 s fits in the 2 free ones and starts ahead of big (BestEffortFIFO), so big
+    # waits for it: 1150 s instead of 300 s. Under StrictFIFO it queues behind big.
+    releases = [(100.0, "f", 2.0), (300.0, "f", 2.0)]
+    queue = [("big", 4.0, 500.0)]
+
+    def start(arrivals: list[tuple[float, float, float]], strict: bool = False) -> float:
+        found = play(0.0, {"f": 4.0}, {"f": 0.0}, releases, queue, strict=strict, arrivals=iter(arrivals))
+        return found["big"]
+
+    assert start([]) == 300.0
+    assert start([(150.0, 1.0, 1000.0)]) == 1150.0
+    assert start([(150.0, 1.0, 1000.0)], strict=True) == 300.0
+    assert start([(350.0, 1.0, 1000.0)]) == 300.0  # after big started: no matter
+
+
+def test_the_live_eta_plays_work_still_to_come_once_the_queue_has_seen_enough() -> None:
+    def finished(name: str) -> Manifest:
+        conditions = [
+            {"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": _rfc(at)}
+            for t, at in (("QuotaReserved", NOW - 7200), ("Finished", NOW - 3600))
+        ]
+        return holder(name, 1).set("status.conditions", conditions)
+
+    few = explained(state_of(running("r1", 600), pending("p"), *(finished(f"f{i}") for i in range(5))))
+    assert "work still to come" not in few["default/p"].eta.basis
+    many = explained(state_of(running("r1", 600), pending("p"), *(finished(f"f{i}") for i in range(30))))
+    assert "work still to come at the recent rate" in many["default/p"].eta.basis

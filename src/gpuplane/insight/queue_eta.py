@@ -5,7 +5,7 @@ ClusterQueues of a cluster state, from what the control plane knows at a moment 
 
 * **capacity**: what the ClusterQueue could ever use of a workload's main resource (its nominal
   quota plus what it may borrow from its cohort), and, for a one-pod workload waiting on
-  placement, the first single node with room (:func:`with_one_node`);
+  placement, the first single node with room (:func:`gpuplane.insight.node_eta.with_one_node`);
 * **held and releases**: admitted workloads of the queue (and the part of the cohort's
   workloads that borrows) release what they hold when they end;
 * **runtimes**: :mod:`gpuplane.insight.live_runtimes`: learned from finished runs by job name,
@@ -17,16 +17,19 @@ ClusterQueues of a cluster state, from what the control plane knows at a moment 
   gets the borrowed part back now, not when the borrowers end;
 * **queue order**: BestEffortFIFO lets a workload that fits start past one that does not;
   StrictFIFO does not;
+* **work still to come**: once a ClusterQueue has seen :data:`MIN_ARRIVALS` workloads, work keeps
+  arriving at its recent rate, each like one of its recent workloads, and under BestEffortFIFO
+  starts ahead of a waiting workload where it fits (:class:`_Arrivals`);
 * **gangs waiting for room on their nodes**: a gang whose quota is free but whose nodes are
   not starts when the core's placement finds room for it as the workloads on its eligible nodes
-  end, the earliest over its flavors (:func:`with_room`);
+  end, the earliest over its flavors (:func:`gpuplane.insight.node_eta.with_room`);
 * **whole-node gangs**: a workload whose every pod takes a whole node (:func:`node_gang`) is also
   replayed on the nodes, with the pending whole-node gangs of every ClusterQueue that share them,
   by :func:`gpuplane.insight.eta.gang_start`, the simulator's method (:func:`estimate_gangs`).
 
 The queue is played in :data:`SCENARIOS` scenarios of the runtimes (:func:`estimate_queue`); the
 range is the 10th to 90th percentile of the starts (:data:`QUANTILES`), the estimate their
-median. The estimate ignores arrivals of higher-priority work.
+median.
 ``bench/eta_accuracy.py`` measures it against the core's real starts.
 """
 
@@ -34,22 +37,21 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import random
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from gpuplane.core.analysis import (
     AdmittedWorkload,
     ClusterQueueNode,
     CohortNode,
-    GangPlacement,
     GangPodSet,
-    PlacementState,
     Scheduler,
 )
 from gpuplane.core.session import PendingDecision, SchedulerConfig, pod_needs
-from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts, predict_start
-from gpuplane.insight.live_runtimes import NAMED, RuntimeModel, quantile
+from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts
+from gpuplane.insight.live_runtimes import RuntimeModel, quantile
 from gpuplane.model.gpu_share import FRACTION_RESOURCE
 from gpuplane.model.objects import Workload
 
@@ -96,7 +98,7 @@ def _held(aw: AdmittedWorkload, frs: Iterable[tuple[str, str]]) -> float:
     return float(sum(aw.usage.get(fr, 0) for fr in frs))
 
 
-def _salt(key: str) -> tuple[float, ...]:
+def scenario_salt(key: str) -> tuple[float, ...]:
     """The quantiles of one workload's runtime in the :data:`SCENARIOS` scenarios: one in each of as
     many equal strata, so its scenarios cover its distribution evenly, in an order of its own drawn
     from its key, so that the workloads' quantiles are independent of each other (a Latin hypercube)
@@ -108,7 +110,7 @@ def _salt(key: str) -> tuple[float, ...]:
     return tuple((stratum + rng.random()) / SCENARIOS for stratum in order)
 
 
-def _u(k: int, salt: tuple[float, ...]) -> float:
+def scenario_level(k: int, salt: tuple[float, ...]) -> float:
     """The quantile scenario ``k`` of :data:`SCENARIOS` uses for one workload."""
     return salt[k]
 
@@ -120,7 +122,35 @@ class _Item:
     workload: Workload | None
 
 
-def play(  # noqa: PLR0913 - keyword-only: strict
+_Waiting = tuple[str | None, float, float]  # (key, or None for work still to come; amount; duration)
+
+
+@dataclass(slots=True)
+class _Pools:
+    """A play's pools: the room left in each (in the order the queue tries them), the largest
+    capacity, and the ends of what runs (a heap of ``(end, pool, amount)``)."""
+
+    room: dict[str, float]
+    largest: float
+    total: float
+    ends: list[tuple[float, str, float]]
+    order: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.order = list(self.room)
+
+    def start(self, amount: float, duration: float, at: float) -> bool:
+        """Start ``amount`` for ``duration`` at ``at`` in the first pool with room (across the pools
+        when larger than each); ``False`` when it does not fit."""
+        taken = _take(self.room, self.order, amount, split=amount > self.largest + EPSILON)
+        if taken is None:
+            return False
+        for pool, part in taken:
+            heapq.heappush(self.ends, (at + duration, pool, part))
+        return True
+
+
+def play(  # noqa: PLR0913 - keyword-only: strict and the arrivals
     now: float,
     capacity: Mapping[str, float],
     free: Mapping[str, float],
@@ -128,6 +158,7 @@ def play(  # noqa: PLR0913 - keyword-only: strict
     queue: Sequence[tuple[str, float, float]],
     *,
     strict: bool,
+    arrivals: Iterator[tuple[float, float, float]] | None = None,
 ) -> dict[str, float]:
     """Start times of queued ``(key, amount, duration)`` items; an item missing never starts.
 
@@ -135,39 +166,57 @@ def play(  # noqa: PLR0913 - keyword-only: strict
     ``releases`` are ``(end, pool, amount)``. At ``now`` and at every release, items start in queue
     order while they fit, each in the first pool with room (an item larger than every pool takes
     what is free across them); under BestEffortFIFO an item that does not fit lets the ones behind
-    it try (Kueue sets it aside), under StrictFIFO it blocks them.
+    it try (Kueue sets it aside), under StrictFIFO it blocks them. ``arrivals``: work still to come,
+    ``(time, amount, duration)`` in time order, queued behind everything at its time (under
+    BestEffortFIFO it starts ahead of waiting items that do not fit).
     """
-    heap = list(releases)
-    heapq.heapify(heap)
-    room = dict(free)
-    pools = list(capacity)
-    largest = max(capacity.values(), default=0.0)
-    total = sum(capacity.values())
+    pools = _Pools(dict(free), max(capacity.values(), default=0.0), sum(capacity.values()), list(releases))
+    heapq.heapify(pools.ends)
     t = now
     starts: dict[str, float] = {}
-    waiting = [item for item in queue if item[1] <= total + EPSILON]
-    while waiting:
-        still = []
-        blocked = False
-        for key, amount, duration in waiting:
-            taken = None if blocked else _take(room, pools, amount, split=amount > largest + EPSILON)
-            if taken is None:
-                still.append((key, amount, duration))
-                blocked = blocked or strict
-                continue
-            starts[key] = t
-            for pool, part in taken:
-                heapq.heappush(heap, (t + duration, pool, part))
-        waiting = still
-        if not waiting or not heap:
+    waiting: list[_Waiting] = [item for item in queue if item[1] <= pools.total + EPSILON]
+    upcoming = next(arrivals, None) if arrivals is not None else None
+    while True:
+        waiting = _round(waiting, pools, t, strict, starts)
+        if all(key is None for key, _, _ in waiting) or not pools.ends:
             break
-        end, pool, amount = heapq.heappop(heap)
+        # Work that arrives before the next end can only take room: it starts then or waits.
+        while upcoming is not None and upcoming[0] < pools.ends[0][0]:
+            at, amount, duration = upcoming
+            upcoming = next(arrivals, None) if arrivals is not None else None
+            fits = not (strict and waiting) and pools.start(amount, duration, max(t, at))
+            if not fits and amount <= pools.total + EPSILON:
+                waiting.append((None, amount, duration))
+        end, pool, amount = heapq.heappop(pools.ends)
         t = max(t, end)
-        room[pool] += amount
-        while heap and heap[0][0] <= t:
-            _, pool, amount = heapq.heappop(heap)
-            room[pool] += amount
+        pools.room[pool] += amount
+        while pools.ends and pools.ends[0][0] <= t:
+            _, pool, amount = heapq.heappop(pools.ends)
+            pools.room[pool] += amount
     return starts
+
+
+def _round(
+    waiting: list[_Waiting], pools: _Pools, t: float, strict: bool, starts: dict[str, float]
+) -> list[_Waiting]:
+    """One round of :func:`play` at ``t``: start, in order, what fits (recorded in ``starts``);
+    returns what still waits."""
+    still: list[_Waiting] = []
+    blocked = False
+    left = sum(pools.room.values())
+    least = min((amount for _, amount, _ in waiting), default=0.0)
+    for i, (key, amount, duration) in enumerate(waiting):
+        if left + EPSILON < least:  # nothing left fits: the rest waits
+            still += waiting[i:]
+            break
+        if blocked or amount > left + EPSILON or not pools.start(amount, duration, t):
+            still.append((key, amount, duration))
+            blocked = blocked or strict
+            continue
+        left -= amount
+        if key is not None:
+            starts[key] = t
+    return still
 
 
 def _take(
@@ -275,9 +324,64 @@ def _releases(  # noqa: PLR0913 - one scenario's ends
         if not h.reclaimed_now:
             aw = h.admitted
             elapsed = max(0.0, now - aw.reserved_at)
-            end += runtimes.remaining_at(world.workloads.get(aw.key), h.queue, elapsed, _u(k, salts[aw.key]))
+            end += runtimes.remaining_at(
+                world.workloads.get(aw.key), h.queue, elapsed, scenario_level(k, salts[aw.key])
+            )
         out += [(end, pool, amount) for pool, amount in h.amounts.items()]
     return out
+
+
+ARRIVALS_SEEN = 200  # recent arrivals of a ClusterQueue its arrival rate and sizes come from
+MIN_ARRIVALS = 20  # fewer seen: work still to come is not played
+ARRIVALS_PLAYED = PLAYED  # arrivals played per scenario at most (work that never stops coming
+# would hold a large workload back forever under BestEffortFIFO; the estimate then ends)
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrivals:
+    """Work still to come to a ClusterQueue: its recent rate and the recent workloads (their size
+    in the estimated resource) that later ones are drawn from."""
+
+    per_second: float
+    recent: tuple[tuple[Workload, float], ...]
+
+    def arrivals(
+        self, k: int, runtimes: RuntimeModel, queue: str, now: float
+    ) -> Iterator[tuple[float, float, float]]:
+        """Scenario ``k``'s arrivals after ``now``: Poisson at the rate, each like a recent workload,
+        running for a quantile of that one's runtime (the same on every call)."""
+        rng = random.Random(f"{queue}/{k}")
+        t = now
+        while True:
+            t += rng.expovariate(self.per_second)
+            wl, amount = self.recent[rng.randrange(len(self.recent))]
+            yield t, amount, runtimes.total_at(wl, queue, rng.random())
+
+
+def _arrival_rate(
+    world: Scheduler, cq: ClusterQueueNode, resource: str, items: Sequence[_Item], now: float
+) -> _Arrivals | None:
+    """The rate work arrived at ``cq`` recently (its last :data:`ARRIVALS_SEEN` workloads, pending,
+    admitted or finished, over the time from the first of them to ``now``), or ``None`` with fewer
+    than :data:`MIN_ARRIVALS` or under StrictFIFO (where work to come never starts ahead)."""
+    if cq.spec.queueing_strategy == "StrictFIFO":
+        return None
+    pending = {i.key for i in items}
+    seen = [
+        wl
+        for wl in world.workloads.values()
+        if wl.creation <= now
+        and (wl.key in pending or (wl.admission is not None and wl.admission.cluster_queue == cq.name))
+    ]
+    if len(seen) < MIN_ARRIVALS:
+        return None
+    seen.sort(key=lambda wl: wl.creation)
+    recent = seen[-ARRIVALS_SEEN:]
+    span = now - recent[0].creation
+    if span <= 0.0:
+        return None
+    sized = tuple((wl, _need(wl, resource)) for wl in recent)
+    return _Arrivals(len(recent) / span, sized)
 
 
 def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step by step
@@ -302,15 +406,23 @@ def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step 
     )
     strict = cq.spec.queueing_strategy == "StrictFIFO"
     holders = _pool_holders(cq, frs, reclaim)
+    rate = _arrival_rate(world, cq, resource, items, now)
     played = items[:PLAYED]
-    salts = {i.key: _salt(i.key) for i in played} | {h.admitted.key: _salt(h.admitted.key) for h in holders}
+    salts = {i.key: scenario_salt(i.key) for i in played} | {
+        h.admitted.key: scenario_salt(h.admitted.key) for h in holders
+    }
     scenario_starts: dict[str, list[float]] = {i.key: [] for i in played}
     for k in range(SCENARIOS):
         releases = _releases(world, holders, runtimes, now=now, k=k, salts=salts)
         queue_items = [
-            (i.key, i.amount, runtimes.total_at(i.workload, cq.name, _u(k, salts[i.key]))) for i in played
+            (i.key, i.amount, runtimes.total_at(i.workload, cq.name, scenario_level(k, salts[i.key])))
+            for i in played
         ]
-        for key, start in play(now, pool_capacity, pool_free, releases, queue_items, strict=strict).items():
+        coming = None
+        if rate is not None:
+            coming = itertools.islice(rate.arrivals(k, runtimes, cq.name, now), ARRIVALS_PLAYED)
+        found = play(now, pool_capacity, pool_free, releases, queue_items, strict=strict, arrivals=coming)
+        for key, start in found.items():
             scenario_starts[key].append(start)
     involved = [
         (world.workloads.get(h.admitted.key), h.queue, max(0.0, now - h.admitted.reserved_at))
@@ -321,6 +433,11 @@ def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step 
     if len(frs) > 1:
         in_use += f" over {len(frs)} flavors (each workload in the first with room)"
     basis_tail = [in_use, runtimes.basis(cq.name, involved)]
+    if rate is not None:
+        basis_tail.append(
+            f"work still to come at the recent rate ({rate.per_second * 3600:.1f}/h) starts ahead where "
+            "it fits"
+        )
     if reclaim:
         basis_tail.append("borrowed quota reclaimed now")
     basis_tail.append(f"{SCENARIOS} scenarios")
@@ -348,217 +465,6 @@ def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step 
             low, high = round(mid * 0.5, 1), round(mid * 2.0, 1)
         out[item.key] = Estimate(mid, low, high, "; ".join([head, *basis_tail]))
     return out
-
-
-def with_one_node(  # noqa: PLR0913 - keyword-only: runtimes, config and time
-    world: Scheduler,
-    wl: Workload,
-    quota: Estimate,
-    *,
-    runtimes: RuntimeModel,
-    config: SchedulerConfig,
-    now: float,
-) -> Estimate:
-    """``quota``, pushed later by the first node with room, for a one-pod whole-GPU workload.
-
-    For a workload waiting on placement (fragmentation, no free GPU): a pod cannot span nodes, so it
-    starts no earlier than the first single node has its GPUs free as that node's holders end.
-    """
-    pods = [ps for ps in wl.pod_sets if ps.count]
-    resource = main_resource(wl, config)
-    if (
-        world.cluster is None
-        or quota.seconds is None
-        or len(pods) != 1
-        or pods[0].count != 1
-        or resource not in config.devices.whole_resources
-    ):
-        return quota
-    need = float(pods[0].template.requests.get(resource, 0))
-    values = []
-    for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True):
-        node = _one_node(world, need, runtimes, now, q)
-        values.append(None if node is None else round(max(mine or 0.0, node - now), 1))
-    if values[1] is None:
-        return Estimate(None, None, None, quota.basis + "; no single node ever has room")
-    return Estimate(values[1], values[0], values[2], quota.basis + "; the pod needs one node with room")
-
-
-@dataclass(frozen=True, slots=True)
-class Room:
-    """When the nodes have room for one gang shape: per scenario that finds room, the start and
-    the workloads it waited for; and every workload on the eligible nodes (its workload, its
-    ClusterQueue and the time it has run)."""
-
-    starts: tuple[tuple[float, tuple[str, ...]], ...]
-    owners: Mapping[str, tuple[Workload | None, str, float]]
-
-
-def room_key(gangs: Sequence[Sequence[GangPodSet]]) -> str:
-    """What decides :func:`with_room`'s answer for ``gangs``, apart from the cluster: the pods'
-    counts and needs, flavors, topology and the template fields that decide their eligible nodes.
-    Gangs of one key share one answer."""
-    return repr(
-        [
-            (
-                ps.count,
-                repr(ps.needs),
-                ps.flavor.name if ps.flavor is not None else None,
-                ps.required_level,
-                ps.preferred_level,
-                sorted(ps.template.node_selector.items()),
-                ps.template.tolerations,
-                ps.template.required_node_terms,
-            )
-            for gang in gangs
-            for ps in gang
-        ]
-    )
-
-
-def with_room(  # noqa: PLR0913 - keyword-only: runtimes, time, the probe's name and the cache
-    world: Scheduler,
-    gangs: Sequence[Sequence[GangPodSet]],
-    quota: Estimate,
-    *,
-    runtimes: RuntimeModel,
-    now: float,
-    probe: str,
-    cache: dict[str, Room] | None = None,
-) -> Estimate:
-    """``quota``, pushed later to when the nodes have room for the whole gang, for a gang waiting
-    on placement (its quota may be free, its nodes are not).
-
-    ``gangs`` is the gang once per flavor it may use; the start is the earliest over them. In each
-    of the :data:`SCENARIOS` the workloads on the gang's eligible nodes end at the scenario's
-    quantile of their remaining runtime, and the core's own placement (topology included) is
-    asked, under its undo, after which of those ends the gang fits (a bisection over the ends in
-    order: one more end never takes room away). Each of low, median and high is the later of the
-    quota's and the nodes' quantile. ``cache`` keeps the nodes' answer per :func:`room_key` for
-    the other pending gangs of the same shape in the same cluster. Other pending gangs that wait
-    for the same nodes are not played: for the second of two such gangs the start is early.
-    """
-    cluster = world.cluster
-    if cluster is None or quota.seconds is None or not gangs:
-        return quota
-    key = room_key(gangs) if cache is not None else ""
-    room = cache.get(key) if cache is not None else None
-    if room is None:
-        room = _room(world, gangs, runtimes=runtimes, now=now, probe=probe)
-        if cache is not None:
-            cache[key] = room
-    owners = room.owners
-    starts = list(room.starts)
-    if len(starts) * 2 < SCENARIOS:
-        return Estimate(None, None, None, quota.basis + "; the nodes never have room for the whole gang")
-    starts.sort()
-    values = [
-        round(max(mine or 0.0, quantile([t for t, _ in starts], q) - now), 1)
-        for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
-    ]
-    waited = starts[len(starts) // 2][1]
-    if not waited:
-        return quota
-    involved = [owners[o] for o in waited]
-    who = ", ".join(o.removeprefix("pod:") for o in waited[:NAMED])
-    if len(waited) > NAMED:
-        who += f" and {len(waited) - NAMED} more"
-    queue = next((q for _, q, _ in involved if q), "")
-    end = "ends" if len(waited) == 1 else "end"
-    words = f"the nodes have room for the whole gang when {who} {end} ({runtimes.basis(queue, involved)})"
-    return Estimate(values[1], values[0], values[2], f"{quota.basis}; {words}")
-
-
-def _room(
-    world: Scheduler, gangs: Sequence[Sequence[GangPodSet]], *, runtimes: RuntimeModel, now: float, probe: str
-) -> Room:
-    """:class:`Room` of ``gangs``, found by the core's placement in every scenario."""
-    cluster = world.cluster
-    assert cluster is not None
-    owners: dict[str, tuple[Workload | None, str, float]] = {}  # on any eligible node
-    eligible: set[str] = set()
-    for gang in gangs:
-        for ps in gang:
-            eligible |= cluster.eligible_names(ps)
-    for owner, items in cluster.owners.items():
-        if any(name in eligible for name, _, _ in items):
-            aw = world.tree.admitted.get(owner)
-            queue = aw.cluster_queue if aw is not None else ""
-            elapsed = max(0.0, now - aw.reserved_at) if aw is not None else 0.0
-            owners[owner] = (world.workloads.get(owner), queue, elapsed)
-    salts = {o: _salt(o) for o in owners}
-    starts: list[tuple[float, tuple[str, ...]]] = []
-    for k in range(SCENARIOS):
-        ends = sorted(
-            (now + runtimes.remaining_at(wl, queue, elapsed, _u(k, salts[o])), o)
-            for o, (wl, queue, elapsed) in owners.items()
-        )
-        found = [f for gang in gangs if (f := _room_after(cluster, gang, ends, now, probe)) is not None]
-        if found:
-            starts.append(min(found))
-    return Room(tuple(starts), owners)
-
-
-def _room_after(
-    cluster: PlacementState,
-    gang: Sequence[GangPodSet],
-    ends: Sequence[tuple[float, str]],
-    now: float,
-    probe: str,
-) -> tuple[float, tuple[str, ...]] | None:
-    """When ``gang`` first fits as the owners of ``ends`` (in order) end, and the ones it waited
-    for; ``None`` when it does not fit with them all gone."""
-
-    def fits(k: int) -> bool:
-        with cluster.without([o for _, o in ends[:k]]):
-            placed = cluster.place(probe, list(gang))
-            if not isinstance(placed, GangPlacement):
-                return False
-            cluster.release(probe)
-            return True
-
-    if fits(0):
-        return now, ()
-    if not ends or not fits(len(ends)):
-        return None
-    lo, hi = 0, len(ends)  # it fits after hi ends, not after lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid
-    return ends[hi - 1][0], tuple(o for _, o in ends[:hi])
-
-
-def _one_node(world: Scheduler, need: float, runtimes: RuntimeModel, now: float, q: float) -> float | None:
-    """When the first node has ``need`` free whole GPUs, as its holders end (a pod fits on one node)."""
-    cluster = world.cluster
-    assert cluster is not None
-    best: float | None = None
-    for state in cluster.nodes.values():
-        devices = [d for d in state.devices if d.sharing == "exclusive"]
-        if len(devices) < need or state.node.unschedulable:
-            continue
-        releases: list[tuple[float, float]] = []
-        for owner, items in cluster.owners.items():
-            amount = sum(n.whole for name, n, _ in items if name == state.name)
-            if not amount:
-                continue
-            held = world.tree.admitted.get(owner)
-            wl = world.workloads.get(owner)
-            if held is not None:
-                elapsed = max(0.0, now - held.reserved_at)
-                end = now + runtimes.remaining_at(wl, held.cluster_queue, elapsed, q)
-            else:  # a pod outside any queue: no history of its own
-                end = now + runtimes.total_at(None, "", q)
-            releases.append((end, float(amount)))
-        capacity = float(len(devices))
-        free = float(sum(1 for d in devices if d.free_whole))
-        start = predict_start(now, need, capacity=capacity, held=capacity - free, releases=sorted(releases))
-        if start is not None and (best is None or start < best):
-            best = start
-    return best
 
 
 # --- whole-node gangs: the node replay of :func:`gpuplane.insight.eta.gang_start` ---------------
@@ -707,7 +613,7 @@ def estimate_gangs(
         for o in holders
         if (aw := world.tree.admitted.get(o)) is not None
     ]
-    salts = {key: _salt(key) for key in [*(g.workload.key for g in gangs), *holders]}
+    salts = {key: scenario_salt(key) for key in [*(g.workload.key for g in gangs), *holders]}
     seen: dict[str, list[float]] = {g.workload.key: [] for g in gangs}
     for k in range(SCENARIOS):
 
@@ -715,9 +621,9 @@ def estimate_gangs(
             aw = world.tree.admitted.get(owner)
             wl = world.workloads.get(owner)
             if aw is None:  # a pod outside any queue: no history of its own
-                return now + runtimes.total_at(None, "", _u(k, salts[owner]))
+                return now + runtimes.total_at(None, "", scenario_level(k, salts[owner]))
             elapsed = max(0.0, now - aw.reserved_at)
-            return now + runtimes.remaining_at(wl, aw.cluster_queue, elapsed, _u(k, salts[owner]))
+            return now + runtimes.remaining_at(wl, aw.cluster_queue, elapsed, scenario_level(k, salts[owner]))
 
         releases = [NodeFree(max(end_of(o) for o in h.owners), pool, h.queue, h.amount) for pool, h in held]
         played = [
@@ -727,7 +633,7 @@ def estimate_gangs(
                 g.nodes,
                 g.workload.priority,
                 g.workload.creation,
-                runtimes.total_at(g.workload, g.queue, _u(k, salts[g.workload.key])),
+                runtimes.total_at(g.workload, g.queue, scenario_level(k, salts[g.workload.key])),
                 reclaim=reclaim[g.queue],
             )
             for g in gangs

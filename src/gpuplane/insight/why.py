@@ -39,16 +39,14 @@ from gpuplane.insight import bypass
 from gpuplane.insight.aftermath import world_after
 from gpuplane.insight.idle import DATA_STALL_CONDITION
 from gpuplane.insight.live_runtimes import RuntimeModel, runtime_model
+from gpuplane.insight.node_eta import Room, with_one_node, with_room
 from gpuplane.insight.queue_eta import (
     Estimate,
     NodeGang,
-    Room,
     estimate_gangs,
     estimate_queue,
     main_resource,
     node_gang,
-    with_one_node,
-    with_room,
 )
 from gpuplane.insight.runtime_history import RuntimeSample
 from gpuplane.insight.why_names import QUEUE_NAME_LABEL, NotFoundError, resolve, split_reference
