@@ -54,6 +54,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         description="gpuplane vs kube-scheduler (default and tuned) on one real API server: 1,000 nodes, "
         "5,000 pods + 200 gangs",
     ),
+    "chaos": Benchmark(
+        script="chaos.py",
+        description="crash safety: 1,000 jobs to completion while replicas are killed 50 times and the API "
+        "server restarts twice, on a real control plane",
+    ),
     "controller-e2e": Benchmark(
         script="controller_e2e.py",
         description="controller end to end via the API-server double: 1,000 nodes, 5,000 jobs + 200 gangs",

@@ -157,8 +157,10 @@ for user in alice bob carol; do kubeconfig "${DIR}/users/${user}.kubeconfig" "${
 
 # --- Start ------------------------------------------------------------------------------------------
 : > "${DIR}/pids"
-start() {  # start NAME COMMAND...
+mkdir -p "${DIR}/commands"
+start() {  # start NAME COMMAND...: the command is kept in DIR/commands/NAME for scripts/kube-restart.sh
     local name="$1"; shift
+    printf '%q ' "$@" > "${DIR}/commands/${name}"
     nohup "$@" > "${DIR}/logs/${name}.log" 2>&1 < /dev/null &
     echo "$! ${name}" >> "${DIR}/pids"
 }

@@ -1084,16 +1084,26 @@ def _quota_limits(
 
 
 def _admitted_usage(workloads: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], Fraction]:
-    """Per (queue, flavor, resource): what the admitted workloads use."""
+    """Per (queue, flavor, resource): what the admitted workloads use. A finished workload keeps its
+    ``status.admission`` (as in Kueue) but no longer holds its quota, and the pods of
+    ``status.reclaimablePods`` no longer hold theirs."""
     used: dict[tuple[str, str, str], Fraction] = defaultdict(Fraction)
     for wl in workloads:
         admission = (wl.get("status") or {}).get("admission")
-        if not admission:
+        finished = any(
+            c.get("type") == "Finished" and c.get("status") == "True"
+            for c in (wl.get("status") or {}).get("conditions") or []
+        )
+        if not admission or finished:
             continue
+        # Pods that ended and will not run again (status.reclaimablePods) give their share back.
+        ended = {r["name"]: int(r["count"]) for r in (wl.get("status") or {}).get("reclaimablePods") or []}
         for psa in admission.get("podSetAssignments") or []:
+            count = int(psa.get("count") or 0)
+            share = Fraction(count - ended.get(psa.get("name", ""), 0), count) if count else Fraction(1)
             for res, amount in (psa.get("resourceUsage") or {}).items():
                 flavor = (psa.get("flavors") or {}).get(res, "")
-                used[(admission["clusterQueue"], flavor, res)] += _quantity(res, amount)
+                used[(admission["clusterQueue"], flavor, res)] += _quantity(res, amount) * share
     return used
 
 
@@ -1191,3 +1201,32 @@ def devices_overlap(pods: Iterable[Mapping[str, Any]]) -> list[str]:
             if other != pod["metadata"]["name"]:
                 clashes.append(f"{node_name}/{device}: {other} and {pod['metadata']['name']}")
     return clashes
+
+
+def device_clashes(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Devices handed out twice among live bound pods: a whole GPU or MIG instance held by two pods, a
+    whole GPU also shared, or fractions of one GPU that add up to more than one GPU."""
+    whole: dict[tuple[str, str], list[str]] = {}
+    fractions: dict[tuple[str, str], int] = Counter()
+    problems = []
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue  # ended: its devices are free again
+        recorded = (pod["metadata"].get("annotations") or {}).get("gpuplane.dev/devices")
+        if not node_name or not recorded or pod["metadata"].get("deletionTimestamp"):
+            continue
+        for token in recorded.split(","):
+            index, _, detail = token.partition(":")
+            if detail.endswith("m"):
+                fractions[(node_name, index)] += int(detail[:-1])
+                whole.setdefault((node_name, index), [])
+            else:
+                whole.setdefault((node_name, token), []).append(pod["metadata"]["name"])
+    for (node_name, device), holders in sorted(whole.items()):
+        if len(holders) > 1:
+            problems.append(f"{node_name}/{device} held by {holders}")
+        if holders and fractions.get((node_name, device)):
+            problems.append(f"{node_name}/{device} whole and shared")
+    problems += [f"{n}/{d}: {m}m of one GPU" for (n, d), m in sorted(fractions.items()) if m > 1000]
+    return problems

@@ -19,6 +19,7 @@ from controller_harness import (
     JobController,
     Scene,
     bound_pods,
+    device_clashes,
     devices_overlap,
     quota_violations,
     wait_until,
@@ -556,33 +557,6 @@ def test_quota_is_never_exceeded(scene: Scene) -> None:
 
 MIG = "nvidia.com/mig-3g.40gb"
 FRACTION = "gpuplane.dev/gpu-fraction"
-
-
-def device_clashes(pods: list[dict[str, Any]]) -> list[str]:
-    """Devices handed out twice among live bound pods: a whole GPU or MIG instance held by two pods, a
-    whole GPU also shared, or fractions of one GPU that add up to more than one GPU."""
-    whole: dict[tuple[str, str], list[str]] = {}
-    fractions: dict[tuple[str, str], int] = Counter()
-    problems = []
-    for pod in pods:
-        node_name = pod["spec"].get("nodeName")
-        recorded = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
-        if not node_name or not recorded or pod["metadata"].get("deletionTimestamp"):
-            continue
-        for token in recorded.split(","):
-            index, _, detail = token.partition(":")
-            if detail.endswith("m"):
-                fractions[(node_name, index)] += int(detail[:-1])
-                whole.setdefault((node_name, index), [])
-            else:
-                whole.setdefault((node_name, token), []).append(pod["metadata"]["name"])
-    for (node_name, device), holders in sorted(whole.items()):
-        if len(holders) > 1:
-            problems.append(f"{node_name}/{device} held by {holders}")
-        if holders and fractions.get((node_name, device)):
-            problems.append(f"{node_name}/{device} whole and shared")
-    problems += [f"{n}/{d}: {m}m of one GPU" for (n, d), m in sorted(fractions.items()) if m > 1000]
-    return problems
 
 
 def test_fractional_and_mig_devices_are_read_back_after_a_restart_and_never_given_twice(
