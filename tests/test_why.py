@@ -12,7 +12,6 @@ from gpuplane.cli.app import build_app
 from gpuplane.cli.schedule import default_now
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.scheduler import schedule
-from gpuplane.insight.live_runtimes import kaplan_meier
 from gpuplane.insight.why import NotFoundError, explain, explain_all, resolve, split_reference
 from gpuplane.model.loader import load_state
 from manifests import (
@@ -292,18 +291,3 @@ def test_the_commands_of_docs_visibility_run() -> None:
             patch.chdir(DOC.parents[1])
             result = CliRunner().invoke(build_app(), argv[1:])
         assert result.exit_code == 0, (argv, result.stderr)
-
-
-def test_runtimes_learned_with_running_workloads_as_lower_bounds() -> None:
-    # Finished 100, 200, 400 s; one still running after 300 s. Kaplan-Meier: a quarter ends by 100 s,
-    # half by 200 s, the rest by 400 s (the running one no longer counts at 400 s).
-    samples = kaplan_meier([(100.0, True), (200.0, True), (300.0, False), (400.0, True)])
-    share = {t: samples.count(t) / len(samples) for t in set(samples)}
-    assert set(share) == {100.0, 200.0, 400.0}
-    assert share[400.0] == pytest.approx(0.5, abs=0.01)
-    assert share[100.0] == pytest.approx(0.25, abs=0.01)
-    # Only the short run has finished; the long one has run 1000 s: "runs take 100 s" would be wrong.
-    biased = kaplan_meier([(100.0, True), (1000.0, False)])
-    assert biased.count(100.0) / len(biased) == pytest.approx(0.5, abs=0.01)
-    assert max(biased) == 1500.0  # the unknown half sits past the longest run seen
-    assert kaplan_meier([(50.0, False)]) == ()

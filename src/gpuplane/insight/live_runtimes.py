@@ -47,40 +47,6 @@ def _started(wl: Workload) -> float | None:
     return None
 
 
-PSEUDO_SAMPLES = 101
-TAIL = 1.5  # the mass past the last finished runtime sits at the longest time seen, times this
-
-
-def kaplan_meier(observations: Sequence[tuple[float, bool]]) -> tuple[float, ...]:
-    """The runtime distribution of ``(time, finished)`` observations as :data:`PSEUDO_SAMPLES` quantiles
-    (finished runs and running ones as lower bounds; a helper for analyses that have both: the
-    ETA's runtimes come from :class:`RuntimePredictor`).
-
-    Kaplan-Meier: at each finished runtime ``t``, survival drops by the share of the workloads still
-    running at ``t`` that finished then; a running workload counts only while its runtime so far
-    covers ``t``. The probability left after the last finished runtime (workloads running longer than
-    any that finished) sits at the longest time observed times :data:`TAIL` (a lognormal tail fitted to
-    the known part measured worse in ``bench/eta_accuracy.py``). Empty without a single finished
-    workload.
-    """
-    events = sorted({t for t, done in observations if done})
-    if not events:
-        return ()
-    survival = 1.0
-    steps: list[tuple[float, float]] = []  # (time, cumulative probability of finishing by then)
-    for t in events:
-        at_risk = sum(1 for time_, _ in observations if time_ >= t)
-        finished = sum(1 for time_, done in observations if done and time_ == t)
-        survival *= 1.0 - finished / at_risk
-        steps.append((t, 1.0 - survival))
-    tail = max(max(t for t, _ in observations) * TAIL, steps[-1][0])
-    out = []
-    for i in range(PSEUDO_SAMPLES):
-        u = (i + 0.5) / PSEUDO_SAMPLES
-        out.append(next((t for t, cdf in steps if cdf >= u - 1e-12), tail))
-    return tuple(out)
-
-
 def quantile(samples: Sequence[float], q: float) -> float:
     """Linear-interpolation quantile of sorted ``samples`` (not empty)."""
     if len(samples) == 1:
