@@ -59,6 +59,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         description="crash safety: 1,000 jobs to completion while replicas are killed 50 times and the API "
         "server restarts twice, on a real control plane",
     ),
+    "deep-queue": Benchmark(
+        script="deep_queue.py",
+        description="5,000 queued jobs of one ClusterQueue admitted on a real API server: admissions/s",
+    ),
     "controller-e2e": Benchmark(
         script="controller_e2e.py",
         description="controller end to end via the API-server double: 1,000 nodes, 5,000 jobs + 200 gangs",

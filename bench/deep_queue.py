@@ -1,0 +1,171 @@
+"""Deep queue: how fast gpuplane admits 5,000 queued jobs of one ClusterQueue on a real API server.
+
+Kueue admits one head per ClusterQueue per scheduling cycle, so a deep queue drains one workload a
+cycle; a production report (kueue #14477, about 1,300 nodes) drains one at about 10 admissions per
+minute. Here every job of the queue fits at once (one GPU each; the nodes and the quota hold them
+all), so what is measured is the admission path alone: the jobs are created queued (suspended, with
+the queue-name label) before the controller starts, and the time runs from its start to the last
+Workload admitted, as a watch on the Workloads sees it. The Job controller and the bindings run
+meanwhile, as they would in a cluster.
+
+Usage::
+
+    python3 bench/run.py deep-queue                    # 5,000 jobs, 625 nodes x 8 GPUs
+    python3 bench/deep_queue.py --jobs 1000 --output json [--kubeconfig K]
+
+With ``--output json`` it prints ``{"admissionsPerSecond", "seconds", "firstAdmissionSeconds",
+"jobs", ...}``. Target (issue: deep queues): at least 100 admissions per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from controller_vs_kube_scheduler import (  # a sibling script, found through the path above
+    PREFIX,
+    control_plane,
+    controller_process,
+    in_parallel,
+    log,
+    pod_template,
+    setup,
+    teardown,
+)
+
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s.api import KubeApi, load_api_client
+from gpuplane.k8s.informer import Cache, Informer
+
+TARGET = 100.0  # admissions per second
+
+
+class AdmittedWorkloads:
+    """Watches one namespace's Workloads and notes when each was first seen admitted."""
+
+    def __init__(self, kubeconfig: str, namespace: str) -> None:
+        self.namespace = namespace
+        self.api = KubeApi(load_api_client(kubeconfig), qps=None)
+        self.cache = Cache()
+        self.informer = Informer(self.api, k8s.WORKLOADS, self.cache)
+        self.first_seen: dict[str, float] = {}
+
+    def __enter__(self) -> AdmittedWorkloads:
+        self.informer.start()
+        self.informer.synced.wait(60)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.informer.stop()
+
+    def note(self) -> int:
+        now = time.perf_counter()
+        with self.cache.lock:
+            for key, wl in self.cache.objects.get("Workload", {}).items():
+                if key not in self.first_seen and (wl.get("status") or {}).get("admission"):
+                    self.first_seen[key] = now
+        return len(self.first_seen)
+
+    def wait_all(self, count: int, timeout: float, console: Console, started: float) -> None:
+        last = time.perf_counter()
+        while self.note() < count:
+            now = time.perf_counter()
+            if now - started > timeout:
+                raise SystemExit(f"timed out with {len(self.first_seen):,}/{count:,} admitted")
+            if now - last > 15:
+                log(console, f"  {len(self.first_seen):,}/{count:,} admitted")
+                last = now
+            self.cache.changed.wait(0.05)
+            self.cache.changed.clear()
+
+
+def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    nodes = -(-args.jobs // 8)
+    with control_plane(args.kubeconfig, console) as kubeconfig:
+        api = KubeApi(load_api_client(kubeconfig), timeout=600.0, qps=None)
+        t = time.perf_counter()
+        setup(api, nodes, args.jobs)
+        log(console, f"set up {nodes:,} nodes in {time.perf_counter() - t:.1f}s")
+        namespace = f"{PREFIX}-gpuplane"
+        try:
+
+            def create(i: int) -> None:
+                body = {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {
+                        "name": f"deep-{i:05d}",
+                        "namespace": namespace,
+                        "labels": {"kueue.x-k8s.io/queue-name": "queue"},
+                    },
+                    "spec": {
+                        "parallelism": 1,
+                        "completions": 1,
+                        "suspend": True,
+                        "template": {"spec": pod_template(1)},
+                    },
+                }
+                api.create(k8s.JOBS, body, namespace)
+
+            t = time.perf_counter()
+            in_parallel(list(range(args.jobs)), create)
+            log(console, f"{args.jobs:,} queued jobs created in {time.perf_counter() - t:.1f}s")
+            context = mp.get_context("spawn")
+            with AdmittedWorkloads(kubeconfig, namespace) as watch:
+                stop, results = context.Event(), context.Queue()
+                started = time.perf_counter()
+                child = context.Process(target=controller_process, args=(kubeconfig, stop, results, None))
+                child.start()
+                watch.wait_all(args.jobs, args.timeout, console, started)
+                stop.set()
+                measured = results.get(timeout=120)
+                child.join(timeout=60)
+        finally:
+            teardown(api, nodes)
+            api.api_client.close()
+    times = sorted(watch.first_seen.values())
+    first, last = times[0] - started, times[-1] - started
+    return {
+        "jobs": args.jobs,
+        "clusterQueues": 1,
+        "seconds": round(last, 2),
+        "firstAdmissionSeconds": round(first, 2),
+        "admissionsPerSecond": round(args.jobs / last, 1),
+        "admissionsPerSecondAfterFirst": round((args.jobs - 1) / max(last - first, 1e-9), 1),
+        "controllerCpuSeconds": round(measured["cpuSeconds"], 1),
+        "apiCalls": measured["apiCalls"],
+        "target": TARGET,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--kubeconfig", help="a running cluster (default: start the project's own)")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--output", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    console = Console(stderr=args.output == "json")
+    result = run(args, console)
+    if args.output == "json":
+        print(json.dumps(result))
+    else:
+        verdict = "PASS" if result["admissionsPerSecond"] >= TARGET else "FAIL"
+        console.print(result)
+        console.print(
+            f"admissions per second: {result['admissionsPerSecond']} (target >= {TARGET:g}): {verdict}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
