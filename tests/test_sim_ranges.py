@@ -81,7 +81,7 @@ def test_history_predicts_from_the_name_and_counts_running_runs() -> None:
         history.record(_job(10 + i, "bert", 10.0), 10.0, 100.0)
     assert history.known_of(other, 100.0).mean == pytest.approx((50.0 + 100.0) / 5)
     history.run_stopped(other, 0.0)
-    assert history.mean_of(features_of(other), 100.0) == pytest.approx(10.0)
+    assert history.look(other, 100.0) == ("name", 5.0, pytest.approx(10.0))
 
 
 def test_errors_by_basis() -> None:

@@ -174,7 +174,7 @@ class Engine:
         self.progress = progress
         self.runs: dict[int, JobRun] = {}
         self.running: dict[int, JobRun] = {}
-        self.forecast = Forecaster(model, self.runs, self.accounts.down_since)
+        self.forecast = Forecaster(model, self.runs, self.accounts.down_since, workloads.jobs)
         self.events: list[tuple[float, int, int, int, int]] = []
         self.sequence = 0
         self.next_id = len(workloads.jobs)

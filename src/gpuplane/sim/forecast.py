@@ -16,7 +16,7 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,13 @@ from gpuplane.insight.eta import (
     van_der_corput,
 )
 from gpuplane.insight.runtime_history import JobFeatures, RuntimeSample
-from gpuplane.insight.runtime_predictor import OVERDUE_SHARE, PSEUDO_SAMPLES, Prediction, RuntimePredictor
+from gpuplane.insight.runtime_predictor import (
+    OVERDUE_SHARE,
+    PSEUDO_SAMPLES,
+    TAIL_FLOOR_SECONDS,
+    Prediction,
+    RuntimePredictor,
+)
 from gpuplane.sim.ranges import StartRanges
 from gpuplane.sim.runs import JobRun
 from gpuplane.sim.workloads import Job
@@ -67,21 +73,34 @@ def features_of(job: Job) -> JobFeatures:
 
 @dataclass(slots=True)
 class Known:
-    """What the history says of the runs of one set of features: the prediction of a run not
-    started yet, the mean runtime of the runs it was made from (the expected runtime), its basis,
-    how many finished runs call for the next one (``due``), and its runtime curve once asked for."""
+    """What the history says of the runs of one set of features (``features``, with ``declared``
+    standing in without history): the mean runtime of the runs its basis has (the expected
+    runtime), its basis, how many finished runs call for the next look (``due``), the history's
+    count of finished runs when last looked at (``seen``), and, made when first asked for, the
+    prediction of a run not started yet (``made``, its runs ``made_from``) and its runtime curve."""
 
-    prediction: Prediction
+    features: JobFeatures
+    declared: float
     mean: float
     basis: str
     due: float
+    seen: int
+    made: Prediction | None = None
+    made_from: float = 0.0
     curve: RuntimeCurve | None = None
 
-    def runtime_curve(self) -> RuntimeCurve | None:
+    def runtime_curve(self, predictor: RuntimePredictor) -> RuntimeCurve | None:
         """The prediction as a runtime curve (for the node replay's draws of queued gangs)."""
         if self.curve is None:
-            self.curve = runtime_curve(self.prediction.quantiles, ())
+            self.curve = runtime_curve(self.prediction(predictor).quantiles, ())
         return self.curve
+
+    def prediction(self, predictor: RuntimePredictor) -> Prediction:
+        """The prediction of a run not started yet, made when first asked for."""
+        if self.made is None:
+            self.made = predictor.predict(self.features, declared=self.declared)
+            self.made_from = float(predictor.count(self.features)[1])
+        return self.made
 
 
 class RuntimeHistory:
@@ -93,101 +112,128 @@ class RuntimeHistory:
     and each job's features (:func:`features_of`). The predictor takes the most specific history
     with enough runs (this job name, the team at this shape, the class, everything); without any,
     the class mean the scenario declares (``Job.expected``) stands in, as a declared runtime would.
-    A prediction per set of features is kept (``known``) and made again when the runs behind it
-    grew by :data:`RELEARN` or its basis would change (per declared runtime too: it stands in
-    until there is history); each job's features are worked out once
-    (``features``).
+    What is known per set of features is kept (in ``slots``) and looked at again when the runs
+    behind it grew by :data:`RELEARN` or its basis would change (per declared runtime too: it
+    stands in until there is history); each job's features, slot and sums are worked out once
+    (``jobs``).
     """
 
     def __init__(self) -> None:
         self.predictor = RuntimePredictor()
-        # Per key of the predictor, the sum and the number of the runtimes learned: the mean of a
-        # heavy-tailed runtime lies mostly past its last quantiles (a lognormal of the spread of
-        # single-node training has half its mean in its top 1 %), so it is kept exactly.
+        # Per key of the predictor, [sum of the runtimes learned, their number, sum of the start
+        # times of the first runs running now, their number]. The mean of a heavy-tailed runtime
+        # lies mostly past its last quantiles (a lognormal of the spread of single-node training
+        # has half its mean in its top 1 %), so it is kept exactly; and the long runs of a key are
+        # still running while its short ones have finished, so its mean counts the time they ran
+        # so far too (see :meth:`look`).
         self.sums: dict[tuple[str, ...], list[float]] = {}
-        # Per key, the sum of the start times and the number of the first runs running now: the
-        # long runs of a key are still running while its short ones have finished, so its mean
-        # counts the time they ran so far too (see :meth:`mean_of`).
-        self.running: dict[tuple[str, ...], list[float]] = {}
-        self.known: dict[tuple[JobFeatures, float], Known] = {}
-        self.features: dict[int, JobFeatures] = {}
+        # Per (features, declared runtime), a slot holding what is known of them; per job, its
+        # slot and the sums of its keys (most specific first) with their bases: looked up by the
+        # job's id, so a job's features are hashed once.
+        self.slots: dict[tuple[JobFeatures, float], list[Known | None]] = {}
+        self.jobs: dict[int, tuple[JobFeatures, list[Known | None], tuple[tuple[str, list[float]], ...]]] = {}
+        self.learned = 0  # finished runs learned: nothing to look at again while it stays
+
+    def prepare(self, jobs: Iterable[Job]) -> None:
+        """Work out the features, slots and sums of ``jobs`` now: made before a run starts, they
+        are frozen with the rest of what exists then (see
+        :func:`gpuplane.sim.engine._batch_collection`) instead of being scanned again and again
+        by the garbage collector as the run goes on."""
+        for job in jobs:
+            self._of(job)
+
+    def _of(self, job: Job) -> tuple[JobFeatures, list[Known | None], tuple[tuple[str, list[float]], ...]]:
+        found = self.jobs.get(job.id)
+        if found is None:
+            features = features_of(job)
+            slot = self.slots.setdefault((features, job.expected), [None])
+            sums = self.sums
+            entries = tuple(
+                ("name" if key[0] == "name+shape" else key[0], sums.setdefault(key, [0.0, 0.0, 0.0, 0.0]))
+                for key in _keys(features)
+            )
+            found = self.jobs[job.id] = (features, slot, entries)
+        return found
 
     def features_of(self, job: Job) -> JobFeatures:
-        found = self.features.get(job.id)
-        if found is None:
-            found = self.features[job.id] = features_of(job)
-        return found
+        return self._of(job)[0]
+
+    def slot_of(self, job: Job) -> list[Known | None]:
+        return self._of(job)[1]
 
     def record(self, job: Job, seconds: float, now: float) -> None:
         """``job`` finished at ``now`` after running ``seconds``."""
-        features = self.features_of(job)
+        features, _, entries = self._of(job)
         self.predictor.add(RuntimeSample(features, seconds, now))
-        sums = self.sums
-        for key in _keys(features):
-            found = sums.get(key)
-            if found is None:
-                sums[key] = [seconds, 1.0]
-            else:
-                found[0] += seconds
-                found[1] += 1.0
+        self.learned += 1
+        for _, found in entries:
+            found[0] += seconds
+            found[1] += 1.0
 
     def run_started(self, job: Job, since: float) -> None:
         """A first run of ``job`` started at ``since``."""
-        self._running(job, since, 1.0)
+        for _, found in self._of(job)[2]:
+            found[2] += since
+            found[3] += 1.0
 
     def run_stopped(self, job: Job, since: float) -> None:
         """The first run of ``job`` that started at ``since`` no longer runs."""
-        self._running(job, -since, -1.0)
+        for _, found in self._of(job)[2]:
+            found[2] -= since
+            found[3] -= 1.0
 
-    def _running(self, job: Job, start: float, count: float) -> None:
-        running = self.running
-        for key in _keys(self.features_of(job)):
-            found = running.get(key)
-            if found is None:
-                running[key] = [start, count]
-            else:
-                found[0] += start
-                found[1] += count
-
-    def mean_of(self, features: JobFeatures, now: float) -> float | None:
-        """The mean runtime of the key the predictor takes for ``features`` (``None``: no key has
-        enough finished runs): the time its runs ran, finished or running still, over its finished
-        runs (the total time on test; exact for exponential runtimes, and what keeps the running
-        long runs from going uncounted)."""
+    def look(self, job: Job, now: float) -> tuple[str, float, float | None]:
+        """The basis the predictor takes for ``job``'s features (``"declared"``: no key has
+        enough finished runs), that key's finished runs, and its mean runtime: the time its runs
+        ran, finished or running still, over its finished runs (the total time on test; exact
+        for exponential runtimes, and what keeps the running long runs from going uncounted)."""
         least = self.predictor.min_samples
-        for key in _keys(features):
-            found = self.sums.get(key)
-            if found is not None and found[1] >= least:
-                running = self.running.get(key)
-                ran = running[1] * now - running[0] if running is not None else 0.0
-                return (found[0] + ran) / found[1]
-        return None
+        for basis, found in self._of(job)[2]:
+            if found[1] >= least:
+                return basis, found[1], (found[0] + found[3] * now - found[2]) / found[1]
+        return "declared", 0.0, None
 
     def known_of(self, job: Job, now: float) -> Known:
-        features = self.features_of(job)
-        key = (features, job.expected)  # the declared runtime stands in until there is history
-        known = self.known.get(key)
-        basis, count = self.predictor.count(features)
-        if known is not None and count < known.due and (basis or "declared") == known.basis:
+        features, slot, _ = self._of(job)
+        known = slot[0]
+        learned = self.learned
+        if known is not None and known.seen == learned:
             return known
-        prediction = self.predictor.predict(features, declared=job.expected)
-        mean = self.mean_of(features, now)
-        due = max(count + 1, count * RELEARN)
-        expected = job.expected if mean is None else mean
-        known = self.known[key] = Known(prediction, expected, prediction.basis, due)
-        return known
+        basis, count, mean = self.look(job, now)
+        if known is not None and count < known.due and basis == known.basis:
+            known.seen = learned
+            return known
+        fresh = Known(
+            features,
+            job.expected,
+            job.expected if mean is None else mean,
+            basis,
+            max(count + 1, count * RELEARN),
+            learned,
+        )
+        # The quantiles move less than the mean as runs come in: made again past REMAKE.
+        if (
+            known is not None
+            and known.made is not None
+            and basis == known.basis
+            and count < max(known.made_from + REMAKE_LEAST, known.made_from * REMAKE)
+        ):
+            fresh.made, fresh.made_from, fresh.curve = known.made, known.made_from, known.curve
+        slot[0] = fresh
+        return fresh
 
     def remaining(self, job: Job, now: float, age: float, level: float | None = None) -> float:
         """What is left of a run of ``job`` that has run ``age``: the mean (``level`` None) or the
         quantile ``level`` of the runs of its prediction that lasted longer, less ``age`` (the
         predictor's conditioning on attained service, read from the prediction kept for its
         features); for a run past nearly all of them, the predictor's tail estimate, never 0."""
-        quantiles = self.known_of(job, now).prediction.quantiles
+        quantiles = self.known_of(job, now).prediction(self.predictor).quantiles
         first = bisect.bisect_right(quantiles, age)
         longer = len(quantiles) - first
         if longer < OVERDUE_LEFT:
-            tail = self.predictor.predict(self.features_of(job), age, declared=job.expected)
-            return tail.at(level) if level is not None else sum(tail.quantiles) / len(tail.quantiles)
+            # The predictor's tail for an overdue run scales with its age (its module says how).
+            scale = max(age, TAIL_FLOOR_SECONDS)
+            return scale * (_UNIT_TAIL.at(level) if level is not None else _UNIT_TAIL_MEAN)
         if level is None:
             return sum(quantiles[first:]) / longer - age
         pos = first + level * (longer - 1)
@@ -206,8 +252,9 @@ def _keys(features: JobFeatures) -> tuple[tuple[str, ...], ...]:
     return common
 
 
-class _Asked(dict[tuple[JobFeatures, float], Known]):
-    """What one prediction asks of :class:`RuntimeHistory`, asked once per set of features.
+class _Asked(dict[int, Known]):
+    """What one prediction asks of :class:`RuntimeHistory`, asked once per set of features (by
+    the identity of their slot).
 
     A prediction of a whole-node gang asks the expected runtime of every job on the gang's nodes
     and in its queue. Nothing finishes during a prediction, so every ask after the first for the
@@ -219,14 +266,20 @@ class _Asked(dict[tuple[JobFeatures, float], Known]):
         self.now = now
 
     def of(self, job: Job) -> Known:
-        key = (self.runtimes.features_of(job), job.expected)
+        key = id(self.runtimes.slot_of(job))
         known = self.get(key)
         if known is None:
             known = self[key] = self.runtimes.known_of(job, self.now)
         return known
 
 
-RELEARN = 1.05  # predict a set of features again when the runs behind its prediction grew by 5 %
+# The tail the predictor gives a run overdue by ``TAIL_UNIT`` seconds, per second of its age.
+TAIL_UNIT = 1e6
+_UNIT_TAIL = RuntimePredictor().predict(JobFeatures("", "", "", "", ""), TAIL_UNIT, declared=1.0)
+_UNIT_TAIL = Prediction(tuple(q / TAIL_UNIT for q in _UNIT_TAIL.quantiles), _UNIT_TAIL.basis, 0)
+_UNIT_TAIL_MEAN = sum(_UNIT_TAIL.quantiles) / len(_UNIT_TAIL.quantiles)
+RELEARN = 1.05  # look at a set of features' mean again when the runs behind it grew by 5 %
+REMAKE, REMAKE_LEAST = 2.0, 10  # make its quantiles again when their runs doubled (10 at least)
 OVERDUE_LEFT = math.ceil(OVERDUE_SHARE * PSEUDO_SAMPLES)  # fewer quantiles past a run's age: overdue
 
 
@@ -417,16 +470,20 @@ class Forecaster:
     (:class:`~gpuplane.sim.ranges.StartRanges`), and the capacity the model replays queued work against
     (``capacity``; ``None``: the configuration gives no ETA). It reads, and never changes, the
     engine's runs (``runs``) and the nodes that are down (``down``, node -> since when); the engine
-    tells it when a job is queued, starts, stops and ends.
+    tells it when a job is queued, starts, stops and ends; ``jobs``, the jobs it will hear of
+    (the features of others are worked out when they come).
     """
 
-    def __init__(self, model: Model, runs: Mapping[int, JobRun], down: Mapping[str, float]) -> None:
+    def __init__(
+        self, model: Model, runs: Mapping[int, JobRun], down: Mapping[str, float], jobs: Iterable[Job] = ()
+    ) -> None:
         self.model = model
         self.runs = runs
         self.down = down
         self.book = Book()
         self.capacity = model.eta_capacity()
         self.runtimes = RuntimeHistory()
+        self.runtimes.prepare(jobs)
         self.ranges = StartRanges()
 
     # --- what the engine tells it ---------------------------------------------------------------
@@ -449,7 +506,7 @@ class Forecaster:
         run.basis = known.basis
         run.expected_end = now + max(job.startup, known.mean - run.progress)
         if run.progress == 0:
-            run.predicted_runtime = known.prediction.median
+            run.predicted_runtime = known.prediction(self.runtimes.predictor).median
             run.learning_since = now
             self.runtimes.run_started(job, now)
         self.book.add_running(run)
@@ -594,6 +651,6 @@ class Forecaster:
         """A queued whole-node job as the node replay sees it: a run not started yet is drawn from
         the runtimes of its features."""
         known = asked.of(run.job)
-        curve = known.runtime_curve() if run.progress == 0 else None
+        curve = known.runtime_curve(self.runtimes.predictor) if run.progress == 0 else None
         duration = max(run.job.startup, known.mean - run.progress)
         return Gang(queue, pools, run.job.pods, run.priority, order, duration, curve)
