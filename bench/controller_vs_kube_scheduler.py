@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 from rich.table import Table
@@ -228,22 +228,29 @@ def workload_shapes(pods: int, gangs: int, gang_size: int) -> list[tuple[str, in
 # --- watching pods ---------------------------------------------------------------------------------
 
 
-class BoundPods:
-    """Counts the bound pods of one namespace from a watch, and notes when the last one was bound."""
+class Watched:
+    """One kind's objects, kept by a watch (an informer into a cache of its own) while in a ``with``."""
 
-    def __init__(self, kubeconfig: str, namespace: str) -> None:
+    def __init__(self, kubeconfig: str, namespace: str, resource: k8s.Resource) -> None:
         self.namespace = namespace
         self.api = KubeApi(load_api_client(kubeconfig), qps=None)
         self.cache = Cache()
-        self.informer = Informer(self.api, k8s.PODS, self.cache)
+        self.informer = Informer(self.api, resource, self.cache)
 
-    def __enter__(self) -> BoundPods:
+    def __enter__(self) -> Self:
         self.informer.start()
         self.informer.synced.wait(60)
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.informer.stop()
+
+
+class BoundPods(Watched):
+    """Counts the bound pods of one namespace from a watch, and notes when the last one was bound."""
+
+    def __init__(self, kubeconfig: str, namespace: str) -> None:
+        super().__init__(kubeconfig, namespace, k8s.PODS)
 
     def bound(self) -> list[dict[str, Any]]:
         prefix = f"{self.namespace}/"

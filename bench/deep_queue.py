@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from controller_vs_kube_scheduler import (  # a sibling script, found through the path above
     PREFIX,
+    Watched,
     control_plane,
     controller_process,
     in_parallel,
@@ -44,28 +45,16 @@ from controller_vs_kube_scheduler import (  # a sibling script, found through th
 
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi, load_api_client
-from gpuplane.k8s.informer import Cache, Informer
 
 TARGET = 100.0  # admissions per second
 
 
-class AdmittedWorkloads:
+class AdmittedWorkloads(Watched):
     """Watches one namespace's Workloads and notes when each was first seen admitted."""
 
     def __init__(self, kubeconfig: str, namespace: str) -> None:
-        self.namespace = namespace
-        self.api = KubeApi(load_api_client(kubeconfig), qps=None)
-        self.cache = Cache()
-        self.informer = Informer(self.api, k8s.WORKLOADS, self.cache)
+        super().__init__(kubeconfig, namespace, k8s.WORKLOADS)
         self.first_seen: dict[str, float] = {}
-
-    def __enter__(self) -> AdmittedWorkloads:
-        self.informer.start()
-        self.informer.synced.wait(60)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.informer.stop()
 
     def note(self) -> int:
         now = time.perf_counter()
