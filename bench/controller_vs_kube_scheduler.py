@@ -245,6 +245,29 @@ class Watched:
     def __exit__(self, *_exc: object) -> None:
         self.informer.stop()
 
+    def wait_for(
+        self,
+        done: Callable[[], int],
+        count: int,
+        *,
+        timeout: float,
+        console: Console,
+        started: float,
+        what: str,
+    ) -> None:
+        """Until ``done()`` reaches ``count`` (looked at on every change the watch brings), logging
+        progress every 15 s; exits the run after ``timeout`` seconds since ``started``."""
+        last = time.perf_counter()
+        while (now_done := done()) < count:
+            now = time.perf_counter()
+            if now - started > timeout:
+                raise SystemExit(f"timed out with {now_done:,}/{count:,} {what} in {self.namespace}")
+            if now - last > 15:
+                log(console, f"  {now_done:,}/{count:,} {what}")
+                last = now
+            self.cache.changed.wait(0.05)
+            self.cache.changed.clear()
+
 
 class BoundPods(Watched):
     """Counts the bound pods of one namespace from a watch, and notes when the last one was bound."""
@@ -260,16 +283,14 @@ class BoundPods(Watched):
 
     def wait_all(self, count: int, timeout: float, console: Console, started: float) -> float:
         """Until ``count`` pods are bound; returns the seconds since ``started``."""
-        last = time.perf_counter()
-        while (done := len(self.bound())) < count:
-            now = time.perf_counter()
-            if now - started > timeout:
-                raise SystemExit(f"timed out with {done:,}/{count:,} pods bound in {self.namespace}")
-            if now - last > 15:
-                log(console, f"  {done:,}/{count:,} pods bound")
-                last = now
-            self.cache.changed.wait(0.05)
-            self.cache.changed.clear()
+        self.wait_for(
+            lambda: len(self.bound()),
+            count,
+            timeout=timeout,
+            console=console,
+            started=started,
+            what="pods bound",
+        )
         return time.perf_counter() - started
 
 

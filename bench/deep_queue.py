@@ -65,16 +65,7 @@ class AdmittedWorkloads(Watched):
         return len(self.first_seen)
 
     def wait_all(self, count: int, timeout: float, console: Console, started: float) -> None:
-        last = time.perf_counter()
-        while self.note() < count:
-            now = time.perf_counter()
-            if now - started > timeout:
-                raise SystemExit(f"timed out with {len(self.first_seen):,}/{count:,} admitted")
-            if now - last > 15:
-                log(console, f"  {len(self.first_seen):,}/{count:,} admitted")
-                last = now
-            self.cache.changed.wait(0.05)
-            self.cache.changed.clear()
+        self.wait_for(self.note, count, timeout=timeout, console=console, started=started, what="admitted")
 
 
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import socket
 import ssl
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,24 @@ def test_independent_writes_are_in_flight_at_the_same_time(
     assert run.controller.counters.write_failures == 0
 
 
+@contextlib.contextmanager
+def started_controller(
+    scene: Scene, api: KubeApi | None = None, prepare: Callable[[Controller], None] | None = None
+) -> Iterator[Controller]:
+    """A controller without leader election on the scene's cluster (through ``api`` when given),
+    ``prepare``d and started; stopped, with its client closed, when the block ends."""
+    api = api or KubeApi(load_api_client(scene.kubeconfig), qps=None)
+    controller = Controller(api, ControllerConfig(leader_election=False))
+    if prepare is not None:
+        prepare(controller)
+    controller.start()
+    try:
+        yield controller
+    finally:
+        controller.stop()
+        api.api_client.close()  # type: ignore[no-untyped-call]
+
+
 def test_an_assumed_admission_is_forgotten_when_its_write_fails_for_any_reason(scene: Scene) -> None:
     """Not only an API error: a connection that breaks mid-write leaves no assumption behind."""
     scene.setup(nodes=1)
@@ -92,19 +110,13 @@ def test_an_assumed_admission_is_forgotten_when_its_write_fails_for_any_reason(s
                 raise ConnectionResetError("connection reset while the admission was written")
             return super().replace(res, body, sub)
 
-    api = BrokenWrites(load_api_client(scene.kubeconfig))
-    controller = Controller(api, ControllerConfig(leader_election=False))
-    controller.start()
-    try:
+    with started_controller(scene, BrokenWrites(load_api_client(scene.kubeconfig))) as controller:
         wait_until(lambda: controller.cache.items("Job"), 10, "the job cached")
         with pytest.raises(ConnectionResetError):
             controller.reconcile()  # creates the Workload, then admits it
         assert controller.cache.assumed == {}, "the failed admission is not assumed any more"
         (wl,) = controller.cache.items("Workload")
         assert not (wl.get("status") or {}).get("admission")
-    finally:
-        controller.stop()
-        api.api_client.close()  # type: ignore[no-untyped-call]
 
 
 # --- client QPS and burst -------------------------------------------------------------------------
@@ -241,9 +253,7 @@ def test_the_placement_patch_is_refused_when_the_workload_changed_since_it_was_o
             return super().patch(res, name, patch, namespace, **kw)
 
     api = RacedWrites(load_api_client(scene.kubeconfig))
-    controller = Controller(api, ControllerConfig(leader_election=False))
-    controller.start()
-    try:
+    with started_controller(scene, api) as controller:
         wait_until(lambda: controller.cache.items("Job"), 10, "the job cached")
         controller.reconcile()  # creates the Workload, then admits it: the placement patch races
         assert api.raced
@@ -256,9 +266,6 @@ def test_the_placement_patch_is_refused_when_the_workload_changed_since_it_was_o
         assert controller.cache.assumed == {}
         wait_until(lambda: controller.cache.get("Workload", object_key(wl)), 10, "seen again")
         wait_until(lambda: (controller.reconcile(), scene.admitted("j"))[1], 10, "admitted on a later pass")
-    finally:
-        controller.stop()
-        api.api_client.close()  # type: ignore[no-untyped-call]
 
 
 def test_a_pass_that_fails_while_fitting_a_gang_sends_the_whole_gangs_and_forgets_the_part(
@@ -282,10 +289,7 @@ def test_a_pass_that_fails_while_fitting_a_gang_sends_the_whole_gangs_and_forget
             yield bind
 
     monkeypatch.setattr(binding_module, "binding_writes", flaky)
-    api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
-    controller = Controller(api, ControllerConfig(leader_election=False))
-    controller.start()
-    try:
+    with started_controller(scene) as controller:
         wait_until(lambda: len(controller.cache.items("Job")) == 2, 10, "the jobs cached")
         wait_until(
             lambda: (controller.reconcile(), scene.admitted("a") and scene.admitted("b"))[1],
@@ -306,9 +310,6 @@ def test_a_pass_that_fails_while_fitting_a_gang_sends_the_whole_gangs_and_forget
         wait_until(
             lambda: (controller.reconcile(), scene.bound("a", 2) and scene.bound("b", 2))[1], 10, "both whole"
         )
-    finally:
-        controller.stop()
-        api.api_client.close()  # type: ignore[no-untyped-call]
 
 
 def test_a_pass_that_fails_after_the_session_reported_reasons_loses_none_of_them(
@@ -318,20 +319,20 @@ def test_a_pass_that_fails_after_the_session_reported_reasons_loses_none_of_them
     it: the next pass starts from the cluster again and writes it."""
     scene.setup(nodes=1, quota_gpus=4)
     scene.submit(scene.job("big", gpus=8))  # more than the queue's quota: pending for ever
-    api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
-    controller = Controller(api, ControllerConfig(leader_election=False))
-    real = controller.pending.record
     failures = {"left": 1}
 
-    def broken(plan: Any) -> None:
-        if failures["left"] and any("big" in p.workload for p in plan.pending):
-            failures["left"] -= 1
-            raise RuntimeError("the connection broke before the pending reasons were written")
-        real(plan)
+    def break_once(controller: Controller) -> None:
+        real = controller.pending.record
 
-    monkeypatch.setattr(controller.pending, "record", broken)
-    controller.start()
-    try:
+        def broken(plan: Any) -> None:
+            if failures["left"] and any("big" in p.workload for p in plan.pending):
+                failures["left"] -= 1
+                raise RuntimeError("the connection broke before the pending reasons were written")
+            real(plan)
+
+        monkeypatch.setattr(controller.pending, "record", broken)
+
+    with started_controller(scene, prepare=break_once) as controller:
         wait_until(lambda: controller.cache.items("Job"), 10, "the job cached")
 
         def failed_once() -> bool:
@@ -350,9 +351,6 @@ def test_a_pass_that_fails_after_the_session_reported_reasons_loses_none_of_them
             )
 
         wait_until(reason_written, 10, "the pending reason written by a later pass")
-    finally:
-        controller.stop()
-        api.api_client.close()  # type: ignore[no-untyped-call]
 
 
 def test_queue_status_is_derived_again_only_when_what_it_is_derived_from_changed(
@@ -368,10 +366,7 @@ def test_queue_status_is_derived_again_only_when_what_it_is_derived_from_changed
         return real(*args, **kwargs)
 
     monkeypatch.setattr(reporting_module, "queue_status_writes", counted)
-    api = KubeApi(load_api_client(scene.kubeconfig), qps=None)
-    controller = Controller(api, ControllerConfig(leader_election=False))
-    controller.start()
-    try:
+    with started_controller(scene) as controller:
         wait_until(lambda: (controller.reconcile(), scene.admitted("j"))[1], 10, "admitted")
         wait_until(
             lambda: (
@@ -394,6 +389,3 @@ def test_queue_status_is_derived_again_only_when_what_it_is_derived_from_changed
         before = calls["n"]
         scene.submit(scene.job("k", gpus=1))
         wait_until(lambda: (controller.reconcile(), calls["n"] > before)[1], 10, "a new job: derived again")
-    finally:
-        controller.stop()
-        api.api_client.close()  # type: ignore[no-untyped-call]
