@@ -94,10 +94,6 @@ def _cohort_queues(cq: ClusterQueueNode) -> list[ClusterQueueNode]:
     return list(root.subtree_queues()) if isinstance(root, CohortNode) else [cq]
 
 
-def _held(aw: AdmittedWorkload, frs: Iterable[tuple[str, str]]) -> float:
-    return float(sum(aw.usage.get(fr, 0) for fr in frs))
-
-
 def scenario_salt(key: str) -> tuple[float, ...]:
     """The quantiles of one workload's runtime in the :data:`SCENARIOS` scenarios: one in each of as
     many equal strata, so its scenarios cover its distribution evenly, in an order of its own drawn

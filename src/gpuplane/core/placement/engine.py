@@ -125,13 +125,6 @@ def pick_node(scores: Scores, nodes: IntArray, rank: IntArray | None) -> int:
     return int(tied[np.argmin(rank[tied])])
 
 
-def order_nodes(scores: Scores, nodes: IntArray, rank: IntArray) -> IntArray:
-    """``nodes`` best first: score descending, then ``rank`` ascending."""
-    order = np.lexsort((rank[nodes], -scores))
-    result: IntArray = nodes[order]
-    return result
-
-
 def schedule_one(
     profile: Profile, cluster: GpuArrays, request: GpuRequest, rank: IntArray, among: BoolArray | None = None
 ) -> Placement | None:
