@@ -14,7 +14,9 @@ Usage::
     python3 bench/deep_queue.py --jobs 1000 --output json [--kubeconfig K]
 
 With ``--output json`` it prints ``{"admissionsPerSecond", "seconds", "firstAdmissionSeconds",
-"jobs", ...}``. Target (issue: deep queues): at least 100 admissions per second.
+"jobs", "ceilingAdmissionsPerSecond", "shareOfCeiling", ...}``: the ceiling is the same API server, in the
+same run, taking only the two writes an admission makes (a placement patch and a status patch per
+Workload) from 16 client threads. Target (issue: deep queues): at least 100 admissions per second.
 """
 
 from __future__ import annotations
@@ -68,6 +70,22 @@ class AdmittedWorkloads(Watched):
         self.wait_for(self.note, count, timeout=timeout, console=console, started=started, what="admitted")
 
 
+def write_ceiling(api: KubeApi, namespace: str, keys: list[str]) -> float:
+    """Writes per second the API server takes on these Workloads: a metadata patch and a status
+    patch each (the writes of an admission), from the benchmark's client threads, nothing else."""
+
+    def write(key: str) -> None:
+        name = key.split("/", 1)[1]
+        api.patch(
+            k8s.WORKLOADS, name, {"metadata": {"annotations": {"bench.gpuplane.dev/ceiling": "1"}}}, namespace
+        )
+        api.patch(k8s.WORKLOADS, name, {"status": {"requeueState": None}}, namespace, sub="status")
+
+    t = time.perf_counter()
+    in_parallel(keys, write)
+    return 2 * len(keys) / (time.perf_counter() - t)
+
+
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     nodes = -(-args.jobs // 8)
     with control_plane(args.kubeconfig, console) as kubeconfig:
@@ -109,6 +127,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 stop.set()
                 measured = results.get(timeout=120)
                 child.join(timeout=60)
+            ceiling = write_ceiling(api, namespace, sorted(watch.first_seen))
         finally:
             teardown(api, nodes)
             api.api_client.close()
@@ -121,6 +140,10 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "firstAdmissionSeconds": round(first, 2),
         "admissionsPerSecond": round(args.jobs / last, 1),
         "admissionsPerSecondAfterFirst": round((args.jobs - 1) / max(last - first, 1e-9), 1),
+        # The same API server, in the same run, doing nothing but the two writes an admission
+        # makes (the placement patch and the status write), from 16 client threads.
+        "ceilingAdmissionsPerSecond": round(ceiling / 2, 1),
+        "shareOfCeiling": round(args.jobs / last / (ceiling / 2), 2),
         "controllerCpuSeconds": round(measured["cpuSeconds"], 1),
         "apiCalls": measured["apiCalls"],
         "target": TARGET,
