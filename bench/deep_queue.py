@@ -33,7 +33,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controller_vs_kube_scheduler import (  # a sibling script, found through the path above
+from vs_cluster import (  # a sibling module, found through the path above
     PREFIX,
     Watched,
     control_plane,
