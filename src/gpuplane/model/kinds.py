@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuplane.model import dra, jobs
 from gpuplane.model import fields as f
-from gpuplane.model import jobs
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import cluster_queue_checks, workload_check_states
 from gpuplane.model.errors import InputError
@@ -232,6 +232,7 @@ def pod_template(spec: Doc, path: str, meta: Doc | None = None) -> PodTemplate:
         labels=frozen_map(f.string_map(meta, "labels", "metadata")),
         annotations=frozen_map(f.string_map(meta, "annotations", "metadata")),
         active_deadline=_active_deadline(spec, path),
+        claims=dra.parse_pod_claims(spec, path),
     )
 
 
@@ -262,6 +263,7 @@ def _template(raw: Doc, path: str) -> PodTemplate:
         labels=frozen_map(labels),
         annotations=frozen_map(annotations),
         active_deadline=tpl.active_deadline,
+        claims=tpl.claims,
     )
 
 

@@ -19,9 +19,10 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+from gpuplane.model import dra_kinds, kinds
 from gpuplane.model import fields as f
-from gpuplane.model import kinds
 from gpuplane.model.admission_checks import AdmissionCheck, parse_admission_check
+from gpuplane.model.dra import DRA_GROUP, DRA_KINDS, DRA_VERSION, DraObjects
 from gpuplane.model.errors import InputError
 from gpuplane.model.karpenter import KARPENTER_GROUP, NodePool, parse_node_pool
 from gpuplane.model.objects import (
@@ -330,6 +331,13 @@ _KINDS: dict[str, tuple[str, frozenset[str]]] = {
     "": ("core/v1", frozenset(_CORE)),
     KARPENTER_GROUP: (KARPENTER_GROUP, frozenset({"NodePool"})),
     "batch": ("batch", frozenset({"Job"})),
+    DRA_GROUP: (DRA_GROUP, frozenset(DRA_KINDS)),
+}
+_DRA: dict[str, Parser] = {
+    "DeviceClass": dra_kinds.parse_device_class,
+    "ResourceSlice": dra_kinds.parse_resource_slice,
+    "ResourceClaim": dra_kinds.parse_resource_claim,
+    "ResourceClaimTemplate": dra_kinds.parse_claim_template,
 }
 
 
@@ -355,6 +363,8 @@ def _version_problem(group: str, version: str, kind: str) -> str | None:
         return f"unsupported apiVersion {version!r} for {kind}; expected v1"
     if group == "batch" and version != "v1":
         return f"unsupported apiVersion batch/{version}; expected batch/v1"
+    if group == DRA_GROUP and version != DRA_VERSION:
+        return f"unsupported apiVersion {group}/{version}; expected {DRA_GROUP}/{DRA_VERSION}"
     return None
 
 
@@ -394,6 +404,7 @@ class _Parsed:
         self.nodes: list[Node] = []
         self.pods: list[Pod] = []
         self.invalid: list[InvalidWorkload] = []
+        self.dra: dict[str, dict[str, Any]] = {kind: {} for kind in _DRA}
 
     def add(self, doc: Document, group: str, version: str, kind: str) -> None:
         """Parse one document of a known kind and keep it."""
@@ -413,6 +424,11 @@ class _Parsed:
             job_wl = kinds.workload_from_job(body, self._priorities())
             if job_wl is not None:
                 self._add_workload(job_wl, doc)
+        elif group == DRA_GROUP:
+            obj = _DRA[kind](body, version)
+            key = obj.name if kind in ("DeviceClass", "ResourceSlice") else obj.key
+            self.collector.claim(kind, key, doc)
+            self.dra[kind][key] = obj
         elif group == kinds.KUEUE_GROUP:
             self._add_kueue(kind, _KUEUE[kind](body, version), doc)
         else:
@@ -469,6 +485,12 @@ class _Parsed:
             invalid_workloads=tuple(self.invalid),
             admission_checks=frozen_map(self.admission_checks),
             node_pools=frozen_map(self.node_pools),
+            dra=DraObjects(
+                classes=frozen_map(self.dra["DeviceClass"]),
+                slices=tuple(self.dra["ResourceSlice"].values()),
+                claims=frozen_map(self.dra["ResourceClaim"]),
+                templates=frozen_map(self.dra["ResourceClaimTemplate"]),
+            ),
             origins=frozen_map(
                 {f"{kind}/{key}": (d.source, d.index) for (kind, key), d in self.collector.seen.items()}
             ),

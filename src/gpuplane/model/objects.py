@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from gpuplane.model import gpu_share
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import AdmissionCheck, CheckRef, CheckStatus
+from gpuplane.model.dra import DraObjects, PodClaim
 
 if TYPE_CHECKING:
     from gpuplane.model.karpenter import NodePool
@@ -160,6 +161,7 @@ class PodTemplate:
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     active_deadline: int | None = None  # spec.activeDeadlineSeconds: a limit on the pod's run
+    claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims (Dynamic Resource Allocation)
     quota_requests: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -476,6 +478,7 @@ class ClusterState:
     invalid_workloads: tuple[InvalidWorkload, ...] = ()
     admission_checks: Mapping[str, AdmissionCheck] = field(default_factory=lambda: MappingProxyType({}))
     node_pools: Mapping[str, NodePool] = field(default_factory=lambda: MappingProxyType({}))  # Karpenter
+    dra: DraObjects = field(default_factory=DraObjects)  # resource.k8s.io/v1 objects
     # "Kind/key" -> (file, document index), to point errors found later at their source.
     origins: Mapping[str, tuple[str, int]] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False

@@ -1,0 +1,288 @@
+"""Dynamic Resource Allocation (``resource.k8s.io/v1``): the frozen objects gpuplane reads.
+
+DeviceClasses, ResourceSlices (the devices drivers publish), ResourceClaims and
+ResourceClaimTemplates (what pods ask for), and the ``resourceClaims`` of a pod spec. Attribute
+and capacity names are kept fully qualified (``domain/name``): a name without a domain is in the
+driver's domain, as Kubernetes reads it. Capacities and counters are exact quantities
+(:class:`fractions.Fraction`, in the quantity's own unit). Parsing the cluster kinds lives in
+:mod:`gpuplane.model.dra_kinds`; the pod spec's claims are read here, because
+:mod:`gpuplane.model.kinds` reads pod specs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from gpuplane.model import fields as f
+from gpuplane.model.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuplane.model.objects import NodeSelectorTerm
+
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+EXACT_COUNT = "ExactCount"
+ALL = "All"
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """A semantic version attribute value (``version: 1.2.3``), compared by its numbers."""
+
+    text: str
+
+    def key(self) -> tuple[tuple[int, int, int], tuple[int, str]]:
+        """Sort key: major, minor, patch, then a release before any pre-release of it."""
+        core, _, pre = self.text.split("+", 1)[0].partition("-")
+        parts = [int(p) for p in core.split(".")]
+        while len(parts) < 3:
+            parts.append(0)
+        return (parts[0], parts[1], parts[2]), (0, pre) if pre else (1, "")
+
+
+AttributeValue = bool | int | str | Version
+
+
+def qualified(name: str, driver: str) -> str:
+    """``name`` with its domain: a name without one is in the driver's domain."""
+    return name if "/" in name else f"{driver}/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    """A taint a driver put on one device (``NoSchedule`` or ``NoExecute``)."""
+
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceToleration:
+    """A request's toleration of device taints (the core/v1 matching rules)."""
+
+    key: str
+    operator: str  # Equal | Exists
+    value: str
+    effect: str  # "" tolerates every effect
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device of a ResourceSlice: attributes and capacity by qualified name, the counters it
+    consumes (counter set -> counter -> amount), whether several allocations may share it, its
+    taints and, with per-device node selection, where it is reachable."""
+
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
+    capacity: Mapping[str, Fraction] = field(default_factory=lambda: MappingProxyType({}))
+    # requestPolicy.default per capacity: what a request without an entry for it consumes.
+    capacity_default: Mapping[str, Fraction] = field(default_factory=lambda: MappingProxyType({}))
+    consumes: Mapping[str, Mapping[str, Fraction]] = field(default_factory=lambda: MappingProxyType({}))
+    allow_multiple: bool = False
+    taints: tuple[DeviceTaint, ...] = ()
+    node_name: str | None = None
+    node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    all_nodes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    """A ResourceSlice: one driver's devices of one pool (generation, slice count), the node(s)
+    they are reachable from, and the pool's shared counters (counter set -> counter -> value)."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    devices: tuple[Device, ...] = ()
+    node_name: str | None = None
+    node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    all_nodes: bool = False
+    per_device_nodes: bool = False
+    shared_counters: Mapping[str, Mapping[str, Fraction]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    """A DeviceClass: its CEL selectors, the drivers its config is for, its extended resource."""
+
+    name: str
+    selectors: tuple[str, ...] = ()
+    config_drivers: tuple[str, ...] = ()
+    extended_resource_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExactRequest:
+    """One way to satisfy a request: a class, selectors, a count (or all), capacity, tolerations.
+
+    ``name`` is the request's name, or ``request/subrequest`` for a ``firstAvailable`` entry."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    mode: str = EXACT_COUNT
+    count: int = 1
+    capacity: Mapping[str, Fraction] = field(default_factory=lambda: MappingProxyType({}))
+    tolerations: tuple[DeviceToleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """A claim's request: ``alternatives`` holds ``exactly`` alone, or the ``firstAvailable``
+    entries in the order they are tried."""
+
+    name: str
+    alternatives: tuple[ExactRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConstraint:
+    """``matchAttribute`` or ``distinctAttribute`` (qualified) over ``requests`` (empty: all)."""
+
+    requests: tuple[str, ...]
+    match_attribute: str | None = None
+    distinct_attribute: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    """``spec.devices`` of a ResourceClaim (or a template's claim)."""
+
+    requests: tuple[DeviceRequest, ...] = ()
+    constraints: tuple[DeviceConstraint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One device of an allocation: ``status.allocation.devices.results[]``. Also what the
+    plan reports for a pod's claim (the output contract's ``request/driver/pool/device``)."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    # Consumed capacity when the device allows multiple allocations.
+    consumed: Mapping[str, Fraction] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaim:
+    """A ResourceClaim: its spec, its allocation if any, and the consumers it is reserved for."""
+
+    namespace: str
+    name: str
+    spec: ClaimSpec
+    allocation: tuple[AllocatedDevice, ...] | None = None
+    reserved_for: tuple[str, ...] = ()  # names of the consuming pods
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaimTemplate:
+    """A ResourceClaimTemplate: the claim spec each pod gets a claim of its own from."""
+
+    namespace: str
+    name: str
+    spec: ClaimSpec
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of ``pod.spec.resourceClaims``: a shared claim by name, or a template."""
+
+    name: str
+    claim_name: str | None = None
+    template_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DraObjects:
+    """Every DRA object of a cluster state. ``slices`` holds every slice read; only those of a
+    pool's newest generation count (:meth:`current_slices`)."""
+
+    classes: Mapping[str, DeviceClass] = field(default_factory=lambda: MappingProxyType({}))
+    slices: tuple[ResourceSlice, ...] = ()
+    claims: Mapping[str, ResourceClaim] = field(default_factory=lambda: MappingProxyType({}))
+    templates: Mapping[str, ResourceClaimTemplate] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __bool__(self) -> bool:
+        return bool(self.classes or self.slices or self.claims or self.templates)
+
+    def current_slices(self) -> list[ResourceSlice]:
+        """The slices of each pool's newest generation, in input order."""
+        newest: dict[tuple[str, str], int] = {}
+        for s in self.slices:
+            key = (s.driver, s.pool)
+            newest[key] = max(newest.get(key, s.generation), s.generation)
+        return [s for s in self.slices if s.generation == newest[(s.driver, s.pool)]]
+
+
+def parse_pod_claims(spec: Mapping[str, Any], path: str) -> tuple[PodClaim, ...]:
+    """``spec.resourceClaims`` of a pod spec, checked against the containers' ``resources.claims``."""
+    out: list[PodClaim] = []
+    cpath = f.join(path, "resourceClaims")
+    names: set[str] = set()
+    for i, raw in enumerate(f.get_list(spec, "resourceClaims", path)):
+        here = f.join(cpath, i)
+        item = f.as_map(raw, here)
+        name = f.req_str(item, "name", here)
+        if name in names:
+            raise InputError(f"duplicate pod claim name {name!r}", field=f.join(here, "name"))
+        names.add(name)
+        claim = f.get_str(item, "resourceClaimName", here)
+        template = f.get_str(item, "resourceClaimTemplateName", here)
+        if (claim is None) == (template is None):
+            raise InputError(
+                "exactly one of resourceClaimName and resourceClaimTemplateName must be set", field=here
+            )
+        out.append(PodClaim(name, claim, template))
+    for kind in ("containers", "initContainers"):
+        for i, raw in enumerate(f.get_list(spec, kind, path)):
+            here = f.join(f.join(path, kind), i)
+            container = f.as_map(raw, here)
+            resources = f.get_map(container, "resources", here)
+            rpath = f.join(here, "resources")
+            for j, ref in enumerate(f.get_list(resources, "claims", rpath)):
+                rhere = f.join(f.join(rpath, "claims"), j)
+                ref_name = f.req_str(f.as_map(ref, rhere), "name", rhere)
+                if ref_name not in names:
+                    raise InputError(
+                        f"claim {ref_name!r} is not in spec.resourceClaims", field=f.join(rhere, "name")
+                    )
+    return tuple(out)
+
+
+def check_names(items: Sequence[str], what: str, path: str) -> None:
+    """Refuse a duplicate name among ``items``."""
+    seen: set[str] = set()
+    for i, name in enumerate(items):
+        if name in seen:
+            raise InputError(f"duplicate {what} {name!r}", field=f.join(path, i))
+        seen.add(name)
