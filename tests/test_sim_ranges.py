@@ -69,7 +69,7 @@ def test_history_predicts_from_the_name_and_counts_running_runs() -> None:
     assert history.known_of(job, 0.0).mean == 999.0  # the declared class mean, before any history
     assert history.known_of(job, 0.0).basis == "declared"
     for i in range(5):
-        history.record(_job(i, "resnet", 100.0), 100.0 + i, 1000.0)
+        history.record(_job(i, "resnet", 100.0), 100.0 + i)
     known = history.known_of(job, 1000.0)
     assert known.basis == "name"
     assert known.mean == pytest.approx(102.0)
@@ -78,7 +78,7 @@ def test_history_predicts_from_the_name_and_counts_running_runs() -> None:
     other = _job(9, "bert", 100.0)
     history.run_started(other, 0.0)  # a long run of the team's size still running
     for i in range(5):
-        history.record(_job(10 + i, "bert", 10.0), 10.0, 100.0)
+        history.record(_job(10 + i, "bert", 10.0), 10.0)
     assert history.known_of(other, 100.0).mean == pytest.approx((50.0 + 100.0) / 5)
     history.run_stopped(other, 0.0)
     assert history.look(other, 100.0) == ("name", 5.0, pytest.approx(10.0))

@@ -33,10 +33,12 @@ them end within about 0.41 ``t`` more, nine in ten within 2.2 ``t``); ``t`` is a
 caps every quantile at ``limit - elapsed``; a run already past its limit is being stopped and gets
 :data:`LIMIT_GRACE_SECONDS` (Kubernetes' default termination grace period).
 
-Pure: no clock. Cheap: a key's runtimes are kept sorted (one bisection per :meth:`add`); a
+Pure: no clock. Cheap: a key's runtimes are appended as runs are learned and sorted when a
+prediction next reads them (Timsort merges the appended tail in about one pass); a
 prediction bisects its key's runtimes for ``elapsed`` and reads :data:`PSEUDO_SAMPLES` quantiles
 from them, whatever their number; the prediction of a job that has not started (``elapsed == 0``)
-is computed once per key until the key learns another run.
+is computed once per key until the key learns another run (past 50 runs: until it learned
+:data:`REFRESH_SHARE` more).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ OVERDUE_SHARE = 0.05  # a job that fewer than this share of its runs outlasted i
 TAIL_INDEX = 2.0  # Pareto index of an overdue job's tail
 TAIL_FLOOR_SECONDS = 60.0  # the least age a tail estimate scales from
 LIMIT_GRACE_SECONDS = 30.0  # what a run past its limit still takes: the termination grace period
+# A key's prediction of a run not started stands until the key learned this share more runs: its
+# quantiles move by about 1 / n per run learned, so past 50 runs a new one hardly moves them.
+REFRESH_SHARE = 0.02
 
 BASES = ("name", "team", "queue", "all", "declared", "assumed")
 _LEVELS = tuple(i / (PSEUDO_SAMPLES - 1) for i in range(PSEUDO_SAMPLES))
@@ -109,19 +114,41 @@ def _keys(features: JobFeatures) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple(keys)
 
 
-class _Runs:
-    """The sorted runtimes of one key, and its not-started prediction, made when first asked
-    after the key learned a run."""
+class Runs:
+    """The runtimes of the finished runs of one key, sorted when read (a run learned is appended,
+    and the list sorted again only when a prediction reads it: Timsort takes a sorted list with a
+    few runs appended in about one pass), and its not-started prediction (``fresh``), made again
+    when the key has learned more than :data:`REFRESH_SHARE` more runs than it was made from (for
+    fewer than 1 / REFRESH_SHARE runs: every run)."""
 
-    __slots__ = ("fresh", "runtimes")
+    __slots__ = ("fresh", "fresh_until", "ordered", "runtimes")
 
     def __init__(self) -> None:
         self.runtimes: list[float] = []
+        self.ordered = True
         self.fresh: Prediction | None = None
+        self.fresh_until = 0  # the most runs ``fresh`` stands for
 
     def add(self, seconds: float) -> None:
-        bisect.insort(self.runtimes, seconds)
-        self.fresh = None
+        """Learn one run of ``seconds`` (checked by the caller)."""
+        self.runtimes.append(seconds)
+        self.ordered = False
+
+    def sorted(self) -> list[float]:
+        """The runtimes, in order."""
+        if not self.ordered:
+            self.runtimes.sort()
+            self.ordered = True
+        return self.runtimes
+
+    def not_started(self, basis: str) -> Prediction:
+        """The prediction of a run not started yet: :data:`PSEUDO_SAMPLES` quantiles of the
+        runtimes, made again once the key learned enough more runs."""
+        n = len(self.runtimes)
+        if self.fresh is None or n > self.fresh_until:
+            self.fresh = _quantiles(self.sorted(), 0, 0.0, basis, n)
+            self.fresh_until = n + int(n * REFRESH_SHARE)
+        return self.fresh
 
 
 class RuntimePredictor:
@@ -132,7 +159,7 @@ class RuntimePredictor:
         if min_samples < 1:
             raise ValueError(f"min_samples must be at least 1, not {min_samples}")
         self.min_samples = min_samples
-        self._runs: dict[tuple[str, ...], _Runs] = {}
+        self._runs: dict[tuple[str, ...], Runs] = {}
         for sample in samples:
             self.add(sample)
 
@@ -143,14 +170,21 @@ class RuntimePredictor:
 
     def add(self, sample: RuntimeSample) -> None:
         """Learn one finished run (a negative or non-finite runtime is an error)."""
-        seconds = float(sample.seconds)
-        if not math.isfinite(seconds) or seconds < 0.0:
-            raise ValueError(f"a runtime is a finite number of seconds >= 0, not {sample.seconds!r}")
-        for _, key in _keys(sample.features):
+        seconds = checked_runtime(sample.seconds)
+        for runs in self.runs_of(sample.features):
+            runs.add(seconds)
+
+    def runs_of(self, features: JobFeatures) -> tuple[Runs, ...]:
+        """The runs of each key of ``features``, most specific first, made empty where none was
+        learned yet: a caller that learns many runs of the same features keeps them and adds to
+        each (after :func:`checked_runtime`) instead of calling :meth:`add`."""
+        found = []
+        for _, key in _keys(features):
             runs = self._runs.get(key)
             if runs is None:
-                runs = self._runs[key] = _Runs()
-            runs.add(seconds)
+                runs = self._runs[key] = Runs()
+            found.append(runs)
+        return tuple(found)
 
     def count(self, features: JobFeatures) -> tuple[str, int]:
         """The basis a prediction for ``features`` would take from history, and its finished runs
@@ -194,16 +228,23 @@ class RuntimePredictor:
             if runs is None or len(runs.runtimes) < self.min_samples:
                 continue
             if elapsed <= 0.0:
-                if runs.fresh is None:
-                    runs.fresh = _quantiles(runs.runtimes, 0, 0.0, basis, len(runs.runtimes))
-                return runs.fresh
-            n = len(runs.runtimes)
-            first_longer = bisect.bisect_right(runs.runtimes, elapsed)
+                return runs.not_started(basis)
+            runtimes = runs.sorted()
+            n = len(runtimes)
+            first_longer = bisect.bisect_right(runtimes, elapsed)
             longer = n - first_longer
             if longer < max(1, math.ceil(OVERDUE_SHARE * n)):
                 return _tail(elapsed, f"{basis}, overdue", n)
-            return _quantiles(runs.runtimes, first_longer, elapsed, basis, n)
+            return _quantiles(runtimes, first_longer, elapsed, basis, n)
         return None
+
+
+def checked_runtime(seconds: float) -> float:
+    """``seconds`` as a runtime: a finite number >= 0 (else a ValueError)."""
+    value = float(seconds)
+    if not math.isfinite(value) or value < 0.0:
+        raise ValueError(f"a runtime is a finite number of seconds >= 0, not {seconds!r}")
+    return value
 
 
 def _quantiles(runtimes: Sequence[float], first: int, elapsed: float, basis: str, samples: int) -> Prediction:

@@ -33,13 +33,15 @@ from gpuplane.insight.eta import (
     runtime_curve,
     van_der_corput,
 )
-from gpuplane.insight.runtime_history import JobFeatures, RuntimeSample
+from gpuplane.insight.runtime_history import JobFeatures
 from gpuplane.insight.runtime_predictor import (
     OVERDUE_SHARE,
     PSEUDO_SAMPLES,
     TAIL_FLOOR_SECONDS,
     Prediction,
+    Runs,
     RuntimePredictor,
+    checked_runtime,
 )
 from gpuplane.sim.ranges import StartRanges
 from gpuplane.sim.runs import JobRun
@@ -131,7 +133,10 @@ class RuntimeHistory:
         # slot and the sums of its keys (most specific first) with their bases: looked up by the
         # job's id, so a job's features are hashed once.
         self.slots: dict[tuple[JobFeatures, float], list[Known | None]] = {}
-        self.jobs: dict[int, tuple[JobFeatures, list[Known | None], tuple[tuple[str, list[float]], ...]]] = {}
+        self.jobs: dict[int, _Entry] = {}
+        # The same, per what a job's features and declared runtime are made of: most jobs rerun
+        # work another job already ran, and share its entry.
+        self.entries: dict[tuple[object, ...], _Entry] = {}
         self.learned = 0  # finished runs learned: nothing to look at again while it stays
 
     def prepare(self, jobs: Iterable[Job]) -> None:
@@ -142,17 +147,25 @@ class RuntimeHistory:
         for job in jobs:
             self._of(job)
 
-    def _of(self, job: Job) -> tuple[JobFeatures, list[Known | None], tuple[tuple[str, list[float]], ...]]:
+    def _of(self, job: Job) -> _Entry:
+        """``job``'s features, slot, sums (most specific key first, with their bases) and the
+        predictor's runs of its keys."""
         found = self.jobs.get(job.id)
         if found is None:
-            features = features_of(job)
-            slot = self.slots.setdefault((features, job.expected), [None])
-            sums = self.sums
-            entries = tuple(
-                ("name" if key[0] == "name+shape" else key[0], sums.setdefault(key, [0.0, 0.0, 0.0, 0.0]))
-                for key in _keys(features)
-            )
-            found = self.jobs[job.id] = (features, slot, entries)
+            request = job.request
+            made_of: tuple[object, ...] = (job.team, job.klass, job.base_name, job.tier, job.pods)
+            made_of += (request.gpus, request.mig, request.fraction_milli, job.expected)
+            found = self.entries.get(made_of)
+            if found is None:
+                features = features_of(job)
+                slot = self.slots.setdefault((features, job.expected), [None])
+                sums = self.sums
+                entries = tuple(
+                    ("name" if key[0] == "name+shape" else key[0], sums.setdefault(key, [0.0, 0.0, 0.0, 0.0]))
+                    for key in _keys(features)
+                )
+                found = self.entries[made_of] = (features, slot, entries, self.predictor.runs_of(features))
+            self.jobs[job.id] = found
         return found
 
     def features_of(self, job: Job) -> JobFeatures:
@@ -161,10 +174,12 @@ class RuntimeHistory:
     def slot_of(self, job: Job) -> list[Known | None]:
         return self._of(job)[1]
 
-    def record(self, job: Job, seconds: float, now: float) -> None:
-        """``job`` finished at ``now`` after running ``seconds``."""
-        features, _, entries = self._of(job)
-        self.predictor.add(RuntimeSample(features, seconds, now))
+    def record(self, job: Job, seconds: float) -> None:
+        """``job`` finished after running ``seconds``."""
+        _, _, entries, holders = self._of(job)
+        seconds = checked_runtime(seconds)
+        for runs in holders:
+            runs.add(seconds)
         self.learned += 1
         for _, found in entries:
             found[0] += seconds
@@ -194,7 +209,7 @@ class RuntimeHistory:
         return "declared", 0.0, None
 
     def known_of(self, job: Job, now: float) -> Known:
-        features, slot, _ = self._of(job)
+        features, slot, _, _ = self._of(job)
         known = slot[0]
         learned = self.learned
         if known is not None and known.seen == learned:
@@ -250,6 +265,9 @@ def _keys(features: JobFeatures) -> tuple[tuple[str, ...], ...]:
     if name:
         return (("name+shape", ns, name, features.shape), ("name", ns, name), *common)
     return common
+
+
+_Entry = tuple[JobFeatures, list[Known | None], tuple[tuple[str, list[float]], ...], tuple[Runs, ...]]
 
 
 class _Asked(dict[int, Known]):
@@ -526,7 +544,7 @@ class Forecaster:
         since = run.running_since
         if since is not None and run.progress == 0:
             seconds = now - since
-            self.runtimes.record(run.job, seconds, now)
+            self.runtimes.record(run.job, seconds)
             if run.predicted_runtime is not None and now >= 0 and seconds > 0:
                 run.stats.runtime_errors.append(abs(run.predicted_runtime - seconds) / seconds)
                 run.stats.runtime_bases.append(run.basis)
