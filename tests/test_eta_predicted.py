@@ -102,6 +102,14 @@ def test_holders_past_every_run_of_their_name_give_a_tail_estimate() -> None:
     assert eta.low > 0.0
     assert "default/r1: the history of its job name (10 runs)" in eta.basis
     assert "ran past its expected end" in eta.basis
+    taken = {b.workload: b for b in eta.runtimes}
+    assert (taken["default/r1"].basis, taken["default/r1"].samples, taken["default/r1"].overdue) == (
+        "name",
+        10,
+        True,
+    )
+    assert taken["default/r1"].remaining_seconds > 0.0
+    assert (taken["default/p"].basis, taken["default/p"].overdue) == ("team", False)  # r1 runs at its size
 
 
 def test_a_running_job_ends_with_the_runs_of_its_name_longer_than_its_age() -> None:
@@ -141,6 +149,10 @@ def test_why_on_the_example_gives_a_range_for_a_gang_waiting_for_room() -> None:
     assert 0.0 < eta["low"] < eta["seconds"] < eta["high"]
     assert "the nodes have room for the whole gang when default/gang" in eta["basis"]
     assert "about 3600s" in eta["basis"]  # no history: the runtimes are assumed, and it says so
+    assert {(r["workload"], r["basis"], r["samples"]) for r in eta["runtimes"]} == {
+        ("default/gang", "assumed", 0),
+        ("default/toobig", "assumed", 0),
+    }
     table = CliRunner().invoke(build_app(), ["why", "toobig", "-f", str(EXAMPLE)])
     assert "between 0s and 0s" not in table.stdout
 

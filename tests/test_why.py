@@ -54,7 +54,7 @@ def test_each_cause_has_its_reason_blockers_and_fix(tmp_path: Path, case: WhyCas
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == SHAPE
-    assert set(doc["eta"]) == {"seconds", "low", "high", "basis"}
+    assert set(doc["eta"]) == {"seconds", "low", "high", "basis", "runtimes"}
     assert doc["workload"] == "default/w"
     assert doc["reason"] == case.want_reason, doc
     got = {(b["kind"], b["name"]) for b in doc["blockers"]}

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from gpuplane.insight.runtime_history import JobFeatures, RuntimeSample, features_of
 from gpuplane.insight.runtime_predictor import DEFAULT_RUNTIME_SECONDS, Prediction, RuntimePredictor
@@ -95,6 +97,29 @@ def active_deadline(wl: Workload) -> float | None:
     return float(min(limits)) if limits else None
 
 
+@dataclass(frozen=True, slots=True)
+class RuntimeBasis:
+    """What an estimate took one workload's runtime from: the basis of its prediction
+    (``name``, ``team``, ``queue``, ``all``: a history; ``declared``; ``assumed``), the finished
+    runs behind it, whether it ran past its expected end (a tail estimate), and the median of its
+    remaining seconds."""
+
+    workload: str  # namespace/name ("" for a pod outside any queue)
+    basis: str
+    samples: int
+    overdue: bool
+    remaining_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "basis": self.basis,
+            "samples": self.samples,
+            "overdue": self.overdue,
+            "remainingSeconds": self.remaining_seconds,
+        }
+
+
 class RuntimeModel:
     """Runtimes for the ETA: the predictor learned from finished runs, how many finished per
     ClusterQueue, and the predictions made (by workload, queue and time run)."""
@@ -136,6 +161,19 @@ class RuntimeModel:
     def finished_in(self, queue: str) -> int:
         """Finished runs learned in ClusterQueue ``queue``."""
         return self.predictor.count(JobFeatures("", "", queue, "", ""))[1] if queue else 0
+
+    def bases(self, involved: Iterable[tuple[Workload | None, str, float]]) -> tuple[RuntimeBasis, ...]:
+        """Where the runtime of each of the ``involved`` workloads (each with its ClusterQueue and
+        the time it has run; 0 when queued) comes from, as data (one entry per workload, in the
+        order given)."""
+        out: dict[str, RuntimeBasis] = {}
+        for wl, q, elapsed in involved:
+            p = self.prediction(wl, q, elapsed)
+            name = wl.key if wl is not None else ""
+            if name not in out:
+                kind = p.basis.split(",")[0]
+                out[name] = RuntimeBasis(name, kind, p.samples, p.overdue, round(p.median, 1))
+        return tuple(out.values())
 
     def basis(self, queue: str, involved: Iterable[tuple[Workload | None, str, float]]) -> str:
         """Where an estimate's runtimes come from, in words, for the ``involved`` workloads

@@ -56,7 +56,9 @@ def with_one_node(  # noqa: PLR0913 - keyword-only: runtimes, config and time
         values.append(None if node is None else round(max(mine or 0.0, node - now), 1))
     if values[1] is None:
         return Estimate(None, None, None, quota.basis + "; no single node ever has room")
-    return Estimate(values[1], values[0], values[2], quota.basis + "; the pod needs one node with room")
+    return Estimate(
+        values[1], values[0], values[2], quota.basis + "; the pod needs one node with room", quota.runtimes
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,8 @@ def with_room(  # noqa: PLR0913 - keyword-only: runtimes, time, the probe's name
     queue = next((q for _, q, _ in involved if q), "")
     end = "ends" if len(waited) == 1 else "end"
     words = f"the nodes have room for the whole gang when {who} {end} ({runtimes.basis(queue, involved)})"
-    return Estimate(values[1], values[0], values[2], f"{quota.basis}; {words}")
+    taken = {b.workload: b for b in (*quota.runtimes, *runtimes.bases(involved))}
+    return Estimate(values[1], values[0], values[2], f"{quota.basis}; {words}", tuple(taken.values()))
 
 
 def _room(

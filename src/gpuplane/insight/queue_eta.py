@@ -51,7 +51,7 @@ from gpuplane.core.analysis import (
 )
 from gpuplane.core.session import PendingDecision, SchedulerConfig, pod_needs
 from gpuplane.insight.eta import EPSILON, Gang, NodeFree, NodeReplay, gang_starts
-from gpuplane.insight.live_runtimes import RuntimeModel, quantile
+from gpuplane.insight.live_runtimes import RuntimeBasis, RuntimeModel, quantile
 from gpuplane.model.gpu_share import FRACTION_RESOURCE
 from gpuplane.model.objects import Workload
 
@@ -68,6 +68,7 @@ class Estimate:
     low: float | None
     high: float | None
     basis: str
+    runtimes: tuple[RuntimeBasis, ...] = ()  # the runtimes it took, by workload, and their bases
 
 
 def main_resource(wl: Workload, config: SchedulerConfig) -> str:
@@ -429,6 +430,7 @@ def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step 
     if len(frs) > 1:
         in_use += f" over {len(frs)} flavors (each workload in the first with room)"
     basis_tail = [in_use, runtimes.basis(cq.name, involved)]
+    taken = runtimes.bases(involved)
     if rate is not None:
         basis_tail.append(
             f"work still to come at the recent rate ({rate.per_second * 3600:.1f}/h) starts ahead where "
@@ -459,7 +461,7 @@ def _estimate_pool(  # noqa: PLR0913 - one pool's estimate, the quota walk step 
             )
             mid = round((last_mid or 0.0) + backlog / max(capacity, EPSILON), 1)
             low, high = round(mid * 0.5, 1), round(mid * 2.0, 1)
-        out[item.key] = Estimate(mid, low, high, "; ".join([head, *basis_tail]))
+        out[item.key] = Estimate(mid, low, high, "; ".join([head, *basis_tail]), taken)
     return out
 
 
@@ -650,7 +652,8 @@ def estimate_gangs(
                 seen[g.workload.key].append(start)
     out: dict[str, Estimate] = {}
     for g in gangs:
-        runtimes_basis = runtimes.basis(g.queue, [*node_holders, (g.workload, g.queue, 0.0)])
+        involved = [*node_holders, (g.workload, g.queue, 0.0)]
+        runtimes_basis = runtimes.basis(g.queue, involved)
         quota = quotas[g.workload.key]
         basis = (
             f"whole-node gang: replayed on the nodes of {', '.join(g.pools)}"
@@ -667,5 +670,5 @@ def estimate_gangs(
             round(max(mine or 0.0, quantile(starts_of, q) - now), 1)
             for q, mine in zip(QUANTILES, (quota.low, quota.seconds, quota.high), strict=True)
         ]
-        out[g.workload.key] = Estimate(values[1], values[0], values[2], basis)
+        out[g.workload.key] = Estimate(values[1], values[0], values[2], basis, runtimes.bases(involved))
     return out

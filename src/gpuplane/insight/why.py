@@ -119,6 +119,8 @@ class Explanation:
                 "low": self.eta.low,
                 "high": self.eta.high,
                 "basis": self.eta.basis,
+                # Where each runtime it took came from: name | team | queue | all | declared | assumed.
+                "runtimes": [b.to_json() for b in self.eta.runtimes],
             },
             "reason": self.reason,
             "message": self.message,
