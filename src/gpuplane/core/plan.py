@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuplane.core.check_gate import CheckEviction, ReservedDecision
+from gpuplane.model.dra import AllocatedDevice
 from gpuplane.model.records import placement_record
 
 
@@ -20,6 +21,8 @@ class PodPlacement:
     node: str
     devices: tuple[str, ...] = ()
     count: int = 1
+    # Each pod claim's devices (Dynamic Resource Allocation): (pod claim name, devices).
+    claims: tuple[tuple[str, tuple[AllocatedDevice, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ from gpuplane.core.plan import (
     AdmissionDecision,
     PendingDecision,
     Plan,
+    PodPlacement,
     PreemptionDecision,
     placement_annotation,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "Plan",
     "PodNeeds",
     "PodOnNode",
+    "PodPlacement",
     "PreemptionDecision",
     "Reason",
     "Refusal",

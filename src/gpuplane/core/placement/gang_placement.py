@@ -20,18 +20,21 @@ whole-GPU pods need.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.placement import engine
 from gpuplane.core.placement.devices import DeviceConfig, DeviceGrant, NodeState, PodNeeds, recorded_grants
+from gpuplane.core.placement.dra_alloc import ClaimResult, DraAllocator, DraError
+from gpuplane.core.placement.dra_inventory import DraInventory, Released
 from gpuplane.core.placement.eligibility import EligibleNodes
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure, PodPlace
 from gpuplane.core.placement.node_holdings import Held, NodeHoldings
 from gpuplane.core.placement.node_order import NodeOrder
 from gpuplane.core.placement.node_scores import NodeScores
 from gpuplane.core.placement.profiles import DEFAULT_PROFILE
+from gpuplane.model.dra import DraObjects
 from gpuplane.model.objects import Node
 
 
@@ -48,11 +51,15 @@ class PlacementState:
         nodes: Iterable[Node],
         config: DeviceConfig | None = None,
         profile: str | None = DEFAULT_PROFILE,
+        dra: DraObjects | None = None,
     ) -> None:
         """``profile`` names the engine's profile; ``None`` keeps the inventory's tightest-first
-        order alone (no scoring). An unknown name raises ``KeyError``."""
+        order alone (no scoring). An unknown name raises ``KeyError``. ``dra``: the published
+        devices and claims of Dynamic Resource Allocation, allocated beside the node's devices."""
         self.config = config or DeviceConfig()
         NodeScores.check(profile)
+        nodes = list(nodes)
+        self.dra = DraAllocator(dra, DraInventory(dra, nodes)) if dra else None
         self._holdings = holdings = NodeHoldings(nodes, self.config)
         self._eligibility = EligibleNodes(holdings.nodes, self.config)
         self._scores = NodeScores(holdings.rows, profile)
@@ -96,6 +103,17 @@ class PlacementState:
 
     def place(self, owner: str, pod_sets: Sequence[GangPodSet]) -> GangPlacement | PlacementFailure:
         """Place every pod of the gang, or nothing. Takes the devices on success."""
+        try:
+            return self._place(owner, pod_sets)
+        except DraError as problem:
+            return PlacementFailure(Reason.MISCONFIGURED, f"cannot allocate devices: {problem}")
+
+    def _place(self, owner: str, pod_sets: Sequence[GangPodSet]) -> GangPlacement | PlacementFailure:
+        for ps in pod_sets:
+            if ps.claim_problem is not None:
+                raise DraError(ps.claim_problem)
+            if ps.claims and self.dra is None:
+                raise DraError("the cluster publishes no devices (no ResourceSlice, no DeviceClass)")
         self._scores.record(owner, pod_sets)
         eligibility = self._eligibility
         for ps in pod_sets:
@@ -124,6 +142,7 @@ class PlacementState:
     ) -> bool:
         holdings = self._holdings
         taken: list[tuple[NodeState, PodNeeds, tuple[DeviceGrant, ...]]] = []
+        claimed: list[tuple[int, tuple[ClaimResult, ...]]] = []
         used: set[str] = set()
         order = [0]  # one pod set (the common case): nothing to sort
         if len(pod_sets) > 1:
@@ -141,25 +160,48 @@ class PlacementState:
                 eligible = [holdings.nodes[n] for n in sorted(allowed, key=holdings.position.__getitem__)]
             request = self._scores.request(ps.needs)
             for _ in range(ps.count):
-                for state in candidates(ps.needs, request, eligible, allowed, used):
+                tried = candidates(ps.needs, request, eligible, allowed, used)
+                for state in self._dra_order(ps, tried, used):
                     grants = state.fit(ps.needs, repartition)
                     if grants is None:
                         continue
+                    claims = self._claims_on(owner, ps, state.name)
+                    if claims is None:
+                        continue
+                    if claims:
+                        claimed.append((i, claims))
                     holdings.take(owner, state, ps.needs, grants)
                     granted = tuple(grants)
                     taken.append((state, ps.needs, granted))
                     used.add(state.name)
-                    result[ps.name].append(PodPlace(state.name, granted))
+                    result[ps.name].append(PodPlace(state.name, granted, claims))
                     repartitions += sum(1 for g in granted if g.repartition is not None)
                     break
                 else:
                     for node, needs, held in reversed(taken):
                         holdings.give_back(owner, node, needs, held)
+                    for j, held_claims in reversed(claimed):
+                        assert self.dra is not None
+                        self.dra.give_back(owner, held_claims, pod_sets[j].claims)
                     return False
         placement.pods = result
         placement.repartitions = repartitions
         holdings.record(owner, ((s.name, n, g) for s, n, g in taken))
         return True
+
+    def _dra_order(self, ps: GangPodSet, tried: Iterable[NodeState], used: set[str]) -> Iterable[NodeState]:
+        """The candidates of a pod with claims in the allocator's order (:meth:`DraAllocator.order`)."""
+        if not ps.claims or self.dra is None:
+            return tried
+        by_name = {s.name: s for s in tried}
+        return [by_name[n] for n in self.dra.order(by_name, used)]
+
+    def _claims_on(self, owner: str, ps: GangPodSet, node: str) -> tuple[ClaimResult, ...] | None:
+        """The devices of a pod's claims on ``node``, taken (``()`` without claims), or None."""
+        if not ps.claims:
+            return ()
+        assert self.dra is not None  # _place refuses claims without a DRA inventory
+        return self.dra.allocate(owner, ps.claims, node)
 
     def _too_few_free(self, pod_sets: Sequence[GangPodSet]) -> bool:
         """Whether a gang of one pod set surely has no place (:meth:`surely_no_room`). Then the
@@ -207,6 +249,14 @@ class PlacementState:
 
     def _failure(self, pod_sets: Sequence[GangPodSet], detail: str) -> PlacementFailure:
         demand = sum(ps.needs.gpu_milli * ps.count for ps in pod_sets)
+        if self.dra is not None and any(ps.claims for ps in pod_sets) and not demand:
+            pods = sum(ps.count for ps in pod_sets)
+            why = self.dra.last_miss or "no node has the devices its claims ask for"
+            suffix = f" ({detail})" if detail else ""
+            return PlacementFailure(
+                Reason.WAITING_FOR_GANG_CAPACITY,
+                f"no placement holds all {pods} pods with their claims: {why}{suffix}",
+            )
         if len(pod_sets) == 1:
             names = self.eligible_names(pod_sets[0])
         else:
@@ -239,7 +289,22 @@ class PlacementState:
 
     def without(self, owners: Iterable[str]) -> AbstractContextManager[None]:
         """Simulate that ``owners`` are gone; every device comes back on exit."""
-        return self._holdings.without(owners)
+        if self.dra is None:
+            return self._holdings.without(owners)
+        return self._without_all(list(owners))
+
+    @contextmanager
+    def _without_all(self, owners: list[str]) -> Iterator[None]:
+        assert self.dra is not None
+        inventory = self.dra.inventory
+        with ExitStack() as stack:
+            stack.enter_context(self._holdings.without(owners))
+            released: list[tuple[str, Released]] = [(o, inventory.release(o)) for o in owners]
+            try:
+                yield
+            finally:
+                for owner, held in reversed(released):
+                    inventory.restore(owner, held)
 
     def hold(self, owner: str, node: str, needs: PodNeeds, grants: Sequence[DeviceGrant]) -> None:
         """Record a pod already running on ``node`` (from the input)."""
@@ -302,3 +367,5 @@ class PlacementState:
     def release(self, owner: str) -> None:
         """Give back everything ``owner`` holds (idempotent)."""
         self._holdings.release(owner)
+        if self.dra is not None:
+            self.dra.inventory.release(owner)

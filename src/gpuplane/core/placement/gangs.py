@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuplane.core.placement.devices import DeviceGrant, PodNeeds
+from gpuplane.core.placement.dra_alloc import ClaimNeed, ClaimResult
 from gpuplane.model.objects import PodTemplate, ResourceFlavor
 
 
@@ -19,14 +20,17 @@ class GangPodSet:
     flavor: ResourceFlavor | None = None
     required_level: str | None = None
     preferred_level: str | None = None
+    claims: tuple[ClaimNeed, ...] = ()  # its pods' ResourceClaims (Dynamic Resource Allocation)
+    claim_problem: str | None = None  # why its claims cannot be read (a missing claim or template)
 
 
 @dataclass(frozen=True, slots=True)
 class PodPlace:
-    """Where one pod went: its node and its devices there."""
+    """Where one pod went: its node, its devices there, and its claims' devices."""
 
     node: str
     grants: tuple[DeviceGrant, ...]
+    claims: tuple[ClaimResult, ...] = ()
 
 
 @dataclass(slots=True)

@@ -227,5 +227,6 @@ def _placements(e: Entry, pod_set: str) -> tuple[PodPlacement, ...] | None:
     if e.placement is None:
         return None
     return tuple(
-        PodPlacement(p.node, tuple(g.describe() for g in p.grants)) for p in e.placement.pods.get(pod_set, [])
+        PodPlacement(p.node, tuple(g.describe() for g in p.grants), claims=p.claims)
+        for p in e.placement.pods.get(pod_set, [])
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpuplane.core.config import SchedulerConfig
 from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.placement.devices import NeedsMemo, pod_needs, recorded_grants
+from gpuplane.core.placement.dra_alloc import ClaimNeed, DraError, resolve_claims
 from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure
 from gpuplane.core.scheduling.state import (
@@ -35,7 +36,33 @@ class NodePlacer:
         self.flavors = flavors
         self.needs = needs
         self.notes = notes
-        self.cluster = PlacementState(state.nodes, config.devices) if state.nodes else None
+        self.cluster = PlacementState(state.nodes, config.devices, dra=state.dra) if state.nodes else None
+        if self.cluster is not None:
+            self._hold_allocated_claims()
+
+    def _hold_allocated_claims(self) -> None:
+        """Claims allocated in the input hold their devices: for the workload of a pod they are
+        reserved for (released with it when it is preempted), else for the claim itself."""
+        assert self.cluster is not None
+        dra = self.cluster.dra
+        if dra is None:
+            return
+        pods = {p.key: p for p in self.state.pods}
+        for claim in self.state.dra.claims.values():
+            if claim.allocation is None:
+                continue
+            owner = f"claim:{claim.key}"
+            for name in claim.reserved_for:
+                pod = pods.get(f"{claim.namespace}/{name}")
+                workload = pod.template.labels.get(WORKLOAD_LABEL) if pod is not None else None
+                if workload:
+                    owner = f"{claim.namespace}/{workload}"
+                    break
+            gone = dra.inventory.hold_allocation(owner, claim.allocation)
+            if gone:
+                self.notes.append(
+                    f"ResourceClaim {claim.key} is allocated devices no longer published: {', '.join(gone)}"
+                )
 
     def hold_running_pods(self) -> None:
         """Pods bound to nodes hold their resources and devices: the devices recorded on them
@@ -74,6 +101,13 @@ class NodePlacer:
             flavor_name = chosen.get(self.needs.device_resource(ps.template)) or next(
                 (chosen[r] for r in sorted(chosen)), None
             )
+            claims: tuple[ClaimNeed, ...] = ()
+            problem = None
+            if ps.template.claims:
+                try:
+                    claims = resolve_claims(self.state.dra, wl.namespace, ps.template.claims)
+                except DraError as err:
+                    problem = str(err)
             out.append(
                 GangPodSet(
                     name=ps.name,
@@ -83,6 +117,8 @@ class NodePlacer:
                     flavor=self.flavors.get(flavor_name) if flavor_name else None,
                     required_level=ps.required_topology,
                     preferred_level=ps.preferred_topology,
+                    claims=claims,
+                    claim_problem=problem,
                 )
             )
         return out

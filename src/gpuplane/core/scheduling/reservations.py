@@ -84,7 +84,7 @@ class CheckedReservations:
                             placement=None
                             if placed is None
                             else tuple(
-                                PodPlacement(p.node, tuple(g.describe() for g in p.grants))
+                                PodPlacement(p.node, tuple(g.describe() for g in p.grants), claims=p.claims)
                                 for p in placed.pods.get(psa.name, [])
                             ),
                         )

@@ -66,6 +66,7 @@ class Shapes:
                 ps.template.tolerations,
                 tuple(sorted(ps.template.labels.items())),
                 tuple(sorted(ps.template.annotations.items())),
+                ps.template.claims,  # claims name their own devices (in the namespace, in the shape)
             )
             for ps in wl.pod_sets
         )
