@@ -64,9 +64,10 @@ spec:
 """
 
 
-def schedule(*docs: str) -> dict[str, Any]:
-    """The plan document for the cluster plus ``docs``, drained to a fixed point."""
-    text = CLUSTER.read_text() + "".join(f"\n---\n{d}" for d in docs)
+def schedule(*docs: str, cluster: str | None = None) -> dict[str, Any]:
+    """The plan document for the cluster (or ``cluster``, its text) plus ``docs``, drained to a
+    fixed point."""
+    text = (cluster or CLUSTER.read_text()) + "".join(f"\n---\n{d}" for d in docs)
     state = load_state([("state.yaml", text)])
     session = Session(state, config_from_kueue(state.configuration), NOW, track_reasons=False)
     return plan_document(session.drain(NOW, max_cycles=None, until_quiet=True), 0.0, 0.0)

@@ -279,6 +279,28 @@ def parse_pod_claims(spec: Mapping[str, Any], path: str) -> tuple[PodClaim, ...]
     return tuple(out)
 
 
+def parse_device_class_mappings(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Kueue Configuration ``resources.deviceClassMappings``: DeviceClass -> the resource its
+    devices are charged as against ClusterQueue quota."""
+    resources = f.get_map(doc, "resources", "")
+    path = "resources.deviceClassMappings"
+    out: dict[str, str] = {}
+    for i, raw in enumerate(f.get_list(resources, "deviceClassMappings", "resources")):
+        here = f.join(path, i)
+        mapping = f.as_map(raw, here)
+        name = f.req_str(mapping, "name", here)
+        cpath = f.join(here, "deviceClassNames")
+        classes = f.get_list(mapping, "deviceClassNames", here, required=True)
+        if not classes:
+            raise InputError("must name at least one DeviceClass", field=cpath)
+        for j, item in enumerate(classes):
+            cls = f.as_str(item, f.join(cpath, j))
+            if cls in out:
+                raise InputError(f"DeviceClass {cls!r} is mapped twice", field=f.join(cpath, j))
+            out[cls] = name
+    return out
+
+
 def check_names(items: Sequence[str], what: str, path: str) -> None:
     """Refuse a duplicate name among ``items``."""
     seen: set[str] = set()

@@ -679,6 +679,7 @@ def parse_configuration(doc: Doc, version: str) -> KueueConfiguration:
         fair_sharing=enabled,
         preemption_strategies=tuple(strategies) if strategies else KueueConfiguration().preemption_strategies,
         feature_gates=frozen_map(gates),
+        device_class_mappings=frozen_map(dra.parse_device_class_mappings(doc)),
     )
 
 

@@ -150,7 +150,9 @@ class PodTemplate:
     ``quota_requests`` (derived, never given) are what one pod is charged against
     ClusterQueue quota: ``requests`` plus the pod's share of a GPU under
     ``gpuplane.dev/gpu-fraction`` when its annotations ask for one (see
-    :mod:`gpuplane.model.gpu_share`). Every quota computation reads these.
+    :mod:`gpuplane.model.gpu_share`), and what its ResourceClaims cost (``claim_quota``, in place
+    of the ``claim_replaced`` requests; see :mod:`gpuplane.model.dra_quota`). Every quota
+    computation reads these.
     """
 
     requests: Mapping[str, int]
@@ -162,10 +164,18 @@ class PodTemplate:
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     active_deadline: int | None = None  # spec.activeDeadlineSeconds: a limit on the pod's run
     claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims (Dynamic Resource Allocation)
+    # What the pod's claims are charged against quota (Kueue's deviceClassMappings), and requests
+    # whose charge they replace (an extended resource a DeviceClass stands for).
+    claim_quota: Mapping[str, int] = field(default_factory=lambda: NO_COUNTS)
+    claim_replaced: tuple[str, ...] = ()
     quota_requests: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         charged = gpu_share.quota_requests(self.requests, self.annotations)
+        if self.claim_quota or self.claim_replaced:
+            charged = {k: v for k, v in charged.items() if k not in self.claim_replaced}
+            for name, amount in self.claim_quota.items():
+                charged[name] = charged.get(name, 0) + amount
         if charged is not self.requests:
             charged = MappingProxyType(dict(charged))
         object.__setattr__(self, "quota_requests", charged)
@@ -391,6 +401,8 @@ class KueueConfiguration:
     fair_sharing: bool = False
     preemption_strategies: tuple[str, ...] = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
     feature_gates: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
+    # resources.deviceClassMappings: DeviceClass -> the resource its devices are charged as.
+    device_class_mappings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def gate(self, name: str) -> bool:
         """Feature gate value, with Kueue's defaults for the gates the core reads."""

@@ -1,0 +1,125 @@
+"""Claims charged against ClusterQueue quota as Kueue charges them (issue 32, item 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dra_states import CLUSTER, admitted, pending, schedule, template, workload
+from gpuplane.model.errors import InputError
+from gpuplane.model.loader import load_state
+
+MAPPINGS = """
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+resources:
+  deviceClassMappings:
+  - name: example.com/gpus
+    deviceClassNames: [gpu.example.com, shared.example.com]
+"""
+GPU_CLAIM = "[{name: gpu, resourceClaimTemplateName: %s}]"
+
+
+def cluster(gpu_quota: int = 4) -> str:
+    """The DRA test cluster, its ClusterQueue also covering example.com/gpus."""
+    text = CLUSTER.read_text()
+    text = text.replace(
+        "coveredResources: [cpu, nvidia.com/gpu]", "coveredResources: [cpu, nvidia.com/gpu, example.com/gpus]"
+    )
+    return text.replace(
+        "      - {name: nvidia.com/gpu, nominalQuota: 100}",
+        "      - {name: nvidia.com/gpu, nominalQuota: 100}\n"
+        f"      - {{name: example.com/gpus, nominalQuota: {gpu_quota}}}",
+    )
+
+
+def gpus(count: int, cls: str = "gpu.example.com") -> str:
+    return f"[{{name: gpus, exactly: {{deviceClassName: {cls}, count: {count}}}}}]"
+
+
+def test_claims_are_charged_under_the_mapped_resource() -> None:
+    doc = schedule(
+        MAPPINGS,
+        template("two", gpus(2)),
+        workload("a", 2, GPU_CLAIM % "two"),
+        template("one", gpus(1)),
+        workload("b", 1, GPU_CLAIM % "one", at=1),
+        cluster=cluster(4),
+    )
+    assert admitted(doc, "a") is not None
+    waiting = pending(doc, "b")
+    assert waiting["reason"] == "WaitingForQuota"
+    assert "example.com/gpus" in waiting["message"]
+
+
+def test_a_class_without_a_mapping_is_inadmissible_with_kueues_reason() -> None:
+    doc = schedule(
+        MAPPINGS,
+        template("mig", gpus(1, "mig.example.com")),
+        workload("a", 1, GPU_CLAIM % "mig"),
+        template("one", gpus(1)),
+        workload("b", 1, GPU_CLAIM % "one", at=1),
+        cluster=cluster(),
+    )
+    why = pending(doc, "a")
+    assert why["reason"] == "Misconfigured"
+    assert (
+        'spec.podSets[0].template.spec.resourceClaims[0].resourceClaimTemplateName: Not found: "DeviceClass '
+        'mig.example.com is not mapped in DRA configuration for podset main"'
+    ) in why["message"]
+    assert admitted(doc, "b") is not None
+
+
+def test_allocation_mode_all_cannot_be_charged_and_is_inadmissible() -> None:
+    every = "[{name: gpus, exactly: {deviceClassName: gpu.example.com, allocationMode: All}}]"
+    doc = schedule(MAPPINGS, template("all", every), workload("a", 1, GPU_CLAIM % "all"), cluster=cluster())
+    why = pending(doc, "a")
+    assert why["reason"] == "Misconfigured"
+    assert "AllocationMode 'All' is not supported" in why["message"]
+
+
+def test_first_available_is_charged_its_largest_entry() -> None:
+    first = (
+        "[{name: gpu, firstAvailable: [{name: big, deviceClassName: gpu.example.com, count: 3},"
+        " {name: small, deviceClassName: gpu.example.com, count: 1}]}]"
+    )
+    doc = schedule(MAPPINGS, template("fa", first), workload("a", 2, GPU_CLAIM % "fa"), cluster=cluster(5))
+    assert pending(doc, "a")["reason"] == "ExceedsMaxQuota"  # 2 x 3 > 5
+    doc = schedule(MAPPINGS, template("fa", first), workload("a", 2, GPU_CLAIM % "fa"), cluster=cluster(6))
+    assert admitted(doc, "a") is not None
+
+
+def test_the_extended_resource_path_shares_the_same_quota() -> None:
+    backed = """
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: node-gpus.example.com}
+spec:
+  extendedResourceName: nvidia.com/gpu
+"""
+    mappings = MAPPINGS.replace(
+        "[gpu.example.com, shared.example.com]", "[gpu.example.com, node-gpus.example.com]"
+    )
+    doc = schedule(
+        mappings,
+        backed,
+        workload("ext", 1, "[]", gpus=2),
+        template("two", gpus(2)),
+        workload("dra", 1, GPU_CLAIM % "two", at=1),
+        template("one", gpus(1)),
+        workload("late", 1, GPU_CLAIM % "one", at=2),
+        cluster=cluster(4),
+    )
+    assert admitted(doc, "ext") is not None
+    assert admitted(doc, "dra") is not None
+    assert pending(doc, "late")["reason"] == "WaitingForQuota"  # 2 (extended) + 2 (claim) of 4
+
+
+def test_without_mappings_claims_are_placed_and_charged_nothing() -> None:
+    doc = schedule(template("two", gpus(2)), workload("a", 4, GPU_CLAIM % "two"))
+    assert len(admitted(doc, "a") or []) == 4
+
+
+def test_a_malformed_mapping_is_one_located_error() -> None:
+    bad = MAPPINGS.replace("deviceClassNames: [gpu.example.com, shared.example.com]", "deviceClassNames: []")
+    with pytest.raises(InputError, match=r"resources\.deviceClassMappings"):
+        load_state([("state.yaml", bad)])
