@@ -47,6 +47,7 @@ from vs_cluster import (  # a sibling module, found through the path above
 
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi, load_api_client
+from gpuplane.model.labels import SCHEDULER_NAME
 
 TARGET = 100.0  # admissions per second
 
@@ -109,7 +110,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                         "parallelism": 1,
                         "completions": 1,
                         "suspend": True,
-                        "template": {"spec": pod_template(1)},
+                        # gpuplane's scheduler name, as its webhook sets it
+                        "template": {"spec": pod_template(1, SCHEDULER_NAME)},
                     },
                 }
                 api.create(k8s.JOBS, body, namespace)

@@ -10,11 +10,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from rich.console import Console
 
@@ -90,7 +91,7 @@ def control_plane(kubeconfig: str | None, console: Console) -> Iterator[str]:
 def setup(api: KubeApi, nodes: int, gpus: int) -> None:
     install_crds(api)
     for ns in BENCH_NAMESPACES:
-        api.create(k8s.NAMESPACES, {"metadata": {"name": ns}})
+        make_namespace(api, ns)
     api.create(k8s.RESOURCE_FLAVORS, resource_flavor(FLAVOR).set("spec.nodeLabels", {POOL: PREFIX}).to_dict())
     queue = cluster_queue(f"{PREFIX}-cq").flavor(FLAVOR, cpu="100000", gpu=gpus).to_dict()
     api.create(k8s.CLUSTER_QUEUES, queue)
@@ -111,6 +112,19 @@ def setup(api: KubeApi, nodes: int, gpus: int) -> None:
         api.create(k8s.NODES, body)
 
     in_parallel(list(range(nodes)), add_node)
+
+
+def make_namespace(api: KubeApi, name: str, timeout: float = 300.0) -> None:
+    """Create the namespace; one of an earlier run that is still being deleted is waited for."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            api.create(k8s.NAMESPACES, {"metadata": {"name": name}})
+            return
+        except ApiError as err:
+            if not (err.conflict and "being deleted" in err.body) or time.monotonic() > deadline:
+                raise
+        time.sleep(1.0)
 
 
 def teardown(api: KubeApi, nodes: int) -> None:
@@ -235,13 +249,30 @@ class BoundPods(Watched):
 
 
 class CountingApi(KubeApi):
-    """The controller's client, counting every request it sends (watches included)."""
+    """The controller's client, counting every request it sends (watches included), in all and by
+    verb and resource (owns the counts, shared by every instance of the process)."""
 
     calls = 0
+    by_kind: ClassVar[Counter[str]] = Counter()
 
-    def _call(self, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, query: Any = None, *args: Any, **kwargs: Any) -> Any:
         CountingApi.calls += 1
-        return super()._call(*args, **kwargs)
+        CountingApi.by_kind[call_kind(method, path, query)] += 1
+        return super()._call(method, path, query, *args, **kwargs)
+
+
+def call_kind(method: str, path: str, query: Any = None) -> str:
+    """``VERB resource[/subresource]`` of a request (a watch is ``WATCH``)."""
+    parts = [p for p in path.split("/") if p]
+    if "namespaces" in parts[:-1] and parts.index("namespaces") + 2 < len(parts):
+        rest = parts[parts.index("namespaces") + 2 :]
+    else:
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    what = rest[0] if rest else (parts[-1] if parts else "")
+    if len(rest) > 2:
+        what += "/" + rest[2]
+    verb = "WATCH" if (query or {}).get("watch") else method
+    return f"{verb} {what}"
 
 
 def controller_process(
@@ -268,4 +299,10 @@ def controller_process(
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(profile)
-    results.put({"cpuSeconds": time.process_time(), "apiCalls": CountingApi.calls})
+    results.put(
+        {
+            "cpuSeconds": time.process_time(),
+            "apiCalls": CountingApi.calls,
+            "apiCallsByKind": dict(CountingApi.by_kind.most_common()),
+        }
+    )

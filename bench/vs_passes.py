@@ -126,7 +126,9 @@ def run_gpuplane_jobs(
                 "parallelism": count,
                 "completions": count,
                 "suspend": True,
-                "template": {"spec": pod_template(gpus)},
+                # gpuplane's scheduler name, as its webhook sets it on the templates of queued
+                # jobs (without it, the cluster's kube-scheduler would bind the pods)
+                "template": {"spec": pod_template(gpus, keys.SCHEDULER_NAME)},
             },
         }
         api.create(k8s.JOBS, body, namespace)
@@ -157,6 +159,7 @@ def run_gpuplane_jobs(
         "seconds": round(seconds, 2),
         "cpuSecondsPerPod": round(measured["cpuSeconds"] / total, 5),
         "apiCallsPerPod": round(measured["apiCalls"] / total, 2),
+        "apiCallsByKind": measured["apiCallsByKind"],
         "everyGangWhole": whole,
         "cpuMsPerPod": cpu_per_pod,
     }
@@ -212,6 +215,7 @@ def run_gpuplane_pods(
         "seconds": round(seconds, 2),
         "cpuSecondsPerPod": round(measured["cpuSeconds"] / len(pods), 5),
         "apiCallsPerPod": round(measured["apiCalls"] / len(pods), 2),
+        "apiCallsByKind": measured["apiCallsByKind"],
         "everyGangWhole": whole,
         "cpuMsPerPod": cpu_per_pod,
     }
