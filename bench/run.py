@@ -75,6 +75,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="eta_accuracy.py",
         description="ETA of gpuplane why against real starts on the core (32 GPUs, 95 % load): p50/p90 error",
     ),
+    "eta-live": Benchmark(
+        script="eta_live.py",
+        description="the live ETA after 50 finished runs of a job name against the class fallback, through "
+        "the real controller on a real control plane",
+    ),
     "sim-saturated": Benchmark(
         script="sim_saturated.py",
         description="simulator under backlog: the built-in week at offered load 1.5 (no-op, stock, core)",
