@@ -321,8 +321,12 @@ class DraAllocator:
 
     def order(self, names: Iterable[str], used: set[str]) -> list[str]:
         """Nodes for a pod with claims, tightest first: a node of this gang, then fewest free devices
-        (the fullest node that still holds the pod keeps whole nodes free for bigger claims)."""
+        (the fullest node that still holds the pod keeps whole nodes free for bigger claims), nodes
+        with none free last."""
         free = self.inventory.free_on
-        ranked = [(0 if n in used else 1, free.get(n, 0), i, n) for i, n in enumerate(names) if n in free]
+        # A node with no free device comes last: only a claim allocated already may still go there.
+        ranked = [
+            (0 if n in used else 1, free[n] == 0, free[n], i, n) for i, n in enumerate(names) if n in free
+        ]
         ranked.sort()
-        return [r[3] for r in ranked]
+        return [r[4] for r in ranked]
