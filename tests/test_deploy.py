@@ -1,6 +1,6 @@
 """Checks on the deployment manifests under deploy/.
 
-Every YAML file there (except the Helm chart's templates, which are Go templates) is parsed with
+Every YAML file there is parsed with
 PyYAML and checked against the code it deploys:
 
 * the CRDs are structural and name the same kinds, plurals, scopes and storage version as the
@@ -11,7 +11,7 @@ PyYAML and checked against the code it deploys:
 * the webhook configuration targets pod CREATE and the CREATE of every job kind the webhook
   suspends, nothing else, and reaches the webhook's Service and port;
 * the Deployments run commands and flags that ``gpuplane`` really accepts, with hardened pods;
-* ``kubectl kustomize`` and ``helm template`` render, when those binaries are installed.
+* ``kubectl kustomize`` renders, when kubectl is installed.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import pytest
 import yaml
 from typer.main import get_command
 
-import gpuplane
 from apiserver.fixtures import E2E_KUBECONFIG
 from gpuplane.cli.app import build_app
 from gpuplane.k8s import admitting as k8s_admitting
@@ -57,8 +56,6 @@ from gpuplane.model import labels as keys
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 CRDS = DEPLOY / "crds"
-CHART = DEPLOY / "helm" / "gpuplane"
-TEMPLATES = CHART / "templates"
 DOCS = ROOT / "docs" / "deploy.md"
 NAMESPACE = "gpuplane-system"
 SERVICE_ACCOUNT = "gpuplane-controller"
@@ -72,9 +69,7 @@ Doc = dict[str, Any]
 
 
 def _yaml_files() -> list[Path]:
-    return sorted(
-        p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and TEMPLATES not in p.parents
-    )
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
 
 
 def _load(path: Path) -> list[Doc]:
@@ -330,12 +325,6 @@ def test_structural_check_catches_what_the_api_server_rejects() -> None:
         {**keyed, "items": {"type": "object", "properties": {"name": {"type": "string"}}}}
     )
     assert not structural_problems({"x-kubernetes-preserve-unknown-fields": True})
-
-
-def test_chart_crds_are_the_same_files() -> None:
-    chart = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
-    plain = {p.name: p.read_text() for p in CRDS.glob("*.yaml")}
-    assert chart == plain
 
 
 # --- RBAC -------------------------------------------------------------------------------------------
@@ -667,19 +656,6 @@ def test_webhook_sees_every_job_it_would_suspend() -> None:
     assert job_patch("Job", {"metadata": {"name": "j"}, "spec": {}}, WebhookSettings(True))
 
 
-def test_chart_passes_manage_jobs_without_queue_name_as_a_flag_the_webhook_accepts() -> None:
-    """The chart's value becomes ``--manage-jobs-without-queue-name`` (helm may not be installed to
-    render it, so the flag is read from the template and parsed with gpuplane's own CLI)."""
-    assert _values()["webhook"]["manageJobsWithoutQueueName"] is False
-    template = (TEMPLATES / "webhook.yaml").read_text()
-    (flag,) = re.findall(r"- (--manage-jobs-without-queue-name)\b", template)
-    params = _parse_command({"command": ["gpuplane"], "args": ["webhook", flag]})
-    assert params["manage_jobs_without_queue_name"] is True
-    listed = re.findall(r'\(list "([\w.-]+)" "(\w+)" "(\w+)"\)', template)
-    wanted = [(r["apiGroups"][0], r["apiVersions"][0], r["resources"][0]) for r in _job_rules()]
-    assert listed == wanted
-
-
 def test_webhook_configuration_is_accepted_by_a_real_api_server(tmp_path: Path) -> None:
     """``kubectl apply --dry-run=server`` of the MutatingWebhookConfiguration, on the real control
     plane of the end-to-end suite (``GPUPLANE_E2E_KUBECONFIG``): the API server validates every
@@ -821,84 +797,3 @@ def test_kubectl_kustomize_renders_every_object() -> None:
         ).stdout
         rendered = sorted((d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out) if d)
         assert rendered == sorted((d["kind"], d["metadata"]["name"]) for d in objects)
-
-
-def _values() -> Doc:
-    return _load(CHART / "values.yaml")[0]
-
-
-def test_chart_metadata_and_values() -> None:
-    chart = _load(CHART / "Chart.yaml")[0]
-    assert chart["apiVersion"] == "v2"
-    assert chart["name"] == "gpuplane"
-    assert str(chart["appVersion"]) == gpuplane.__version__
-    values = _values()
-    for key in ("replicas", "dryRunPreemption", "minRuntimeSeconds", "leaderElection", "resources"):
-        assert key in values, key
-    assert values["dryRunPreemption"] is True
-    assert values["leaderElection"] is True
-    assert values["image"]["repository"]
-    assert values["webhook"]["enabled"] is True
-    assert values["webhook"]["certificateSecretName"] == WEBHOOK_SECRET
-    assert (TEMPLATES / "_helpers.tpl").is_file()
-    assert (TEMPLATES / "NOTES.txt").is_file()
-
-
-def test_chart_templates_use_only_values_that_exist() -> None:
-    values = _values()
-    for template in TEMPLATES.iterdir():
-        for ref in re.findall(r"\.Values((?:\.\w+)+)", template.read_text()):
-            node: Any = values
-            for step in ref.strip(".").split("."):
-                assert isinstance(node, dict), f"{template.name}: .Values{ref}"
-                assert step in node, f"{template.name}: .Values{ref}"
-                node = node[step]
-
-
-def _helm_template(*args: str) -> subprocess.CompletedProcess[str]:
-    helm = shutil.which("helm")
-    assert helm is not None
-    command = [helm, "template", "gpuplane", str(CHART), "--namespace", NAMESPACE, "--include-crds", *args]
-    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
-
-
-def test_helm_template_renders_the_same_objects() -> None:
-    if shutil.which("helm") is None:
-        pytest.skip(
-            "helm is not installed: the chart's templates are Go templates that only helm renders "
-            "(the static chart checks above still ran)"
-        )
-    result = _helm_template()
-    assert result.returncode == 0, result.stderr
-    rendered = [d for d in yaml.safe_load_all(result.stdout) if d]
-    plain = _manifests() + _crds()  # `helm install` installs the chart's crds/ too
-    kinds = sorted(d["kind"] for d in rendered)
-    assert kinds == sorted(d["kind"] for d in plain if d["kind"] != "Namespace")
-    assert _rule_perms(_one(rendered, "ClusterRole")["rules"]) == _rule_perms(
-        _one(plain, "ClusterRole")["rules"]
-    )
-    for name in ROLES:
-        ours_role, theirs_role = _one(rendered, "Role", name), _one(plain, "Role", name)
-        assert _rule_perms(ours_role["rules"]) == _rule_perms(theirs_role["rules"])
-    for name in ("gpuplane-controller", "gpuplane-webhook"):
-        ours = _one(rendered, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
-        theirs = _one(plain, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
-        assert ours["args"] == theirs["args"]
-        assert ours["securityContext"] == theirs["securityContext"]
-    ours_hooks = _one(rendered, "MutatingWebhookConfiguration")["webhooks"]
-    theirs_hooks = _one(plain, "MutatingWebhookConfiguration")["webhooks"]
-    assert ours_hooks == theirs_hooks
-    rendered_crds = {
-        c["metadata"]["name"]: c["spec"] for c in rendered if c["kind"] == "CustomResourceDefinition"
-    }
-    assert rendered_crds == {c["metadata"]["name"]: c["spec"] for c in _crds()}
-
-    off = _helm_template("--set", "dryRunPreemption=false", "--set", "webhook.enabled=false")
-    assert off.returncode == 0, off.stderr
-    rendered = [d for d in yaml.safe_load_all(off.stdout) if d]
-    controller = _one(rendered, "Deployment", "gpuplane-controller")["spec"]["template"]["spec"]
-    assert controller["containers"][0]["args"][1] == "--no-dry-run"
-    assert not [d for d in rendered if d["kind"] == "MutatingWebhookConfiguration"]
-
-    unsafe = _helm_template("--set", "leaderElection=false")
-    assert unsafe.returncode != 0, "two replicas without leader election must be refused"

@@ -100,7 +100,7 @@ def registration_findings(configs: Sequence[Mapping[str, Any]]) -> list[Finding]
                 "gpuplane's mutating webhook is not registered: queued Jobs created without "
                 "suspend: true run at once under kube-scheduler, and admitted jobs' pods are bound "
                 "by kube-scheduler, not by gpuplane",
-                f"deploy it with `kubectl apply -k deploy` or the Helm chart, or in development run "
+                f"deploy it with `kubectl apply -k deploy`, or in development run "
                 f"`gpuplane webhook` and register it ({DOCS})",
             )
         ]
