@@ -15,7 +15,7 @@ A missing DeviceClass, claim or template, or a CEL selector that fails, raises
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -188,6 +188,13 @@ def _covers(c: DeviceConstraint, alt: ExactRequest) -> bool:
     return not c.requests or alt.name in c.requests or alt.name.split("/", 1)[0] in c.requests
 
 
+def _least(need: ClaimNeed) -> int:
+    """The fewest devices a claim takes on a node (none when it is allocated already)."""
+    if need.allocated is not None or need.shared is not None:
+        return 0
+    return sum(min(a.count if a.mode != ALL else 1 for a in r.alternatives) for r in need.spec.requests)
+
+
 class DraAllocator:
     """Allocates pods' claims on nodes over one :class:`DraInventory`. Owns the compiled
     selectors and, per request, the devices it may ever be given (class and request selectors,
@@ -318,6 +325,21 @@ class DraAllocator:
             if index is None or node not in inv.reach[index]:
                 return False
         return True
+
+    def ordered(self, needs: Sequence[ClaimNeed], allowed: set[str], used: set[str]) -> Iterator[str]:
+        """The order of :meth:`order` over the nodes ``allowed``, read lazily from the inventory's
+        buckets of nodes by free devices; nodes with fewer free devices than the pod's new claims
+        need at least are left out (they cannot hold them)."""
+        free = self.inventory.free_on
+        least = sum(_least(n) for n in needs)
+        yield from sorted(n for n in used if n in allowed and n in free)
+        buckets = self.inventory.buckets
+        for count in sorted(buckets, key=lambda c: (c == 0, c)):
+            if count < least:
+                continue
+            for name in list(buckets.get(count, ())):
+                if name in allowed and name not in used:
+                    yield name
 
     def order(self, names: Iterable[str], used: set[str]) -> list[str]:
         """Nodes for a pod with claims, tightest first: a node of this gang, then fewest free devices

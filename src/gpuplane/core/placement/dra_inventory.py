@@ -63,6 +63,7 @@ class DraInventory:
         self.owners: dict[str, list[Take]] = {}
         self.shared_claims: dict[str, tuple[str, tuple[AllocatedDevice, ...]]] = {}
         self.free_on: dict[str, int] = {}  # devices not taken whole, per node
+        self.buckets: dict[int, dict[str, None]] = {}  # nodes by free_on (insertion-ordered)
         node_list = list(nodes)
         current = objects.current_slices()
         seen: dict[tuple[str, str], int] = {}
@@ -79,6 +80,7 @@ class DraInventory:
         }
         for name, devices in self.node_devices.items():
             self.free_on[name] = len(devices)
+            self.buckets.setdefault(len(devices), {})[name] = None
 
     def _add(self, s: ResourceSlice, device: Device, nodes: list[Node]) -> None:
         index = len(self.entries)
@@ -122,7 +124,7 @@ class DraInventory:
         if consumed is None:
             self.taken[index] = owner
             for node in self.reach[index]:
-                self.free_on[node] -= 1
+                self._free_changed(node, -1)
         else:
             first = self.shares.get(index, 0) == 0
             self.shares[index] = self.shares.get(index, 0) + 1
@@ -147,7 +149,7 @@ class DraInventory:
         if consumed is None:
             self.taken.pop(index, None)
             for node in self.reach[index]:
-                self.free_on[node] += 1
+                self._free_changed(node, 1)
         else:
             self.shares[index] -= 1
             last = self.shares[index] == 0
@@ -156,6 +158,15 @@ class DraInventory:
                 used[name] -= amount
         if last:
             self._count(entry, 1)
+
+    def _free_changed(self, node: str, delta: int) -> None:
+        free = self.free_on[node]
+        bucket = self.buckets[free]
+        del bucket[node]
+        if not bucket:
+            del self.buckets[free]
+        self.free_on[node] = free + delta
+        self.buckets.setdefault(free + delta, {})[node] = None
 
     def _count(self, entry: DeviceEntry, sign: int) -> None:
         for set_name, amounts in entry.device.consumes.items():

@@ -30,6 +30,7 @@ from gpuplane.core.placement.dra_alloc import ClaimResult, DraAllocator, DraErro
 from gpuplane.core.placement.dra_inventory import DraInventory, Released
 from gpuplane.core.placement.eligibility import EligibleNodes
 from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFailure, PodPlace
+from gpuplane.core.placement.gpu_arrays import GpuRequest
 from gpuplane.core.placement.node_holdings import Held, NodeHoldings
 from gpuplane.core.placement.node_order import NodeOrder
 from gpuplane.core.placement.node_scores import NodeScores
@@ -150,7 +151,6 @@ class PlacementState:
         result: dict[str, list[PodPlace]] = {ps.name: [] for ps in pod_sets}
         repartitions = 0
         repartition = self.config.mig_repartition
-        candidates = self._order.candidates
         for i in order:
             ps = pod_sets[i]
             eligible, allowed = self._eligibility.of(ps)
@@ -160,8 +160,7 @@ class PlacementState:
                 eligible = [holdings.nodes[n] for n in sorted(allowed, key=holdings.position.__getitem__)]
             request = self._scores.request(ps.needs)
             for _ in range(ps.count):
-                tried = candidates(ps.needs, request, eligible, allowed, used)
-                for state in self._dra_order(ps, tried, used):
+                for state in self._tried(ps, request, eligible, allowed, used):
                     grants = state.fit(ps.needs, repartition)
                     if grants is None:
                         continue
@@ -189,12 +188,31 @@ class PlacementState:
         holdings.record(owner, ((s.name, n, g) for s, n, g in taken))
         return True
 
-    def _dra_order(self, ps: GangPodSet, tried: Iterable[NodeState], used: set[str]) -> Iterable[NodeState]:
-        """The candidates of a pod with claims in the allocator's order (:meth:`DraAllocator.order`)."""
+    def _tried(
+        self,
+        ps: GangPodSet,
+        request: GpuRequest | None,
+        eligible: list[NodeState],
+        allowed: set[str],
+        used: set[str],
+    ) -> Iterable[NodeState]:
+        """The nodes to try for one pod of ``ps``: the node order's candidates; for a pod with
+        claims in the allocator's order (:meth:`DraAllocator.order`), read from its buckets of
+        nodes by free devices where claims are all the pod's devices."""
         if not ps.claims or self.dra is None:
-            return tried
-        by_name = {s.name: s for s in tried}
+            return self._order.candidates(ps.needs, request, eligible, allowed, used)
+        if not ps.needs.uses_devices:
+            return self._dra_candidates(ps, allowed, used)
+        by_name = {s.name: s for s in self._order.candidates(ps.needs, request, eligible, allowed, used)}
         return [by_name[n] for n in self.dra.order(by_name, used)]
+
+    def _dra_candidates(self, ps: GangPodSet, allowed: set[str], used: set[str]) -> Iterator[NodeState]:
+        """The nodes for a pod whose devices all come from claims, in the allocator's order, read
+        lazily from its buckets of nodes by free devices (:meth:`DraAllocator.ordered`)."""
+        assert self.dra is not None
+        nodes = self._holdings.nodes
+        for name in self.dra.ordered(ps.claims, allowed, used):
+            yield nodes[name]
 
     def _claims_on(self, owner: str, ps: GangPodSet, node: str) -> tuple[ClaimResult, ...] | None:
         """The devices of a pod's claims on ``node``, taken (``()`` without claims), or None."""
