@@ -10,6 +10,9 @@
 #   users/NAME.kubeconfig  one kubeconfig per token user (no RBAC until a test grants it)
 #   ca.crt, front-proxy-ca.crt   the serving CA and the aggregation (request-header) CA
 #   logs/             one log per component;  pids: their process ids;  env: KUBECONFIG=...
+#   audit.log         the API server's audit log (Metadata level) of the requests made by gpuplane's
+#                     ServiceAccounts (namespace gpuplane-system) only, so it stays small; set
+#                     GPUPLANE_KUBE_AUDIT=0 to start without it (audit-policy.yaml: the policy)
 #
 # There are no kubelets: Nodes are objects that tests create. So the TaintNodesByCondition admission
 # plugin is off and the controller-manager runs without `nodelifecycle`, or every Node would be tainted
@@ -30,6 +33,7 @@ CACHE="${XDG_CACHE_HOME:-${HOME}/.cache}/gpuplane/kube/${VERSION}"
 KCM_QPS="${GPUPLANE_KCM_QPS:-200}"     # the Job controller creates pods at about this rate
 KCM_BURST="${GPUPLANE_KCM_BURST:-400}"
 START_TIMEOUT="${GPUPLANE_KUBE_START_TIMEOUT:-90}"
+AUDIT="${GPUPLANE_KUBE_AUDIT:-1}"
 
 die() { echo "kube-up: $*" >&2; exit 1; }
 log() { echo "kube-up: $*" >&2; }
@@ -187,6 +191,23 @@ start etcd etcd --name gpuplane-test --data-dir "${DIR}/etcd" \
     --quota-backend-bytes 4294967296 --snapshot-count 100000
 wait_for etcd python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:${ETCD_PORT}/health', timeout=2)"
 
+# Audit: which verb on which resource gpuplane's own ServiceAccounts used (tests/test_rbac_audit.py
+# compares it with what deploy/ grants). Nothing else is logged.
+AUDIT_FLAGS=()
+if [[ "${AUDIT}" != "0" ]]; then
+    cat > "${DIR}/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts:gpuplane-system"]
+  - level: None
+POLICY
+    AUDIT_FLAGS=(--audit-policy-file "${DIR}/audit-policy.yaml" --audit-log-path "${DIR}/audit.log"
+        --audit-log-format json --audit-log-maxsize 200 --audit-log-mode batch)
+fi
+
 start kube-apiserver "${BIN}/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:${ETCD_PORT}" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${API_PORT}" \
@@ -207,6 +228,7 @@ start kube-apiserver "${BIN}/kube-apiserver" \
     --proxy-client-cert-file "${PKI}/front-proxy-client.crt" \
     --proxy-client-key-file "${PKI}/front-proxy-client.key" \
     --max-requests-inflight 1600 --max-mutating-requests-inflight 800 \
+    "${AUDIT_FLAGS[@]}" \
     --profiling=false
 wait_for kube-apiserver kubectl --kubeconfig "${DIR}/kubeconfig" --request-timeout=3s get --raw /readyz
 

@@ -87,6 +87,16 @@ def register(app: typer.Typer) -> None:
         log_format: Annotated[
             LogFormat, typer.Option(help="Log lines as plain text, or one JSON object per line.")
         ] = LogFormat.TEXT,
+        reaper_prometheus: Annotated[
+            str | None,
+            typer.Option(
+                help="Also run the idle reaper in this process (on the leader, a pass a minute, "
+                "default settings), reading DCGM metrics from this Prometheus URL."
+            ),
+        ] = None,
+        reaper_enforce: Annotated[
+            bool, typer.Option(help="The in-process reaper acts (warns, reclaims); else a dry run.")
+        ] = False,
     ) -> None:
         """Admit, place, bind and preempt in a cluster, as the core decides."""
         from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
@@ -127,6 +137,23 @@ def register(app: typer.Typer) -> None:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         controller.start()
+        if reaper_prometheus is not None:
+            from gpuplane.cli.reaper import start_in_controller  # noqa: PLC0415
+
+            try:
+                start_in_controller(
+                    kubeconfig,
+                    context,
+                    reaper_prometheus,
+                    enforce=reaper_enforce,
+                    acting=lambda: not leader_elect or controller.elector.is_leader,
+                    stop=stop,
+                )
+            except ValueError as err:
+                controller.stop()
+                insight.close()
+                typer.echo(f"error: {err}", err=True)
+                raise typer.Exit(2) from None
         try:
             if once:
                 controller.reconcile()

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
         if not prometheus.startswith(("http://", "https://")):
             raise _fail(f"--prometheus: {prometheus!r} is not an http(s) URL")
         try:
-            api = ClusterApi(load_api_client(kubeconfig, context))
+            api = ClusterApi(load_api_client(kubeconfig, context), watch=not once)
         except Exception as err:
             raise _fail(f"cannot reach the Kubernetes API: {err}") from None
         notifier = SlackNotifier(notify_url) if notify_url else None
@@ -127,8 +128,58 @@ def register(app: typer.Typer) -> None:
             signal.signal(signal.SIGINT, lambda *_: stop.set())
             reaper.run(stop.is_set, clock, stop.wait, every)
         finally:
+            api.close()
             if notifier is not None:
                 notifier.close(drain=30.0)
+
+
+def start_in_controller(
+    kubeconfig: str | None,
+    context: str | None,
+    prometheus: str,
+    *,
+    enforce: bool,
+    acting: Callable[[], bool],
+    stop: threading.Event,
+) -> threading.Thread:
+    """The reaper inside ``gpuplane controller`` (``--reaper-prometheus``): the default settings,
+    the webhook URL from GPUPLANE_NOTIFY_URL, a pass a minute in a thread, only while ``acting()``
+    (the controller holds the leader Lease, so two replicas never warn twice)."""
+    from gpuplane.kube.client import load_api_client  # noqa: PLC0415 - imported when the reaper starts
+    from gpuplane.reaper.cluster import ClusterApi  # noqa: PLC0415
+    from gpuplane.reaper.loop import Reaper, ReaperConfig  # noqa: PLC0415
+    from gpuplane.reaper.notify import SlackNotifier  # noqa: PLC0415
+    from gpuplane.reaper.prometheus import PrometheusClient  # noqa: PLC0415
+
+    if not prometheus.startswith(("http://", "https://")):
+        raise ValueError(f"--reaper-prometheus: {prometheus!r} is not an http(s) URL")
+    api = ClusterApi(load_api_client(kubeconfig, context), watch=True)
+    url = os.environ.get("GPUPLANE_NOTIFY_URL")
+    notifier = SlackNotifier(url) if url else None
+    reaper = Reaper(
+        api,
+        PrometheusClient(prometheus),
+        ReaperConfig(enforce=enforce),
+        notify=notifier.send if notifier else None,
+    )
+
+    def passes() -> None:
+        try:
+            while not stop.is_set():
+                if acting():
+                    try:
+                        reaper.run_once(time.time())
+                    except Exception:
+                        logging.getLogger(__name__).exception("reaper pass failed")
+                stop.wait(60.0)
+        finally:
+            api.close()
+            if notifier is not None:
+                notifier.close(drain=10.0)
+
+    thread = threading.Thread(target=passes, name="reaper", daemon=True)
+    thread.start()
+    return thread
 
 
 def _settings(window: str, grace: str, threshold: float, power_watts: float | None) -> idle.IdleSettings:

@@ -4,11 +4,16 @@ Reads and writes go through the project's client wrapper (:class:`gpuplane.kube.
 as plain dicts; a kind is found by API discovery (its plural and scope), so any owner kind is read
 the same way. A kind the server does not serve (no Notebook CRD, no Kueue) reads as absent, never as
 an error. Every write is idempotent: applying the same decision twice leaves the same objects.
+
+With ``watch=True`` (the long-running reaper) reads come from an informer cache
+(:mod:`gpuplane.reaper.watched`): each kind is listed once and then watched, so a pass makes no API
+call per pod; only the writes it decides on reach the server.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +24,7 @@ from gpuplane.core.session import DeviceConfig
 from gpuplane.insight import idle
 from gpuplane.kube.client import ApiError, KubeApi, Resource
 from gpuplane.model import labels as keys
+from gpuplane.reaper.watched import WatchedKinds
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,7 @@ NOTEBOOK_STOPPED = "kubeflow-resource-stopped"
 REPLICAS_ANNOTATION = keys.REPLICAS_BEFORE_RECLAIM_ANNOTATION
 JUPYTERHUB_COMPONENT = "singleuser-server"  # zero-to-jupyterhub's label component=singleuser-server
 COMPONENT = "gpuplane-reaper"
+ABSENT_RECHECK_SECONDS = 60.0  # a kind the server did not serve is looked up again after this
 
 # Accelerators the scheduler's device configuration does not describe, which a pod may still hold
 # (and leave idle): counted too.
@@ -90,32 +97,57 @@ class Owner:
 
 class ClusterApi:
     """Dict-in, dict-out access to the kinds the reaper reads and writes (owns the client and the
-    kinds the server was found to serve; :attr:`accelerators`: the resource-name prefixes counted
-    as GPUs). Building one asks the server which version of the core kinds it serves: a server that
-    cannot be reached fails here, before the first pass."""
+    kinds the server was found to serve, and with ``watch`` the informer cache it reads from;
+    :attr:`accelerators`: the resource-name prefixes counted as GPUs). Building one asks the server
+    which version of the core kinds it serves: a server that cannot be reached fails here, before
+    the first pass."""
 
-    def __init__(self, api_client: ApiClient, accelerators: tuple[str, ...] = ACCELERATOR_PREFIXES) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        accelerators: tuple[str, ...] = ACCELERATOR_PREFIXES,
+        *,
+        watch: bool = False,
+    ) -> None:
         self.api = KubeApi(api_client, qps=None)
         self.accelerators = accelerators
         self._served: dict[tuple[str, str], Resource] = {}
+        self._absent: dict[tuple[str, str], float] = {}  # kinds not served, until when not to ask
         self._resource("v1", "Pod")
+        self.watched = WatchedKinds(self.api) if watch else None
+
+    def close(self) -> None:
+        """Stop the watches (a reaper without them has nothing to stop)."""
+        if self.watched is not None:
+            self.watched.close()
+
+    def _remember(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        """A write's answer goes into the cache, if the kind is watched."""
+        kind = self.watched.known(res) if self.watched is not None else None
+        if kind is not None and obj.get("metadata"):
+            kind.put(obj)
+        return obj
 
     def _resource(self, api_version: str, kind: str) -> Resource | None:
         """The kind's resource as the server's discovery names it (``None``: not served)."""
         key = (api_version, kind)
         if key not in self._served:
+            if time.monotonic() < self._absent.get(key, 0.0):
+                return None
             group, _, version = api_version.rpartition("/")
             try:
                 listing = self.api.request("GET", f"/apis/{api_version}" if group else f"/api/{version}")
             except ApiError as err:
-                if err.not_found:
-                    return None  # asked again next time: the CRD may be installed later
+                if err.not_found:  # asked again a minute later: the CRD may be installed by then
+                    self._absent[key] = time.monotonic() + ABSENT_RECHECK_SECONDS
+                    return None
                 raise
             found = next(
                 (r for r in listing.get("resources") or [] if r.get("kind") == kind and "/" not in r["name"]),
                 None,
             )
             if found is None:
+                self._absent[key] = time.monotonic() + ABSENT_RECHECK_SECONDS
                 return None
             self._served[key] = Resource(group, version, found["name"], kind, bool(found.get("namespaced")))
         return self._served[key]
@@ -132,6 +164,9 @@ class ClusterApi:
         res = self._resource(api_version, kind)
         if res is None:
             return []
+        cached = self.watched.of(res) if self.watched is not None else None
+        if cached is not None:
+            return cached.items(namespace)
         items: list[dict[str, Any]] = self.api.list(res, namespace).get("items") or []
         return items
 
@@ -141,6 +176,9 @@ class ClusterApi:
         res = self._resource(api_version, kind)
         if res is None:
             return None
+        cached = self.watched.of(res) if self.watched is not None else None
+        if cached is not None:
+            return cached.get(name, namespace if res.namespaced else None)
         try:
             return self.api.get(res, name, namespace)
         except ApiError as err:
@@ -150,10 +188,12 @@ class ClusterApi:
 
     def merge_patch(self, obj: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
         m = meta(obj)
-        return self.api.patch(self._served_resource(obj), m["name"], dict(body), m.get("namespace"))
+        res = self._served_resource(obj)
+        return self._remember(res, self.api.patch(res, m["name"], dict(body), m.get("namespace")))
 
     def replace_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        return self.api.replace(self._served_resource(obj), dict(obj), sub="status")
+        res = self._served_resource(obj)
+        return self._remember(res, self.api.replace(res, dict(obj), sub="status"))
 
     def delete(self, obj: Mapping[str, Any], grace_seconds: int | None = None) -> None:
         res = self._served_resource(obj)
@@ -164,6 +204,9 @@ class ClusterApi:
         except ApiError as err:
             if not err.not_found:
                 raise
+        kind = self.watched.known(res) if self.watched is not None else None
+        if kind is not None and grace_seconds == 0:
+            kind.drop(obj)
 
     def event(self, obj: Mapping[str, Any], etype: str, reason: str, message: str, now: float) -> None:
         """A core/v1 Event about ``obj``, from the reaper."""
