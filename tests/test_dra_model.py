@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import yaml
@@ -211,3 +214,17 @@ def test_a_malformed_slice_is_left_out_on_a_live_cluster() -> None:
     state = state_from_objects([bad, good], skipped=skipped)
     assert [s.name for s in state.dra.slices] == ["n1-gpus-2"]
     assert "ResourceSlice/n1-gpus-1" in str(skipped[0])
+
+
+def test_schedule_exits_2_with_one_line_naming_a_malformed_slice(tmp_path: Path) -> None:
+    state = tmp_path / "state.yaml"
+    state.write_text(CLASS + "---" + (SLICE % {"gen": 1}).replace("{int: 3}", "{int: three}"))
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuplane.cli.app", "schedule", "-f", str(state)],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 2
+    (line,) = run.stderr.decode().strip().splitlines()
+    assert "document 1: ResourceSlice/n1-gpus-1: spec.devices[0].attributes" in line

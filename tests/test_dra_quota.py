@@ -123,3 +123,83 @@ def test_a_malformed_mapping_is_one_located_error() -> None:
     bad = MAPPINGS.replace("deviceClassNames: [gpu.example.com, shared.example.com]", "deviceClassNames: []")
     with pytest.raises(InputError, match=r"resources\.deviceClassMappings"):
         load_state([("state.yaml", bad)])
+
+
+LOW = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {name: low, namespace: team, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  queueName: q
+  priority: 0
+  podSets:
+  - name: main
+    count: 1
+    template:
+      spec:
+        resourceClaims: [{name: gpu, resourceClaimTemplateName: eight}]
+        containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+status:
+  admission:
+    clusterQueue: q
+    podSetAssignments:
+    - name: main
+      count: 1
+      flavors: {cpu: default, example.com/gpus: default}
+      resourceUsage: {cpu: "1", example.com/gpus: "8"}
+  conditions:
+  - {type: QuotaReserved, status: "True", reason: QuotaReserved, lastTransitionTime: "2026-01-01T00:00:00Z"}
+  - {type: Admitted, status: "True", reason: Admitted, lastTransitionTime: "2026-01-01T00:00:00Z"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: low-0, namespace: team, labels: {kueue.x-k8s.io/workload-name: low}}
+spec:
+  nodeName: n1
+  resourceClaims: [{name: gpu, resourceClaimName: low-0-gpu}]
+  containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+status: {phase: Running}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: low-0-gpu, namespace: team}
+spec:
+  devices:
+    requests: [{name: gpus, exactly: {deviceClassName: gpu.example.com, count: 8}}]
+status:
+  allocation:
+    devices:
+      results:
+RESULTS
+  reservedFor: [{resource: pods, name: low-0, uid: "1"}]
+""".replace(
+    "RESULTS",
+    "\n".join(
+        f"      - {{request: gpus, driver: gpu.example.com, pool: n1, device: gpu-{i}}}" for i in range(8)
+    ),
+)
+
+
+def test_preemption_frees_the_devices_the_victims_claims_hold() -> None:
+    nvlink = 'device.attributes["nvlink.example.com"]'
+    on_n1 = f'"domain" in {nvlink} && {nvlink}.domain.startsWith("n1-")'
+    eight_on_n1 = (
+        "[{name: gpus, exactly: {deviceClassName: gpu.example.com, count: 8,"
+        f" selectors: [{{cel: {{expression: '{on_n1}'}}}}]}}}}]"
+    )
+    high = workload("high", 1, GPU_CLAIM % "n1", at=5).replace(
+        "  queueName: q", "  queueName: q\n  priority: 100"
+    )
+    preempting = cluster(8).replace(
+        "namespaceSelector: {}", "namespaceSelector: {}\n  preemption: {withinClusterQueue: LowerPriority}"
+    )
+    doc = schedule(
+        MAPPINGS, template("eight", gpus(8)), LOW, template("n1", eight_on_n1), high, cluster=preempting
+    )
+    assert [p["workload"] for p in doc["preempted"]] == ["team/low"], doc["pending"]
+    # Without the quota to take, and low's devices held, high has no place on n1.
+    doc = schedule(
+        MAPPINGS, template("eight", gpus(8)), LOW, template("n1", eight_on_n1), high, cluster=cluster(16)
+    )
+    assert admitted(doc, "high") is None
+    assert "claims" in pending(doc, "high")["message"]
