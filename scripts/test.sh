@@ -75,7 +75,7 @@ e2e_status=0
 if bash scripts/kube-up.sh "${kube_dir}" >/dev/null; then
     GPUPLANE_E2E_KUBECONFIG="${kube_dir}/kubeconfig" \
         python3 -m pytest -q tests/test_controller_e2e.py tests/test_controller_leader.py tests/test_k8s_informer.py \
-            tests/test_kubectl_view_e2e.py \
+            tests/test_kubectl_view_e2e.py tests/test_kubectl_plugin.py \
             tests/test_job_life_e2e.py tests/test_partial_admission_e2e.py tests/test_sim_vs_real.py \
             tests/test_webhook_jobs_e2e.py tests/test_why_bypass.py tests/test_doctor_webhook.py tests/test_deploy.py \
             tests/test_runtime_history_e2e.py tests/test_eta_live_e2e.py tests/test_chaos_e2e.py || e2e_status=$?
