@@ -203,3 +203,58 @@ def test_preemption_frees_the_devices_the_victims_claims_hold() -> None:
     )
     assert admitted(doc, "high") is None
     assert "claims" in pending(doc, "high")["message"]
+
+
+BACKED = """
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: backed.example.com}
+spec:
+  extendedResourceName: example.com/gpu
+  selectors:
+  - cel:
+      expression: >-
+        device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].type == "gpu"
+"""
+
+
+def extended(name: str, count: int, pods: int = 1, at: int = 0) -> str:
+    """A workload whose pods request ``count`` of example.com/gpu, which no node advertises."""
+    return workload(name, pods, "[]", at=at).replace(
+        'requests: {cpu: "1"}}', f"requests: {{cpu: \"1\"}}, limits: {{example.com/gpu: '{count}'}}}}"
+    )
+
+
+def test_an_extended_resource_no_node_advertises_is_allocated_from_its_device_class() -> None:
+    covering = cluster().replace("example.com/gpus]", "example.com/gpus, example.com/gpu]")
+    covering = covering.replace(
+        "      - {name: nvidia.com/gpu, nominalQuota: 100}\n",
+        "      - {name: nvidia.com/gpu, nominalQuota: 100}\n"
+        "      - {name: example.com/gpu, nominalQuota: 10}\n",
+    )
+    doc = schedule(BACKED, extended("a", 3, pods=2), extended("b", 8, at=1), cluster=covering)
+    placement = admitted(doc, "a")
+    assert placement is not None
+    for pod in placement:
+        assert [d["request"] for d in pod["claims"]["example.com/gpu"]] == ["example.com/gpu"] * 3
+    # 6 of example.com/gpu charged: 8 more do not fit the quota of 10, though n2 has 8 free.
+    assert pending(doc, "b")["reason"] == "WaitingForQuota"
+
+
+def test_a_mapped_extended_resource_shares_the_quota_of_claims() -> None:
+    mappings = MAPPINGS.replace(
+        "[gpu.example.com, shared.example.com]", "[gpu.example.com, backed.example.com]"
+    )
+    doc = schedule(
+        mappings,
+        BACKED,
+        extended("a", 2),
+        template("two", gpus(2)),
+        workload("b", 1, GPU_CLAIM % "two", at=1),
+        extended("c", 1, at=2),
+        cluster=cluster(4),
+    )
+    (pod,) = admitted(doc, "a") or []
+    assert len(pod["claims"]["example.com/gpu"]) == 2
+    assert admitted(doc, "b") is not None
+    assert pending(doc, "c")["reason"] == "WaitingForQuota"

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from gpuplane.model.dra import ALL, DeviceRequest
+from gpuplane.model.dra_extended import EXTENDED_PREFIX
 from gpuplane.model.objects import ClusterState, InvalidWorkload, PodSet, Workload, frozen_map
 
 
@@ -44,16 +45,16 @@ class _Pricing:
 
     def pod_set(self, ps: PodSet, i: int, namespace: str) -> PodSet:
         template = ps.template
-        charges: dict[str, int] = {}
-        replaced: list[str] = []
+        charges: dict[str, int] = dict(template.claim_quota)
+        replaced: list[str] = list(template.claim_replaced)
         for resource, amount in template.requests.items():
             cls = self.extended.get(resource)
             if cls is not None and cls in self.mappings:
                 replaced.append(resource)
                 charges[self.mappings[cls]] = charges.get(self.mappings[cls], 0) + amount
         for j, claim in enumerate(template.claims):
-            if claim.template_name is None:
-                continue
+            if claim.template_name is None or claim.template_name.startswith(EXTENDED_PREFIX):
+                continue  # a shared claim; an extended resource's claim (charged as the resource)
             found = self.objects.templates.get(f"{namespace}/{claim.template_name}")
             if found is None:
                 continue  # placement names the missing template
@@ -63,7 +64,7 @@ class _Pricing:
                     request, f"{here}.devices.requests[{k}]", claim.template_name, ps.name, here
                 ).items():
                     charges[name] = charges.get(name, 0) + count
-        if not charges and not replaced:
+        if charges == template.claim_quota and tuple(replaced) == template.claim_replaced:
             return ps
         charged = replace(template, claim_quota=frozen_map(charges), claim_replaced=tuple(replaced))
         return replace(ps, template=charged)

@@ -23,6 +23,7 @@ from gpuplane.model import dra_kinds, kinds
 from gpuplane.model import fields as f
 from gpuplane.model.admission_checks import AdmissionCheck, parse_admission_check
 from gpuplane.model.dra import DRA_GROUP, DRA_KINDS, DRA_VERSION, DraObjects
+from gpuplane.model.dra_extended import extended_resource_claims
 from gpuplane.model.dra_quota import charge_claims
 from gpuplane.model.errors import InputError
 from gpuplane.model.karpenter import KARPENTER_GROUP, NodePool, parse_node_pool
@@ -586,7 +587,7 @@ def build_state(
             parsed.invalid.append(InvalidWorkload(namespace, name, queue, str(located)))
             if warnings is not None:
                 warnings.append(str(located))
-    state = charge_claims(parsed.state())
+    state = charge_claims(extended_resource_claims(parsed.state()))
 
     def locate(err: InputError) -> InputError:
         kind, _, key = (err.obj or "").partition("/")
