@@ -258,3 +258,35 @@ def test_a_mapped_extended_resource_shares_the_quota_of_claims() -> None:
     assert len(pod["claims"]["example.com/gpu"]) == 2
     assert admitted(doc, "b") is not None
     assert pending(doc, "c")["reason"] == "WaitingForQuota"
+
+
+RECORD = """'{"main":[["n1",""]]}'"""  # the placement record: its pod on n1, no extended devices
+
+
+def test_an_admitted_workload_holding_its_recorded_plan_holds_its_claims_too() -> None:
+    planned = (
+        LOW.split("---")[0]
+        .replace("name: low,", "name: planned,")
+        .replace(
+            'creationTimestamp: "2026-01-01T00:00:00Z"}',
+            'creationTimestamp: "2026-01-01T00:00:00Z", annotations: {gpuplane.dev/placement: '
+            + RECORD
+            + "}}",
+        )
+    )
+    nvlink = 'device.attributes["nvlink.example.com"]'
+    on_n1 = f'"domain" in {nvlink} && {nvlink}.domain.startsWith("n1-")'
+    one_on_n1 = (
+        "[{name: gpus, exactly: {deviceClassName: gpu.example.com, count: 1,"
+        f" selectors: [{{cel: {{expression: '{on_n1}'}}}}]}}}}]"
+    )
+    doc = schedule(
+        MAPPINGS,
+        template("eight", gpus(8)),
+        planned,
+        template("n1", one_on_n1),
+        workload("later", 1, GPU_CLAIM % "n1", at=5),
+        cluster=cluster(16),
+    )
+    assert admitted(doc, "later") is None  # n1's eight GPUs are the planned workload's
+    assert "claims" in pending(doc, "later")["message"]

@@ -343,9 +343,10 @@ class PlacementState:
         """Hold exactly the ``(node, devices)`` a recorded plan gave each pod of an admitted gang
         (:func:`gpuplane.core.plan.recorded_placement`), less what ``owner``'s bound pods hold
         already, and less ``ended[pod set]`` of the slots no bound pod holds (pods that ended and
-        will not run again: their devices are free); all or nothing. ``False`` (and nothing taken)
-        when the plan does not match the gang's pod sets or a planned device is no longer free:
-        the world changed."""
+        will not run again: their devices are free); all or nothing. A pod's claims (not in the
+        record) are allocated again on its planned node. ``False`` (and nothing taken) when the
+        plan does not match the gang's pod sets or a planned device is no longer free: the world
+        changed."""
         self._scores.record(owner, pod_sets)
         holdings = self._holdings
         held = Counter(
@@ -353,8 +354,12 @@ class PlacementState:
             for name, _, grants in holdings.owners.get(owner, [])
         )
         taken: list[tuple[NodeState, PodNeeds, list[DeviceGrant]]] = []
+        claimed: list[tuple[GangPodSet, tuple[ClaimResult, ...]]] = []
 
         def undo() -> bool:
+            for claim_ps, claims in reversed(claimed):
+                assert self.dra is not None
+                self.dra.give_back(owner, claims, claim_ps.claims)
             for back_state, needs, back in reversed(taken):
                 holdings.give_back(owner, back_state, needs, back)
             return False
@@ -377,6 +382,12 @@ class PlacementState:
                 grants = recorded_grants(state, devices) if devices else []
                 if grants is None or not state.plain_fits(ps.needs):
                     return undo()
+                # The plan records no claims: they are allocated again on the planned node.
+                claims = self._claims_on(owner, ps, node) if self.dra is not None or not ps.claims else None
+                if claims is None:
+                    return undo()
+                if claims:
+                    claimed.append((ps, claims))
                 holdings.take(owner, state, ps.needs, grants)
                 taken.append((state, ps.needs, grants))
         holdings.record(owner, ((s.name, n, tuple(g)) for s, n, g in taken))
