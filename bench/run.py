@@ -51,8 +51,14 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "controller-vs-kube-scheduler": Benchmark(
         script="controller_vs_kube_scheduler.py",
-        description="gpuplane vs kube-scheduler (default and tuned) on one real API server: 1,000 nodes, "
-        "5,000 pods + 200 gangs",
+        description="gpuplane (Jobs and plain pods) vs kube-scheduler (default and tuned) beside the API "
+        "server's raw-binding and Job-controller ceilings, phases and CPU per process, on one real API "
+        "server: 1,000 nodes, 5,000 pods + 200 gangs (--small: 100 nodes, 400 pods + 20 gangs)",
+    ),
+    "api-write-costs": Benchmark(
+        script="api_write_costs.py",
+        description="what each kind of write on gpuplane's path costs a real API server: calls/s and CPU "
+        "ms per call of kube-apiserver and etcd (Workload, its patch and status, Event, Job, pod)",
     ),
     "chaos": Benchmark(
         script="chaos.py",

@@ -115,15 +115,20 @@ def setup(api: KubeApi, nodes: int, gpus: int) -> None:
 
 
 def make_namespace(api: KubeApi, name: str, timeout: float = 300.0) -> None:
-    """Create the namespace; one of an earlier run that is still being deleted is waited for."""
+    """Create the namespace; one of an earlier run (still being deleted, or about to be by that
+    run's teardown) is waited for, up to ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             api.create(k8s.NAMESPACES, {"metadata": {"name": name}})
             return
         except ApiError as err:
-            if not (err.conflict and "being deleted" in err.body) or time.monotonic() > deadline:
+            if not err.conflict:
                 raise
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"namespace {name} is left from an earlier run: delete it (kubectl delete ns {name})"
+                ) from err
         time.sleep(1.0)
 
 

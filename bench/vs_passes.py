@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from processes import CpuMeter, control_plane_pids
 from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from processes import CpuMeter, control_plane_pids  # sibling modules, found through the path above
 from vs_cluster import PREFIX, BoundPods, controller_process, in_parallel, log, pod_template
 
 from gpuplane.k8s import api as k8s

@@ -1,0 +1,148 @@
+"""What each kind of write on gpuplane's path costs a real API server: calls per second and the CPU
+milliseconds per call of kube-apiserver and etcd.
+
+From 16 client threads, nothing else running on the benchmark's side, it writes N of each, in this
+order: Workload creates (the Workload of a queued one-GPU Job, as gpuplane makes it), placement
+annotation patches, status writes, Events, suspended Job creates, and pod creates. The CPU is read
+from ``/proc/PID/stat`` of the processes ``scripts/kube-up.sh`` listed in the kubeconfig's folder.
+
+Usage::
+
+    python3 bench/run.py api-write-costs -- --kubeconfig DIR/kubeconfig [--writes 400] [--output json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vs_cluster import PREFIX, clear_namespace, control_plane, in_parallel, pod_template, setup, teardown
+from vs_passes import meter
+
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s import integrations as jobs
+from gpuplane.k8s.api import KubeApi, load_api_client
+from gpuplane.model import labels as keys
+
+
+def _job(namespace: str, i: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"cost-{i}", "namespace": namespace, "labels": {keys.QUEUE_NAME_LABEL: "queue"}},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "suspend": True,
+            "template": {"spec": pod_template(1, keys.SCHEDULER_NAME)},
+        },
+    }
+
+
+def measure(kubeconfig: str, api: KubeApi, namespace: str, writes: int) -> dict[str, dict[str, Any]]:
+    """Each kind of write, ``writes`` times: calls per second and CPU ms per call."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def step(label: str, items: list[Any], call: Callable[[Any], Any]) -> None:
+        cpu = meter(kubeconfig)
+        t = time.perf_counter()
+        in_parallel(items, call)
+        seconds = time.perf_counter() - t
+        out[label] = {
+            "callsPerSecond": round(len(items) / seconds, 1),
+            "cpuMsPerCall": cpu.per_pod(len(items)),
+        }
+
+    workloads = []
+    for i in range(writes):
+        job = _job(namespace, i)
+        job["metadata"]["uid"] = f"bench-{i}"
+        body = jobs.workload_for("Job", job, {})
+        assert body is not None
+        body["metadata"].pop("ownerReferences", None)  # no such Job: the garbage collector would take it
+        workloads.append(body)
+    created: list[dict[str, Any]] = []
+    step("POST workloads", workloads, lambda body: created.append(api.create(k8s.WORKLOADS, body, namespace)))
+    names = sorted(w["metadata"]["name"] for w in created)
+    placement = {"metadata": {"annotations": {keys.PLACEMENT_ANNOTATION: "0" * 200}}}
+    step("PATCH workloads", names, lambda name: api.patch(k8s.WORKLOADS, name, placement, namespace))
+    condition = {
+        "type": "QuotaReserved",
+        "status": "True",
+        "reason": "QuotaReserved",
+        "message": "bench",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    bodies = [
+        {**api.get(k8s.WORKLOADS, name, namespace), "status": {"conditions": [condition]}} for name in names
+    ]
+    step("PUT workloads/status", bodies, lambda body: api.replace(k8s.WORKLOADS, body, sub="status"))
+
+    def event(name: str) -> None:
+        body = {
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"kind": "Workload", "name": name, "namespace": namespace},
+            "reason": "Bench",
+            "message": "bench",
+            "type": "Normal",
+        }
+        api.create(k8s.EVENTS, body, namespace)
+
+    step("POST events", names, event)
+    step(
+        "POST jobs",
+        [_job(namespace, i) for i in range(writes)],
+        lambda body: api.create(k8s.JOBS, body, namespace),
+    )
+
+    def pod(i: int) -> None:
+        body = {
+            "metadata": {"name": f"cost-{i}", "namespace": namespace},
+            "spec": pod_template(1, "bench-no-scheduler"),
+        }
+        api.create(k8s.PODS, body, namespace)
+
+    step("POST pods", list(range(writes)), pod)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--kubeconfig", help="a kubelet-less cluster; default: start the project's control plane"
+    )
+    parser.add_argument("--writes", type=int, default=400, help="writes of each kind")
+    parser.add_argument("--output", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    if args.writes < 1:
+        parser.error(f"--writes must be positive, not {args.writes}")
+    console = Console(stderr=args.output == "json")
+    with control_plane(args.kubeconfig, console) as kubeconfig:
+        api = KubeApi(load_api_client(kubeconfig), timeout=600.0, qps=None)
+        setup(api, 1, 8)
+        namespace = f"{PREFIX}-gpuplane"
+        try:
+            result = measure(kubeconfig, api, namespace, args.writes)
+        finally:
+            clear_namespace(api, namespace)
+            teardown(api, 1)
+            api.api_client.close()
+    if args.output == "json":
+        print(json.dumps(result))
+    else:
+        for label, figures in result.items():
+            console.print(f"{label:22s} {figures['callsPerSecond']:8.1f}/s  {figures['cpuMsPerCall']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
