@@ -202,6 +202,9 @@ def test_a_tainted_device_goes_only_to_a_request_that_tolerates_it() -> None:
     doc = schedule(TAINTED, template("tolerant", tolerant), workload("a", 1, GPU_CLAIM % "tolerant"))
     (pod,) = admitted(doc, "a") or []
     assert (pod["node"], devices(pod)) == ("n5", ["gpu-0"])
+    told = TAINTED.replace("effect: NoSchedule", "effect: None")
+    doc = schedule(told, template("plain", plain), workload("a", 1, GPU_CLAIM % "plain"))
+    assert admitted(doc, "a") is not None  # a taint with effect None only informs
 
 
 def test_a_shared_claim_is_allocated_once_for_all_its_pods() -> None:

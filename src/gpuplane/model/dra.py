@@ -55,7 +55,7 @@ def qualified(name: str, driver: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DeviceTaint:
-    """A taint a driver put on one device (``NoSchedule`` or ``NoExecute``)."""
+    """A taint a driver put on one device (``NoSchedule``, ``NoExecute``, or ``None``: only told)."""
 
     key: str
     value: str

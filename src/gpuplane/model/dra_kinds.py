@@ -40,6 +40,7 @@ from gpuplane.model.quantity import QuantityError, parse_quantity
 Doc = Mapping[str, Any]
 _SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?")
 _DEVICE_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+_TAINT_EFFECTS_READ = (*_DEVICE_TAINT_EFFECTS, "None")  # None: informational, never repels
 # A request asks for at most this many devices (Kubernetes' AllocationResultsMaxSize).
 MAX_COUNT = 32
 
@@ -153,7 +154,7 @@ def _device(raw: object, path: str, driver: str) -> Device:
     for i, item in enumerate(f.get_list(dev, "taints", path)):
         here = f.join(tpath, i)
         t = f.as_map(item, here)
-        effect = f.get_enum(t, "effect", here, _DEVICE_TAINT_EFFECTS, None)
+        effect = f.get_enum(t, "effect", here, _TAINT_EFFECTS_READ, None)
         if effect is None:
             raise InputError("required field is missing", field=f.join(here, "effect"))
         taints.append(DeviceTaint(f.req_str(t, "key", here), f.get_str(t, "value", here) or "", effect))

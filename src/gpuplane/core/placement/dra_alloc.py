@@ -218,7 +218,10 @@ class DraAllocator:
         out = set()
         for entry in self.inventory.entries:
             device = entry.device
-            if any(not any(t.tolerates(taint) for t in alt.tolerations) for taint in device.taints):
+            if any(
+                taint.effect != "None" and not any(t.tolerates(taint) for t in alt.tolerations)
+                for taint in device.taints
+            ):
                 continue
             if not self._capacity_fits(alt, entry):
                 continue
