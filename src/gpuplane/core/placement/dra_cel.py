@@ -258,7 +258,10 @@ class CelSelectors:
             self._program(expression)  # a compile error is an error even on the fast path
             self._simple[expression] = _simple(expression)
         terms = self._simple[expression]
-        if terms is not None:
+        # A version attribute compares as CEL's semver, which the fast path leaves to CEL.
+        if terms is not None and not any(
+            isinstance(device.attributes.get(str(n)), Version) for n, _ in terms
+        ):
             return _simple_match(expression, terms, driver, device)
         program = self._program(expression)
         cached = self._activations.get(id(device))
