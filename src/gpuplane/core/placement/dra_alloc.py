@@ -204,14 +204,16 @@ class DraAllocator:
         self.objects = objects
         self.inventory = inventory
         self.cel = CelSelectors()
-        self._matching: dict[int, tuple[ExactRequest, frozenset[int]]] = {}
+        # By what decides it (class, selectors, capacity, tolerations): claims alike share it.
+        self._matching: dict[tuple[object, ...], frozenset[int]] = {}
         self.last_miss = ""
 
     def matching(self, alt: ExactRequest) -> frozenset[int]:
         """Every published device ``alt`` may be given, free or not."""
-        cached = self._matching.get(id(alt))
-        if cached is not None and cached[0] is alt:
-            return cached[1]
+        key = (alt.device_class, alt.selectors, tuple(sorted(alt.capacity.items())), alt.tolerations)
+        cached = self._matching.get(key)
+        if cached is not None:
+            return cached
         cls = self.objects.classes.get(alt.device_class)
         if cls is None:
             raise DraError(f"request {alt.name}: DeviceClass {alt.device_class} not found")
@@ -236,7 +238,7 @@ class DraAllocator:
                 )
                 raise DraError(f"{owner}: {err}") from None
         found = frozenset(out)
-        self._matching[id(alt)] = (alt, found)
+        self._matching[key] = found
         return found
 
     def _capacity_fits(self, alt: ExactRequest, entry: DeviceEntry) -> bool:
