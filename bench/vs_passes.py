@@ -150,9 +150,11 @@ def run_gpuplane_jobs(
         child.start()
         if child.pid is not None:
             cpu.add("gpuplane", child.pid)
-        seconds = watch.wait_all(total, args.timeout, console, started)
-        cpu_per_pod = cpu.per_pod(total)
-        stop.set()
+        try:
+            seconds = watch.wait_all(total, args.timeout, console, started)
+            cpu_per_pod = cpu.per_pod(total)
+        finally:
+            stop.set()  # the controller ends with the pass, whether or not it timed out
         measured = results.get(timeout=120)
         child.join(timeout=60)
         whole = _gangs_whole(watch.bound(), shapes, "job-name")
