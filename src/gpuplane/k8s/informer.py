@@ -9,9 +9,9 @@ dicts, exactly as the API server sent them.
 The watch stream is read by the official client's :class:`kubernetes.watch.Watch`
 (through :meth:`KubeApi.watch`); this module keeps the resume, relist and back-off
 policy, which the client leaves to its caller: with a timeout it does not retry, and a
-``410`` is raised for the caller to relist. :meth:`Informer.stop` stops the client's
-watch, which shuts its socket, so a stopped informer does not wait for the stream's
-timeout.
+``410`` is raised for the caller to relist. :meth:`Informer.stop` cuts the open watch
+(its socket is shut down, whether the stream is being opened or read), ends a back-off
+at once and waits for the informer's thread: a stopped informer holds no connection.
 
 The :class:`Cache` holds every informer's objects behind one lock and supports the
 scheduler's *assume*: a locally recorded write that shadows the informer's copy until
@@ -33,6 +33,7 @@ from typing import Any
 from kubernetes import watch as k8s_watch
 
 from gpuplane.k8s.api import ApiError, KubeApi, Resource
+from gpuplane.kube.client import WatchStop
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ def object_key(obj: Mapping[str, Any]) -> str:
 
 
 TOMBSTONES = 100_000  # deleted objects remembered at most (each a few dozen bytes)
+# How long a deleted object is remembered. A late event of it can only be a write's answer that was
+# in flight when the deletion was seen (a watch delivers one object's events in order), and no
+# request outlives the client's timeout (30 s): five minutes is ample.
+TOMBSTONE_SECONDS = 300.0
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
@@ -90,10 +95,12 @@ class Cache:
     # Keys upserted, removed, assumed or forgotten, or changed by a relist, by kind, since the
     # last take_changes().
     touched: dict[str, set[str]] = field(default_factory=dict)
-    # Deleted objects, (kind, key) -> (uid, resourceVersion at deletion): a watch event of the same
+    # Deleted objects, (kind, key) -> (uid, resourceVersion at deletion, when): an event of the same
     # object that arrives late (an older version, delivered after the deletion was recorded) must not
-    # bring it back. A relist of the kind clears them; the oldest go beyond TOMBSTONES.
-    tombstones: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # bring it back. A relist of the kind clears them; they expire after TOMBSTONE_SECONDS (by
+    # ``clock``), and the oldest go beyond TOMBSTONES.
+    tombstones: dict[tuple[str, str], tuple[str, int, float]] = field(default_factory=dict)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
 
     def take_changes(self) -> dict[str, set[str]]:
         """The keys changed since the last call, by kind."""
@@ -147,7 +154,8 @@ class Cache:
                 return
             tomb = self.tombstones.get((kind, key))
             if tomb is not None:
-                if _uid(obj) == tomb[0] and rv_of(obj) <= tomb[1]:
+                uid, deleted_at, when = tomb
+                if _uid(obj) == uid and rv_of(obj) <= deleted_at and self.clock() - when < TOMBSTONE_SECONDS:
                     return  # a late event of an object already deleted
                 del self.tombstones[(kind, key)]
             self.objects[kind][key] = obj
@@ -164,9 +172,13 @@ class Cache:
         with self.lock:
             key = object_key(obj)
             known = self.objects.setdefault(kind, {}).pop(key, None)
-            self.tombstones[(kind, key)] = (_uid(obj), max(rv_of(obj), rv_of(known) if known else 0))
-            if len(self.tombstones) > TOMBSTONES:
-                del self.tombstones[next(iter(self.tombstones))]
+            now = self.clock()
+            self.tombstones.pop((kind, key), None)  # the newest last: the oldest go first
+            self.tombstones[(kind, key)] = (_uid(obj), max(rv_of(obj), rv_of(known) if known else 0), now)
+            for tomb, (_, _, at) in list(self.tombstones.items()):
+                if len(self.tombstones) <= TOMBSTONES and now - at < TOMBSTONE_SECONDS:
+                    break
+                del self.tombstones[tomb]
             self.assumed.pop((kind, key), None)
             self._touch(kind, key)
             self.changed.set()
@@ -208,21 +220,24 @@ class Informer:
         *,
         watch_timeout: int = 30,
         max_backoff: float = 5.0,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] | None = None,
     ) -> None:
         self.api = api
         self.resource = resource
         self.cache = cache
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
-        self.sleep = sleep
         self.resource_version = ""
         self.synced = threading.Event()
         self.stopped = threading.Event()
+        # Back-off pauses; the default ends at once when the informer stops.
+        self.sleep: Callable[[float], object] = sleep or self.stopped.wait
         self.relists = 0
         self.errors = 0
         self._thread: threading.Thread | None = None
         self._watcher: k8s_watch.Watch | None = None
+        self._watch_stop: WatchStop | None = None
+        self._stop_lock = threading.Lock()
 
     @property
     def kind(self) -> str:
@@ -241,10 +256,15 @@ class Informer:
         An ERROR event (``410 Gone`` among them) raises :class:`ApiError`.
         """
         applied = 0
-        watcher = self._watcher = k8s_watch.Watch()  # type: ignore[no-untyped-call]  # no annotations
-        if self.stopped.is_set():  # stop() may have run before this watcher existed
-            return applied
-        events = self.api.watch(self.resource, self.resource_version, self.watch_timeout, watcher=watcher)
+        stop = WatchStop()
+        with self._stop_lock:  # a stop() from now on cuts this stream, open or not
+            if self.stopped.is_set():
+                return applied
+            watcher = self._watcher = k8s_watch.Watch()  # type: ignore[no-untyped-call]  # no annotations
+            self._watch_stop = stop
+        events = self.api.watch(
+            self.resource, self.resource_version, self.watch_timeout, watcher=watcher, stop=stop
+        )
         try:
             for event in events:
                 if self.stopped.is_set():
@@ -263,7 +283,9 @@ class Informer:
                 applied += 1
         finally:
             events.close()  # closes the response even when the loop ended early
-            self._watcher = None
+            with self._stop_lock:
+                self._watcher = None
+                self._watch_stop = None
         return applied
 
     def run(self) -> None:
@@ -304,13 +326,17 @@ class Informer:
         self._thread = threading.Thread(target=self.run, name=f"informer-{self.kind}", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """End the informer: it neither lists nor watches again, and its open watch ends at once.
-
-        (A stop that lands while a watch is being opened ends that watch at its next event or
-        at the server's timeout, whichever comes first.)
-        """
-        self.stopped.set()
-        watcher = self._watcher
+    def stop(self, wait: float = 5.0) -> None:
+        """End the informer: it neither lists nor watches again, its open watch (or the one being
+        opened) is cut at once, and so is a back-off. Waits up to ``wait`` seconds for its thread
+        (a list in flight is answered first), so that no connection of it outlives the stop."""
+        with self._stop_lock:
+            self.stopped.set()
+            watcher, stop = self._watcher, self._watch_stop
+        if stop is not None:
+            stop.stop()
         if watcher is not None:
             watcher.stop()  # type: ignore[no-untyped-call]  # the client ships no annotations here
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(wait)

@@ -10,7 +10,9 @@ controller uses is :mod:`gpuplane.k8s.api`'s.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +74,51 @@ class ApiError(Exception):
         return self.status == 404
 
 
+class WatchStop:
+    """Ends one watch stream from another thread whenever :meth:`stop` comes: before the stream is
+    opened, while it is being opened, or while it is read (owns the stop flag and the open response).
+
+    The client's own ``Watch.stop`` misses a stop that lands before its stream has opened (the
+    stream would then run until its first event or the server's timeout, holding a connection).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._response: urllib3.BaseHTTPResponse | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> None:
+        """Stop the stream: the open response's socket is shut down, so its reader ends at once."""
+        with self._lock:
+            self._stopped = True
+            response = self._response
+        if response is not None:
+            _cut(response)
+
+    def opened(self, response: urllib3.BaseHTTPResponse) -> None:
+        """Note the stream's response (cut at once when the stream was stopped already)."""
+        with self._lock:
+            self._response = response
+            stopped = self._stopped
+        if stopped:
+            _cut(response)
+
+    def closed(self) -> None:
+        with self._lock:
+            self._response = None
+
+
+def _cut(response: urllib3.BaseHTTPResponse) -> None:
+    """Shut the socket of an open response down (its reader sees the end of the stream); the
+    reader's ``close`` then closes it."""
+    with contextlib.suppress(Exception):  # closed meanwhile: nothing to cut
+        response.shutdown()
+
+
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
     """An ApiClient from a kubeconfig file, or in-cluster configuration when none is given."""
     configuration = k8s_client.Configuration()
@@ -112,6 +159,10 @@ class KubeApi:
         self.api_client = api_client
         self.timeout = timeout
         self.limiter = RateLimiter(qps, burst) if qps is not None else None
+
+    def close(self) -> None:
+        """Close every pooled connection of the client (idempotent); a later request opens anew."""
+        self.api_client.close()  # type: ignore[no-untyped-call]  # the client ships no annotations here
 
     def _call(  # noqa: PLR0913 - one HTTP request: verb, path, query, body and two options
         self,
@@ -194,7 +245,7 @@ class KubeApi:
     ) -> dict[str, Any]:
         return self.request("DELETE", res.path(namespace, name), body=options or None)
 
-    def open_watch(
+    def open_watch(  # noqa: PLR0913 - the client's list call: resource, namespace and four options
         self,
         res: Resource,
         namespace: str | None = None,
@@ -202,15 +253,19 @@ class KubeApi:
         resource_version: str = "",
         timeout_seconds: int = 60,
         allow_watch_bookmarks: bool = True,
+        stop: WatchStop | None = None,
         **client_flags: bool,
     ) -> urllib3.BaseHTTPResponse:
         """Open a watch of ``res``: the list call that ``kubernetes.watch.Watch.stream`` drives.
 
         The client passes ``watch=True`` and ``_preload_content=False`` (``client_flags``), which is
         what this call always does; it returns the open response, which the client reads line by
-        line and closes. A refused watch (4xx/5xx before the stream starts) raises :class:`ApiError`.
+        line and closes (``stop`` is told of it, so a stop from another thread can cut it). A
+        refused watch (4xx/5xx before the stream starts) raises :class:`ApiError`.
         """
         del client_flags
+        if stop is not None and stop.stopped:
+            raise ApiError(499, "watch stopped before it was opened")
         query = {
             "watch": True,
             "resourceVersion": resource_version,
@@ -218,12 +273,18 @@ class KubeApi:
             "timeoutSeconds": timeout_seconds,
         }
         response = self._call("GET", res.path(namespace), query, timeout=(10.0, timeout_seconds + 10.0))
-        if response.status >= 400:
-            raise ApiError(response.status, str(response.reason), response.read().decode("utf-8", "replace"))
         raw: urllib3.BaseHTTPResponse = response.response
+        if response.status >= 400:
+            try:
+                body = response.read().decode("utf-8", "replace")
+            finally:
+                raw.release_conn()
+            raise ApiError(response.status, str(response.reason), body)
+        if stop is not None:
+            stop.opened(raw)
         return raw
 
-    def watch(
+    def watch(  # noqa: PLR0913 - keyword-only: the client's watcher and the stop
         self,
         res: Resource,
         resource_version: str,
@@ -231,14 +292,15 @@ class KubeApi:
         namespace: str | None = None,
         *,
         watcher: k8s_watch.Watch | None = None,
+        stop: WatchStop | None = None,
     ) -> Generator[dict[str, Any], None, None]:
         """Watch events from ``resource_version`` (with bookmarks) until the server ends the stream.
 
         The official client's :class:`kubernetes.watch.Watch` reads the stream; events come as the
         server sent them (``type`` and ``object``, a plain dict). An ERROR event, such as ``410
         Gone`` for a version the server no longer has, raises :class:`ApiError` (the client does
-        not retry a watch that has a timeout). ``watcher.stop()`` from another thread ends the
-        stream at once.
+        not retry a watch that has a timeout). ``stop.stop()`` from another thread ends the stream
+        at once, whenever it comes (``watcher.stop()`` does too, once the stream has opened).
         """
         watcher = watcher or k8s_watch.Watch()  # type: ignore[no-untyped-call]  # the client ships no annotations here
         stream = watcher.stream(  # type: ignore[no-untyped-call]
@@ -248,6 +310,7 @@ class KubeApi:
             resource_version=resource_version,
             timeout_seconds=timeout_seconds,
             allow_watch_bookmarks=True,
+            stop=stop,
         )
         try:
             for event in stream:
@@ -256,4 +319,6 @@ class KubeApi:
         except ApiException as err:
             raise ApiError(int(err.status or 500), str(err.reason), str(err.body or "")) from err
         finally:
-            stream.close()
+            stream.close()  # the client closes the response and gives its connection back
+            if stop is not None:
+                stop.closed()
