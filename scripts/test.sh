@@ -22,6 +22,12 @@ if ! command -v python3 >/dev/null || ! python3 -m pip --version >/dev/null 2>&1
     apt-get update -qq
     apt-get install -y -qq python3 python3-pip
 fi
+# scripts/check-wheel.sh installs the wheel into a fresh virtual environment (Debian ships venv apart).
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    step "apt-get install python3-venv"
+    apt-get update -qq
+    apt-get install -y -qq python3-venv
+fi
 
 declare -A wanted=(
     [kubectl]=kubectl [etcd]=etcd-server [openssl]=openssl [xz]=xz-utils
@@ -55,6 +61,12 @@ python3 -m mypy --strict src/gpuplane
 
 step "lint-imports"
 lint-imports
+
+# --- The wheel, as the image installs it ----------------------------------------------------------
+# Builds the wheel and installs it with the image's pins (deploy/image/constraints.txt) in a fresh
+# virtual environment: the commands run, every module imports, the package data is there.
+step "scripts/check-wheel.sh"
+bash scripts/check-wheel.sh
 
 # --- Tests ----------------------------------------------------------------------------------------
 step "pytest"

@@ -6,6 +6,8 @@ A command module exposes ``register(app)``; adding a command means adding its mo
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from gpuplane import __version__
@@ -49,9 +51,20 @@ def build_app() -> typer.Typer:
 
     # A callback keeps typer in multi-command mode even while only one command exists,
     # so `gpuplane version` never collapses into plain `gpuplane`.
-    @app.callback()
-    def _root() -> None:
+    @app.callback(invoke_without_command=True)
+    def _root(
+        ctx: typer.Context,
+        show_version: Annotated[
+            bool, typer.Option("--version", is_eager=True, help="Print the gpuplane version and exit.")
+        ] = False,
+    ) -> None:
         """Scheduling control plane for GPUs and other accelerators on Kubernetes."""
+        if show_version:
+            typer.echo(f"gpuplane {__version__}")
+            raise typer.Exit
+        if ctx.invoked_subcommand is None:
+            typer.echo(ctx.get_help())
+            raise typer.Exit
 
     @app.command()
     def version() -> None:
