@@ -205,7 +205,7 @@ rules:
   - level: None
 POLICY
     AUDIT_FLAGS=(--audit-policy-file "${DIR}/audit-policy.yaml" --audit-log-path "${DIR}/audit.log"
-        --audit-log-format json --audit-log-maxsize 200 --audit-log-mode batch)
+        --audit-log-format json --audit-log-maxsize 200 --audit-log-mode blocking)
 fi
 
 start kube-apiserver "${BIN}/kube-apiserver" \

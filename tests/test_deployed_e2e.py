@@ -1,0 +1,346 @@
+"""gpuplane as deployed: each component under its own ServiceAccount from deploy/, on a real API server.
+
+The accounts, roles and bindings of deploy/ (and deploy/reaper/) are applied to the real control
+plane (the Deployments are not: there are no kubelets); each component then runs as a process on
+loopback with a kubeconfig that holds a token of its own ServiceAccount (``kubectl create token``)
+and nothing else:
+
+* the controller, leader-elected as deployed, admits a queued Job and binds its pods;
+* the webhook, as deployed, has no token at all (it never calls the API): the harness's registered
+  webhook already runs so, and it suspended the Job at creation here;
+* the reaper, its informer loop and a one-pass run, sees the Job's GPU pods.
+
+Last, the API server's audit log (scripts/kube-up.sh) is compared with what deploy/ grants each
+account: a request refused (403) fails, and so does a granted pair that no scenario used unless
+its role documents why it is kept (:mod:`rbac_audit`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import yaml
+
+import rbac_audit
+from apiserver.fixtures import RealCluster
+from controller_harness import POOL_LABEL, Scene, Webhooks, make_scene, wait_until
+from gpuplane.k8s import api as k8s
+from gpuplane.model.labels import INTERACTIVE_ANNOTATION, QUEUE_NAME_LABEL, SESSION_LABEL
+from manifests import GPU
+from realkube import RealKube
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parent.parent
+ACCOUNTS = ("gpuplane-controller", "gpuplane-reaper")
+APPLIED_KINDS = {"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+
+
+class Deployed:
+    """deploy/'s accounts and rights on the cluster (owns the token kubeconfigs it wrote)."""
+
+    def __init__(self, kube: RealKube, directory: Path) -> None:
+        self.kube = kube
+        self.directory = directory
+        objects = [d for d in rbac_audit.documents() if d["kind"] in APPLIED_KINDS]
+        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+
+    def kubeconfig(self, account: str) -> Path:
+        """A kubeconfig with a token of ServiceAccount ``account`` and nothing else."""
+        token = self.kube.kubectl(
+            "-n", rbac_audit.NAMESPACE, "create", "token", account, "--duration", "1h"
+        ).stdout.strip()
+        admin = yaml.safe_load(self.kube.kubeconfig.read_text())
+        context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+        cluster = dict(next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"])
+        if "certificate-authority" in cluster:  # relative to the admin kubeconfig's folder
+            cluster["certificate-authority"] = str(
+                (self.kube.kubeconfig.parent / cluster["certificate-authority"]).resolve()
+            )
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": cluster}],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [{"name": account, "context": {"cluster": "c", "user": account}}],
+            "current-context": account,
+        }
+        path = self.directory / f"{account}.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+
+@pytest.fixture(scope="module")
+def deployed(real_kube: RealKube, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
+    return Deployed(real_kube, tmp_path_factory.mktemp("deployed"))
+
+
+@pytest.fixture
+def real_scene(real_kube: RealKube, webhooks: Webhooks) -> Iterator[Scene]:
+    webhooks.ensure(str(real_kube.kubeconfig))
+    yield from make_scene(RealCluster(real_kube.kubeconfig), real_kube.kubectl)
+
+
+def gpuplane(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuplane", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM, then its output."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.communicate()
+
+
+def refusals(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "403" in line or "forbidden" in line.lower()]
+
+
+class IdlePrometheus:
+    """A Prometheus on loopback (owns its HTTP server and the pods it knows): every metric of each pod
+    in :attr:`idle` reads 0 every 15 s over the whole range asked for (the GPU idle all along);
+    other pods have no samples, so the reaper keeps them."""
+
+    def __init__(self) -> None:
+        self.idle: list[tuple[str, str, int]] = []  # (namespace, pod, GPUs)
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                query = parse_qs(urlparse(self.path).query)
+                expr, now = query["query"][0], float(query["time"][0])
+                seconds = int(expr.rsplit("[", 1)[1].rstrip("s]"))
+                times = [now - seconds + 15 * i for i in range(1, seconds // 15 + 1)]
+                result = [
+                    {
+                        "metric": {
+                            "namespace": ns,
+                            "pod": pod,
+                            "gpu": str(g),
+                            "UUID": f"GPU-{pod}-{g}",
+                        },
+                        "values": [[t, "0"] for t in times],
+                    }
+                    for ns, pod, gpus in list(outer.idle)
+                    for g in range(gpus)
+                ]
+                body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *_args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_controller_and_reaper_run_under_their_own_accounts(deployed: Deployed, real_scene: Scene) -> None:
+    scene = real_scene
+    scene.setup(nodes=1)
+    controller = gpuplane(
+        "controller",
+        "--kubeconfig",
+        str(deployed.kubeconfig("gpuplane-controller")),
+        "--leader-elect",
+        "--identity",
+        "deployed-e2e",
+        "--lease-namespace",
+        rbac_audit.NAMESPACE,
+        "--dry-run",
+        "--interval",
+        "0.5",
+        "--runtime-history-write-interval",
+        "1",
+    )
+    prometheus = IdlePrometheus()
+    reaper = None
+    try:
+        scene.submit(scene.job("train", pods=2, gpus=2))
+        wait_until(lambda: scene.admitted("train"), 60, "the Job admitted by the controller")
+        wait_until(lambda: scene.bound("train", 2), 60, "the Job's pods bound by the controller")
+        # A queued plain pod: the webhook gates it at creation, the controller lifts the gate and binds.
+        plain = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "plain", "labels": {QUEUE_NAME_LABEL: "queue"}},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {GPU: "1"}}}],
+            },
+        }
+        scene.kubectl("-n", scene.namespace, "apply", "-f", "-", input=json.dumps(plain))
+        wait_until(lambda: _running(scene, f"{QUEUE_NAME_LABEL}=queue"), 60, "the plain pod bound")
+
+        reaper_config = str(deployed.kubeconfig("gpuplane-reaper"))
+        once = subprocess.run(
+            [
+                *(sys.executable, "-m", "gpuplane", "reaper", "--once", "--output", "json"),
+                *("--kubeconfig", reaper_config, "--prometheus", prometheus.url),
+                *("--namespace", scene.namespace),
+            ],
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert once.returncode == 0, once.stderr
+        reports = json.loads(once.stdout)
+        assert sorted((r["owner"]["kind"], r["gpus"]) for r in reports) == [
+            ("Job", 2),
+            ("Job", 2),
+            ("Pod", 1),
+        ]
+
+        # The reap: idle sessions of three kinds, reclaimed each its own way by the reaper's loop.
+        node = scene.api.list(k8s.NODES, labelSelector=f"{POOL_LABEL}={scene.prefix}")["items"][0]
+        _sessions(scene, node["metadata"]["name"])
+        scene.kubectl(
+            "-n", scene.namespace, "annotate", "localqueue", "queue", f"{INTERACTIVE_ANNOTATION}=true"
+        )
+        wait_until(lambda: _running(scene, "app=desk"), 60, "the Deployment's pod bound by kube-scheduler")
+        prometheus.idle = [
+            (scene.namespace, p["metadata"]["name"], _gpus(p))
+            for p in scene.api.list(k8s.PODS, scene.namespace)["items"]
+        ]
+        reaper = gpuplane(
+            "reaper",
+            "--kubeconfig",
+            reaper_config,
+            "--prometheus",
+            prometheus.url,
+            "--interval",
+            "1s",
+            "--enforce",
+            "--window",
+            "60s",
+            "--grace",
+            "0s",
+            "--namespace",
+            scene.namespace,
+        )
+        wait_until(lambda: not _running(scene, "kind=bare"), 60, "the bare session pod deleted")
+        wait_until(lambda: _replicas(scene) == 0, 60, "the session Deployment scaled to 0")
+        wait_until(lambda: _reclaimed(scene, "Job", "train"), 60, "the interactive Job's Workload evicted")
+        wait_until(lambda: not _running(scene, "job-name=train"), 60, "the evicted Job's pods gone")
+    finally:
+        _, controller_log = finish(controller)
+        reaper_log = finish(reaper)[1] if reaper is not None else ""
+        prometheus.close()
+    assert not refusals(controller_log), controller_log[-4000:]
+    assert not refusals(reaper_log), reaper_log[-4000:]
+    assert "reaper pass failed" not in reaper_log, reaper_log[-4000:]
+
+
+def _sessions(scene: Scene, node: str) -> None:
+    gpu = {"limits": {GPU: "1"}, "requests": {"cpu": "10m"}}
+    labels = {SESSION_LABEL: "true", "kind": "bare"}
+    scene.api.create(
+        k8s.PODS,
+        {
+            "metadata": {"name": "bare", "labels": labels},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": "x", "resources": gpu}],
+            },
+        },
+        scene.namespace,
+    )
+    template = {
+        "metadata": {"labels": {"app": "desk", SESSION_LABEL: "true"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {POOL_LABEL: scene.prefix},
+            "containers": [{"name": "c", "image": "x", "resources": gpu}],
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "desk"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "desk"}}, "template": template},
+    }
+    scene.kubectl("-n", scene.namespace, "apply", "-f", "-", input=json.dumps(deployment))
+
+
+def _gpus(pod: dict[str, Any]) -> int:
+    limits = [(c.get("resources") or {}).get("limits") or {} for c in pod["spec"]["containers"]]
+    return sum(int(limit.get(GPU, 0)) for limit in limits)
+
+
+def _running(scene: Scene, selector: str) -> bool:
+    pods = scene.api.list(k8s.PODS, scene.namespace, labelSelector=selector)["items"]
+    return any(p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp") for p in pods)
+
+
+def _replicas(scene: Scene) -> int:
+    out = scene.kubectl("-n", scene.namespace, "get", "deployment", "desk", "-o", "json").stdout
+    return int(json.loads(out)["spec"]["replicas"])
+
+
+def _reclaimed(scene: Scene, kind: str, name: str) -> bool:
+    """Whether the reaper recorded a reclaim of ``kind``/``name`` (the controller, still running,
+    may already have readmitted an evicted Workload, so its condition is not waited for)."""
+    events: list[dict[str, Any]] = scene.events("IdleReclaimed")
+    return any(e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name for e in events)
+
+
+def test_every_grant_was_used_or_is_documented(real_kube: RealKube, deployed: Deployed) -> None:
+    """Runs after the scenarios above (file order): the audit log holds their requests."""
+    del deployed
+    audit = real_kube.kubeconfig.parent / "audit.log"
+    if not audit.exists() or not audit.stat().st_size:
+        pytest.skip(f"no audit log at {audit} (scripts/kube-up.sh writes one unless GPUPLANE_KUBE_AUDIT=0)")
+    calls = rbac_audit.used(audit.read_text().splitlines())
+    grants = rbac_audit.granted(rbac_audit.documents())
+    problems = []
+    for name in ACCOUNTS:
+        user = rbac_audit.account(name)
+        pairs, documented = grants[user]
+        made = calls.get(user, {})
+        assert made, f"{name} made no request: the scenarios did not run under it"
+        refused = rbac_audit.forbidden(made)
+        if refused:
+            problems.append(f"{name} was refused: {rbac_audit.format_pairs(refused)}")
+        unused = rbac_audit.unused(pairs, documented, made)
+        if unused:
+            problems.append(f"{name} was granted and never used: {rbac_audit.format_pairs(unused)}")
+        stale = set(documented) & set(made)
+        if stale:
+            problems.append(f"{name} documents as unused what it used: {rbac_audit.format_pairs(stale)}")
+    assert not problems, "\n".join(problems)
