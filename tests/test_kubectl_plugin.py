@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,16 @@ from typer.testing import CliRunner
 from apiserver.fixtures import Cluster, Kubectl
 from controller_harness import Scene, make_scene, wait_until
 from gpuplane.cli import kubectl_plugin
-from gpuplane.cli.kubectl_plugin import PluginError, build_plugin, kubeconfig_path, target, top_rows
+from gpuplane.cli.kubectl_plugin import (
+    PluginError,
+    build_plugin,
+    busy_by_team,
+    kubeconfig_path,
+    target,
+    top_rows,
+)
+from prometheus import PrometheusFactory
+from test_chargeback import history
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -114,6 +124,16 @@ def test_top_rows_join_allocated_and_busy() -> None:
         {"team": "c", "pods": 0, "gpusAllocated": 0.0, "gpusBusy": 0.5},
     ]
     assert top_rows({"a": (1.0, 1)}, None)[0]["gpusBusy"] is None
+
+
+def test_busy_gpus_per_team_from_the_recording_rule(prometheus_factory: PrometheusFactory) -> None:
+    """The chargeback's backfilled history on a real Prometheus: at its end, team alpha's two pods
+    keep 1.5 and 0.25 GPUs busy, beta's one pod 1.0; averaged over 5 minutes, and in one namespace."""
+    end = (int(time.time()) // 60) * 60 - 600
+    prom = prometheus_factory(backfill=history(end))
+    assert busy_by_team(prom.url, None, "5m", end) == pytest.approx({"alpha": 1.75, "beta": 1.0})
+    assert busy_by_team(prom.url, "ml-b", "5m", end) == pytest.approx({"beta": 1.0})
+    assert busy_by_team(prom.url, "nobody", "5m", end) == {}
 
 
 # --- through the real kubectl ----------------------------------------------------------------------
