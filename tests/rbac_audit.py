@@ -25,6 +25,7 @@ MANIFESTS = (
     DEPLOY / "rbac.yaml",
     DEPLOY / "webhook.yaml",
     DEPLOY / "reaper" / "reaper.yaml",
+    DEPLOY / "web" / "web.yaml",
 )
 NAMESPACE = "gpuplane-system"
 KEPT_ANNOTATION = "gpuplane.dev/kept-unused"

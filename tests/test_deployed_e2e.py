@@ -20,9 +20,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,7 +46,7 @@ from realkube import RealKube
 pytestmark = pytest.mark.timeout(180)
 
 ROOT = Path(__file__).resolve().parent.parent
-ACCOUNTS = ("gpuplane-controller", "gpuplane-reaper")
+ACCOUNTS = ("gpuplane-controller", "gpuplane-reaper", "gpuplane-web")
 APPLIED_KINDS = {"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
 
 
@@ -205,6 +208,8 @@ def test_controller_and_reaper_run_under_their_own_accounts(deployed: Deployed, 
         scene.kubectl("-n", scene.namespace, "apply", "-f", "-", input=json.dumps(plain))
         wait_until(lambda: _running(scene, f"{QUEUE_NAME_LABEL}=queue"), 60, "the plain pod bound")
 
+        _console(deployed, scene)
+
         reaper_config = str(deployed.kubeconfig("gpuplane-reaper"))
         once = subprocess.run(
             [
@@ -264,6 +269,64 @@ def test_controller_and_reaper_run_under_their_own_accounts(deployed: Deployed, 
     assert not refusals(controller_log), controller_log[-4000:]
     assert not refusals(reaper_log), reaper_log[-4000:]
     assert "reaper pass failed" not in reaper_log, reaper_log[-4000:]
+
+
+def _console(deployed: Deployed, scene: Scene) -> None:
+    """The web console under its own account: a viewer allowed to list Workloads in the scene's
+    namespace sees the Job's Workload and not the Nodes; an account with no rights sees neither;
+    no token, nothing (the console checks tokens with TokenReview, rights with SubjectAccessReview)."""
+    for name in ("viewer", "nobody"):
+        scene.kubectl("-n", scene.namespace, "create", "serviceaccount", name)
+    scene.kubectl(
+        "-n",
+        scene.namespace,
+        "create",
+        "role",
+        "viewer",
+        "--verb=list",
+        "--resource=workloads.kueue.x-k8s.io",
+    )
+    scene.kubectl(
+        "-n",
+        scene.namespace,
+        "create",
+        "rolebinding",
+        "viewer",
+        "--role=viewer",
+        f"--serviceaccount={scene.namespace}:viewer",
+    )
+    token = {
+        name: scene.kubectl("-n", scene.namespace, "create", "token", name).stdout.strip()
+        for name in ("viewer", "nobody")
+    }
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    console = gpuplane(
+        "web", "--kubeconfig", str(deployed.kubeconfig("gpuplane-web")), "--listen", f"127.0.0.1:{port}"
+    )
+    page = f"/workloads/{scene.namespace}/{scene.workloads()['train']['metadata']['name']}"
+    try:
+        wait_until(lambda: _status(url + "/healthz", None) == 200, 60, "the console serving")
+        wait_until(lambda: _status(url + page, token["viewer"]) == 200, 30, "the viewer sees the Workload")
+        assert _status(url + "/nodes", token["viewer"]) == 403
+        assert _status(url + page, token["nobody"]) in (403, 404)
+        assert _status(url + page, None) == 401
+    finally:
+        log = finish(console)[1]
+    assert not refusals(log), log[-4000:]
+
+
+def _status(url: str, token: str | None) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except OSError:
+        return 0
 
 
 def _sessions(scene: Scene, node: str) -> None:

@@ -11,11 +11,12 @@ import rbac_audit
 
 CONTROLLER = rbac_audit.account("gpuplane-controller")
 REAPER = rbac_audit.account("gpuplane-reaper")
+WEB = rbac_audit.account("gpuplane-web")
 
 
 def test_every_component_account_is_bound_and_every_documented_exception_is_granted() -> None:
     grants = rbac_audit.granted(rbac_audit.documents())
-    assert set(grants) == {CONTROLLER, REAPER}
+    assert set(grants) == {CONTROLLER, REAPER, WEB}
     for user, (pairs, documented) in grants.items():
         assert pairs
         extra = set(documented) - pairs
