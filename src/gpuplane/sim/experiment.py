@@ -10,6 +10,10 @@ Configurations::
     gpuplane-no-reaper     ... idle sessions are never reaped
     gpuplane-no-backfill   ... CI/evaluation is ordinary work, not a preemptible backfill tier
     gpuplane-no-preemption ... nothing is ever preempted
+    kueue                  Kueue's admission in front of kube-scheduler (gpuplane.sim.kueue_model)
+    kueue-timeslicing      ... with the device plugin's time-slicing on the inference and notebook pools
+    volcano                Volcano: gang scheduling at placement, bin-packing, queues with reclaim
+                           (gpuplane.sim.volcano_model)
 
 The workloads (arrivals, sizes, durations, busy traces, node failures) are drawn once and every
 configuration replays exactly them.
@@ -25,10 +29,12 @@ from typing import Any
 from gpuplane.sim.cluster import ClusterSpec, cluster_from_scenario
 from gpuplane.sim.engine import Engine, Model
 from gpuplane.sim.gpuplane_model import GpuplaneModel, GpuplaneOptions
+from gpuplane.sim.kueue_model import KueueModel, time_sliced_pools
 from gpuplane.sim.metrics import Ledger, configuration_document
 from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, labelled, run_tasks
 from gpuplane.sim.scenario import Scenario
 from gpuplane.sim.stock import StockModel
+from gpuplane.sim.volcano_model import VolcanoModel
 from gpuplane.sim.workloads import Workloads, generate, offered_gpus
 
 DEFAULT_CONFIGURATIONS = ("stock", "gpuplane")
@@ -41,7 +47,8 @@ GPUPLANE_VARIANTS: dict[str, GpuplaneOptions] = {
     "gpuplane-no-preemption": GpuplaneOptions(preemption=False),
 }
 STOCK_VARIANTS = {"stock": False, "stock-packed": True}
-CONFIGURATIONS = (*STOCK_VARIANTS, *GPUPLANE_VARIANTS)
+PEERS = ("kueue", "kueue-timeslicing", "volcano")
+CONFIGURATIONS = (*STOCK_VARIANTS, *GPUPLANE_VARIANTS, *PEERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +86,31 @@ def scenario_input(scenario: Scenario) -> SimInput:
 def build_model(name: str, sim: SimInput) -> Model:
     if name in STOCK_VARIANTS:
         return StockModel(sim.cluster, sim.deadlock_timeout, packed=STOCK_VARIANTS[name], name=name)
+    if name in PEERS:
+        return _peer(name, sim)
     options = GPUPLANE_VARIANTS.get(name)
     if options is None:
         raise KeyError(f"unknown configuration {name!r} (known: {', '.join(CONFIGURATIONS)})")
     return GpuplaneModel(name, sim.cluster, options, sim.workloads.start, grace=sim.eviction_grace)
+
+
+def _peer(name: str, sim: SimInput) -> Model:
+    """A peer configuration: what users run instead of gpuplane."""
+    if name in ("kueue", "kueue-timeslicing"):
+        sliced = (
+            time_sliced_pools(sim.workloads.jobs, sim.cluster.pools) if name == "kueue-timeslicing" else ()
+        )
+        return KueueModel(
+            name,
+            sim.cluster,
+            sim.deadlock_timeout,
+            sim.workloads.start,
+            grace=sim.eviction_grace,
+            time_sliced=sliced,
+        )
+    if name == "volcano":
+        return VolcanoModel(sim.cluster, name=name)
+    raise KeyError(f"unknown configuration {name!r} (known: {', '.join(CONFIGURATIONS)})")
 
 
 @dataclass(slots=True)
@@ -105,6 +133,9 @@ def run_named(name: str, sim: SimInput, progress: Callable[[float], None] | None
     ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle, progress=progress).run()
     doc = configuration_document(ledger)
     doc["schedulerLivelocks"] = getattr(model, "livelocks", 0)
+    extras = getattr(model, "document_extras", None)
+    if extras is not None:
+        doc.update(extras())
     doc["wallSeconds"] = round(time.perf_counter() - started, 3)
     return ledger, doc
 
@@ -117,7 +148,7 @@ def check_names(names: tuple[str, ...]) -> None:
 
 def expected_cost(name: str) -> float:
     """A rough relative cost, only to start the longest runs first: the core costs more than stock."""
-    return 2.0 if name in GPUPLANE_VARIANTS else 1.0
+    return 2.0 if name in GPUPLANE_VARIANTS or name in PEERS else 1.0
 
 
 def run_experiment(

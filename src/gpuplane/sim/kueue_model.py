@@ -1,0 +1,395 @@
+"""Kueue in front of kube-scheduler, the peer most gpuplane users would run instead.
+
+Two layers, as on a real cluster::
+
+    arrival -> Kueue (the core in quota-only mode: no nodes, so admission never looks at them)
+                 admits a workload to one flavor (pool) when its ClusterQueue's quota allows:
+                 nominal quota per flavor, borrowing in one cohort, reclaim and priority preemption
+            -> the Job controller creates every pod at once (the workload holds quota whether its
+               pods run or not), with the flavor's node selector
+            -> kube-scheduler binds pods one at a time (the stock model's binding, LeastAllocated)
+
+* **Admission** is the real core with the :class:`~gpuplane.core.session.Session` given no nodes:
+  that is Kueue's own behaviour (quota only, no placement). The queues are gpuplane's (a ClusterQueue
+  per team with its floor share of each flavor as nominal quota, one cohort, borrowing, reclaim
+  with ``reclaimWithinCohort: Any``, a low-priority backfill tier preempted while borrowing), the
+  features Kueue has. Whole GPUs only: no fractions, MIG off (the GPU Operator's default). No
+  fair sharing (Kueue's default), no checkpoint-aware victim order and no reaper (gpuplane's own).
+* **Binding** is :class:`~gpuplane.sim.stock.StockModel`'s kube-scheduler with no namespace quota:
+  an admitted gang's pods are created together and bound one by one, so a gang that quota admits
+  can sit partly bound on nodes that cannot hold it (kueue #407). These are counted:
+  ``admittedUnplaceableGangs`` (admitted gangs whose pods were not all bound in the pass that
+  admitted them), ``admittedPartlyBoundGangs`` (of those, the ones left holding some of their
+  nodes) and ``admittedGangsNoNodeSetHolds`` (admitted gangs that no set of their flavor's nodes
+  could hold even empty).
+* **Stuck gangs**: ``waitForPodsReady`` is off (Kueue's default). A gang whose partial placement is
+  a circular deadlock (the stock model's check) is evicted and queued again after
+  ``deadlockTimeout``, as its owner would delete and resubmit it; it keeps its place in the queue.
+* **Node failure**: the pods on the node are recreated by their controller; the workload stays
+  admitted and holds its quota.
+
+``kueue-timeslicing`` adds the NVIDIA device plugin's time-slicing on the inference and notebook
+nodes (the pools that fraction or MIG requests may use and no multi-GPU or multi-pod work does):
+each GPU is advertised as ``replicas`` (4, the plugin's documented example) ``nvidia.com/gpu``
+devices. A pod asking for ``n`` GPUs gets ``n`` replicas, Kueue's quota on those flavors is counted
+in replicas (a team's floor share times ``replicas``), and nothing isolates memory or accounts for
+who uses what. Replicas are spread over a node's GPUs (replica ``r`` is GPU ``r mod gpus``, the
+kindest layout). A pod is taken to use its request's share of the GPU's memory (a whole-GPU
+request all of it, a fraction its share, a MIG profile its slices); each bind that takes a GPU's
+memory past 100 % is a ``memoryOvercommits`` (nobody notices; the pods are not OOM-killed here,
+and sharing does not slow them, both in the peer's favour).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from gpuplane.core.pod_engine import MILLI_PER_GPU, GpuRequest
+from gpuplane.core.session import AdmissionDecision, PreemptionDecision, Reason
+from gpuplane.insight.eta import Capacity
+from gpuplane.model.objects import ClusterQueue, ClusterState, FlavorQuotas, ResourceGroup, ResourceQuota
+from gpuplane.sim.cluster import ClusterSpec
+from gpuplane.sim.engine import HOLD, PREEMPTED, RESTART, STOP, Change
+from gpuplane.sim.gpuplane_model import GPU, GPU_MILLI, GpuplaneModel, GpuplaneOptions
+from gpuplane.sim.stock import StockModel, _StockJob
+from gpuplane.sim.workloads import MILLI, Job
+
+TIME_SLICING_REPLICAS = 4  # the NVIDIA device plugin's documented time-slicing example
+KUEUE_OPTIONS = GpuplaneOptions(sharing=False, reaper=False, checkpoint_aware=False)
+UNBOUNDED = 1 << 40
+
+
+def time_sliced_pools(jobs: Iterable[Job], pools: Iterable[str]) -> tuple[str, ...]:
+    """The inference and notebook pools: some fraction or MIG request may use them, and no work
+    with more than one GPU or more than one pod does."""
+    shared: set[str] = set()
+    big: set[str] = set()
+    for job in jobs:
+        if job.request.fraction_milli or job.request.mig is not None:
+            shared.update(job.pools)
+        if job.pods > 1 or job.request.gpus > 1:
+            big.update(job.pools)
+    return tuple(p for p in pools if p in shared and p not in big)
+
+
+class _KueueAdmission(GpuplaneModel):
+    """Kueue's admission: the core with no nodes. Owns the admissions and preemptions of the last
+    pass (``admitted_now``, ``preempted_now``) for the binding layer to carry out."""
+
+    def __init__(
+        self, name: str, cluster: ClusterSpec, start: float, grace: float, replicas: Mapping[str, int]
+    ) -> None:
+        self.replicas = dict(replicas)
+        self.admitted_now: list[tuple[Job, str]] = []
+        self.preempted_now: list[Job] = []
+        super().__init__(name, cluster, KUEUE_OPTIONS, start, grace=grace)
+
+    def _state(self) -> ClusterState:
+        state = super()._state()
+        queues = {name: self._in_replicas(cq) for name, cq in state.cluster_queues.items()}
+        return replace(state, cluster_queues=queues, nodes=())
+
+    def _in_replicas(self, cq: ClusterQueue) -> ClusterQueue:
+        """Quota on a time-sliced flavor counts replicas: every GPU figure times ``replicas``."""
+        if not self.replicas:
+            return cq
+        groups = []
+        for group in cq.resource_groups:
+            flavors = []
+            for fq in group.flavors:
+                n = self.replicas.get(fq.name, 1)
+                resources = {
+                    res: ResourceQuota(
+                        q.nominal * n,
+                        None if q.borrowing_limit is None else q.borrowing_limit * n,
+                        None if q.lending_limit is None else q.lending_limit * n,
+                    )
+                    if res in (GPU, GPU_MILLI) and n > 1
+                    else q
+                    for res, q in fq.resources.items()
+                }
+                flavors.append(FlavorQuotas(fq.name, resources))
+            groups.append(ResourceGroup(group.covered_resources, tuple(flavors)))
+        return replace(cq, resource_groups=tuple(groups))
+
+    def _admitted(self, decision: AdmissionDecision) -> None:
+        job = self.jobs[decision.workload]
+        self.placed[decision.workload] = ()
+        pool = next(iter(decision.pod_sets[0].flavors.values()), "") if decision.pod_sets else ""
+        self.admitted_now.append((job, pool or job.pools[0]))
+
+    def _preempted(self, decision: PreemptionDecision) -> None:
+        self.placed.pop(decision.workload, None)
+        self.preempted_now.append(self.jobs[decision.workload])
+
+    def requeue(self, job: Job, now: float) -> None:
+        """The stuck workload is evicted and queued again (its quota freed)."""
+        key = self.key(job)
+        if self.session.evict(key, now, Reason.PODS_READY_TIMEOUT):
+            self.placed.pop(key, None)
+            self.dirty = True
+
+
+class _KueueBinder(StockModel):
+    """kube-scheduler behind Kueue: no namespace quota, an admitted job's pods limited to its flavor.
+
+    Owns, beyond the stock model's state, the jobs stuck past the deadlock timeout that Kueue must
+    queue again (``requeued``) and, on time-sliced nodes, the memory each physical GPU's pods use
+    (``memory``) with the over-commits counted so far.
+    """
+
+    def __init__(self, cluster: ClusterSpec, deadlock_timeout: float, name: str, physical: Mapping[str, int]):
+        super().__init__(cluster, deadlock_timeout, packed=False, name=name)
+        self.hard = dict.fromkeys(self.hard, UNBOUNDED)
+        self.used = dict.fromkeys(self.hard, 0)
+        self.requeued: list[Job] = []
+        # Physical GPUs per node index, for the nodes whose devices are time-sliced replicas.
+        self.physical = {self.node_index[n]: g for n, g in physical.items()}
+        self.memory: dict[tuple[int, int], float] = {}
+        self.overcommits = 0
+        self.overcommitted_jobs: set[int] = set()
+        self.counting = False  # over-commits count inside the measured window only
+
+    def admit(self, job: Job, pool: str) -> _StockJob:
+        request = job.request
+        whole = request.whole
+        cpu, memory = (request.cpu_milli, request.memory_mib) if self.models_cpu else (0, 0)
+        sj = _StockJob(
+            job=job,
+            gpus=whole,
+            cpu=request.cpu_milli,
+            memory=request.memory_mib,
+            mask=self._mask((pool,)),
+            uncreated=job.pods,
+            request=self._request(cpu, memory, whole),
+        )
+        self.jobs[job.id] = sj
+        self.waiting_creation[job.team].append(sj)
+        self.uncreated_gpus += sj.uncreated * sj.gpus
+        if job.pods > 1:
+            self.gangs[job.id] = sj
+        self.dirty = True
+        return sj
+
+    @staticmethod
+    def _request(cpu: int, memory: int, whole: int) -> GpuRequest:
+        return GpuRequest(cpu=cpu, memory=memory, gpus=whole, gpu_milli=MILLI_PER_GPU if whole else 0)
+
+    def evict(self, job: Job) -> None:
+        """Kueue preempted the workload: its pods are deleted."""
+        sj = self.jobs.pop(job.id, None)
+        self.gangs.pop(job.id, None)
+        if sj is None:
+            return
+        running = sj.running
+        self._delete_pods(sj)
+        if running:
+            self.changes.append(Change(STOP, job.id, text=PREEMPTED))
+        self.dirty = True
+
+    def _restart(self, sj: _StockJob) -> None:
+        """Stuck past the timeout: the pods go, and Kueue queues the workload again."""
+        job = sj.job
+        self.jobs.pop(job.id, None)
+        self.gangs.pop(job.id, None)
+        self._delete_pods(sj)
+        self.changes.append(Change(RESTART, job.id))
+        self.requeued.append(job)
+
+    def _bind(self, sj: _StockJob, node: int) -> None:
+        super()._bind(sj, node)
+        gpus = self.physical.get(node)
+        if gpus is None:
+            return
+        need = _memory_share(sj.job)
+        for replica in sj.devices[-1]:
+            key = (node, replica % gpus)
+            before = self.memory.get(key, 0.0)
+            self.memory[key] = before + need
+            if before + need > 1.0 + 1e-9 and self.counting:
+                self.overcommits += 1
+                self.overcommitted_jobs.add(sj.job.id)
+
+    def _unbind(self, sj: _StockJob, node: int, gpus: tuple[int, ...]) -> None:
+        super()._unbind(sj, node, gpus)
+        physical = self.physical.get(node)
+        if physical is None:
+            return
+        need = _memory_share(sj.job)
+        for replica in gpus:
+            key = (node, replica % physical)
+            self.memory[key] = max(0.0, self.memory.get(key, 0.0) - need)
+
+    def no_node_set_holds(self, sj: _StockJob) -> bool:
+        """Whether the job's nodes could not hold all its pods even if every one were empty."""
+        return not self._room_for(self.gpu_total.copy(), sj, sj.job.pods)
+
+
+def _memory_share(job: Job) -> float:
+    """Share of one GPU's memory a pod uses: all of it for a whole-GPU request, else its share."""
+    request = job.request
+    if request.gpus:
+        return 1.0
+    return min(1.0, request.milli / MILLI)
+
+
+class KueueModel:
+    """Kueue admission in front of kube-scheduler (see the module docstring). Owns the two layers
+    (``admission``, ``binder``), the flavor each admitted job got (``pool_of_job``) and the
+    counts of admitted gangs the nodes could not hold."""
+
+    reaper = False
+
+    def __init__(  # noqa: PLR0913 - the configuration's settings
+        self,
+        name: str,
+        cluster: ClusterSpec,
+        deadlock_timeout: float,
+        start: float,
+        *,
+        grace: float = 30.0,
+        time_sliced: Iterable[str] = (),
+        replicas: int = TIME_SLICING_REPLICAS,
+    ) -> None:
+        if replicas < 1:
+            raise ValueError(f"time-slicing replicas must be at least 1, got {replicas}")
+        self.name = name
+        self.cluster = cluster
+        sliced = {pool: replicas for pool in time_sliced if pool in cluster.pools}
+        unknown = [p for p in time_sliced if p not in cluster.pools]
+        if unknown:
+            raise ValueError(f"time-sliced pool {unknown[0]!r} is not a pool of the cluster")
+        self.replicas = sliced
+        self.admission = _KueueAdmission(name, cluster, start, grace, sliced)
+        advertised = replace(
+            cluster,
+            nodes=tuple(replace(n, gpus=n.gpus * sliced.get(n.pool, 1)) for n in cluster.nodes),
+        )
+        physical = {n.name: n.gpus for n in cluster.nodes if n.pool in sliced}
+        self.binder = _KueueBinder(advertised, deadlock_timeout, name, physical)
+        self.gpus_of = {n.name: n.gpus for n in cluster.nodes}
+        self.pool_of_job: dict[int, str] = {}
+        self.unplaceable_gangs = 0
+        self.partly_bound_gangs = 0
+        self.unplaceable_workloads = 0
+        self.never_placeable_gangs = 0
+
+    # --- what happened ---------------------------------------------------------------------
+
+    def submit(self, job: Job, now: float) -> None:
+        self.admission.submit(job, now)
+
+    def release(self, job: Job, now: float) -> None:
+        self.admission.release(job, now)
+        self.admission.take_changes()
+        self.binder.release(job, now)
+        self.pool_of_job.pop(job.id, None)
+
+    def node_down(self, node: str, now: float) -> None:
+        self.binder.node_down(node, now)
+
+    def node_up(self, node: str, now: float) -> None:
+        self.binder.node_up(node, now)
+
+    # --- scheduling -------------------------------------------------------------------------
+
+    def schedule(self, now: float, checkpoints: Callable[[], Iterable[tuple[Job, float]]]) -> int:
+        admission, binder = self.admission, self.binder
+        binder.counting = now >= 0
+        fresh: list[_StockJob] = []
+        cycles = 0
+        for _ in range(8):  # requeued gangs are admitted again at once, if quota allows
+            cycles += admission.schedule(now, checkpoints)
+            admission.take_changes()
+            for job in admission.preempted_now:
+                binder.evict(job)
+                self.pool_of_job.pop(job.id, None)
+            for job, pool in admission.admitted_now:
+                self.pool_of_job[job.id] = pool
+                fresh.append(binder.admit(job, pool))
+            admission.admitted_now.clear()
+            admission.preempted_now.clear()
+            cycles += binder.schedule(now, checkpoints)
+            requeued, binder.requeued = binder.requeued, []
+            if not requeued:
+                break
+            for job in requeued:
+                self.pool_of_job.pop(job.id, None)
+                admission.requeue(job, now)
+        if now >= 0:
+            self._count_unplaceable(fresh)
+        return cycles
+
+    def _count_unplaceable(self, fresh: list[_StockJob]) -> None:
+        for sj in fresh:
+            if sj.running or self.binder.jobs.get(sj.job.id) is not sj:
+                continue
+            self.unplaceable_workloads += 1
+            if sj.job.pods > 1:
+                self.unplaceable_gangs += 1
+                self.partly_bound_gangs += bool(sj.bound)
+                self.never_placeable_gangs += self.binder.no_node_set_holds(sj)
+
+    def take_changes(self) -> list[Change]:
+        changes = self.binder.take_changes()
+        if self.replicas:
+            for change in changes:
+                if change.kind == HOLD and change.level:
+                    change.level *= self._unit(self.pool_of_job.get(change.job, ""))
+        return changes
+
+    def _unit(self, pool: str) -> float:
+        """GPUs one advertised device is on ``pool``."""
+        return 1.0 / self.replicas.get(pool, 1)
+
+    # --- views for the engine ---------------------------------------------------------------
+
+    def allocation(self, job: Job) -> tuple[float, float]:
+        """Whole GPUs per pod; on time-sliced pools a replica each (the least over the job's
+        pools, since the flavor is chosen only at admission: busy time is capped by it)."""
+        unit = min(self._unit(p) for p in self.pools_of(job)) if self.replicas else 1.0
+        return float(job.request.whole) * unit, job.activity
+
+    def priority(self, job: Job) -> int:
+        return self.admission.priority(job)
+
+    def pools_of(self, job: Job) -> tuple[str, ...]:
+        return self.admission.pools_of(job)
+
+    def eta_capacity(self) -> Capacity:
+        return self.admission.eta_capacity()
+
+    def whole_nodes(self, job: Job) -> None:
+        """Not modelled: pods are bound one by one, not as a gang."""
+
+    def quota_blocked(self) -> float:
+        return self.admission.quota_blocked()
+
+    def node_gpus(self, node: str) -> int:
+        return self.gpus_of[node]
+
+    def wake_ups(self) -> list[float]:
+        return self.admission.wake_ups() + self.binder.wake_ups()
+
+    def document_extras(self) -> dict[str, Any]:
+        """What this peer adds to its configuration's JSON (counted in the measured window)."""
+        out: dict[str, Any] = {
+            "admittedUnplaceableWorkloads": self.unplaceable_workloads,
+            "admittedUnplaceableGangs": self.unplaceable_gangs,
+            "admittedPartlyBoundGangs": self.partly_bound_gangs,
+            "admittedGangsNoNodeSetHolds": self.never_placeable_gangs,
+        }
+        if self.replicas:
+            memory = np.asarray(list(self.binder.memory.values()) or [0.0])
+            out["timeSlicing"] = {
+                "pools": sorted(self.replicas),
+                "replicasPerGpu": next(iter(self.replicas.values())),
+                "memoryOvercommits": self.binder.overcommits,
+                "memoryOvercommittedWorkloads": len(self.binder.overcommitted_jobs),
+                "memoryUseAtEndMax": round(float(memory.max()), 3),
+            }
+        return out

@@ -1,0 +1,260 @@
+"""The peer configurations (what users run instead of gpuplane), each pinned on a small hand-built case.
+
+* ``kueue`` admits by quota alone, so it admits a gang that no set of nodes can hold, and the gang's
+  pods sit partly bound (kueue #407);
+* ``kueue-timeslicing`` puts more pods on a time-sliced GPU than its memory holds, and runs them;
+* ``volcano`` binds a gang all at once or not at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuplane.sim.cluster import ClusterSpec, NodeSpec
+from gpuplane.sim.engine import HOLD, Change, Engine, Model
+from gpuplane.sim.experiment import CONFIGURATIONS, SimInput, build_model, run_named
+from gpuplane.sim.kueue_model import KueueModel, time_sliced_pools
+from gpuplane.sim.metrics import configuration_document
+from gpuplane.sim.scenario import Team
+from gpuplane.sim.volcano_model import VolcanoModel, water_fill
+from gpuplane.sim.workloads import Job, NodeEvent, Request, Workloads
+
+HOUR = 3600.0
+
+
+def _cluster(pool: str, sizes: list[int], teams: tuple[str, ...] = ("red",)) -> ClusterSpec:
+    return ClusterSpec(
+        nodes=tuple(NodeSpec(f"{pool}-{i}", pool, g, "GPU", 24576) for i, g in enumerate(sizes)),
+        pools=(pool,),
+        teams=tuple(Team(t, 1.0, 1.0) for t in teams),
+    )
+
+
+def _job(
+    number: int, pool: str, *, at: float, pods: int = 1, gpus: int = 0, fraction: int = 0, work: float = HOUR
+) -> Job:
+    request = Request(fraction_milli=fraction) if fraction else Request(gpus=gpus)
+    return Job(
+        id=number,
+        name=f"job-{number:03d}",
+        team="red",
+        klass="gang" if pods > 1 else "job",
+        tier="normal",
+        submit=at,
+        pods=pods,
+        request=request,
+        pools=(pool,),
+        work=work,
+        startup=0.0,
+        activity=0.5,
+        expected=work,
+    )
+
+
+def _sim(spec: ClusterSpec, jobs: list[Job], horizon: float) -> SimInput:
+    return SimInput("peers", spec, Workloads(tuple(jobs), (), 0.0, horizon), HOUR, 2 * HOUR, 30.0)
+
+
+def _run(name: str, sim: SimInput) -> tuple[Model, dict[str, Any]]:
+    model = build_model(name, sim)
+    ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()
+    doc = configuration_document(ledger)
+    extras = getattr(model, "document_extras", None)
+    if extras is not None:
+        doc.update(extras())
+    return model, doc
+
+
+def test_peers_are_configurations() -> None:
+    for name in ("kueue", "kueue-timeslicing", "volcano"):
+        assert name in CONFIGURATIONS
+
+
+def test_kueue_admits_a_gang_no_node_set_can_hold_and_its_pods_sit_partly_bound() -> None:
+    # A 4-GPU and a 2-GPU node: quota is 6 GPUs, so a 2 x 3-GPU gang is admitted; one pod binds on
+    # the 4-GPU node, the other fits no node.
+    spec = _cluster("gpu", [4, 2])
+    sim = _sim(spec, [_job(0, "gpu", at=10.0, pods=2, gpus=3)], HOUR)
+    model, doc = _run("kueue", sim)
+    assert isinstance(model, KueueModel)
+    assert doc["admittedUnplaceableGangs"] == 1
+    assert doc["admittedPartlyBoundGangs"] == 1
+    assert doc["admittedGangsNoNodeSetHolds"] == 1
+    assert doc["started"] == 0
+    stuck = model.binder.jobs[0]
+    assert len(stuck.bound) == 1  # one pod bound, holding 3 GPUs that compute nothing
+    assert model.admission.session.holds("red/job-000")  # and the quota stays taken
+    assert doc["deadlockedGpuHours"] == pytest.approx(3 * (HOUR - 10) / HOUR, abs=0.01)
+    # gpuplane admits only with a placement: nothing is held.
+    _, gpuplane = _run("gpuplane", sim)
+    assert gpuplane["deadlockedGpuHours"] == 0.0
+    assert gpuplane["started"] == 0
+
+
+def test_kueue_requeues_a_stuck_gang_after_the_deadlock_timeout() -> None:
+    spec = _cluster("gpu", [4, 2])
+    sim = _sim(spec, [_job(0, "gpu", at=0.0, pods=2, gpus=3)], 5 * HOUR)
+    _, doc = _run("kueue", sim)
+    assert doc["deadlockRestarts"] == 2  # stuck for ever: every two hours, evicted and admitted again
+    assert doc["admittedUnplaceableGangs"] == 3
+
+
+def test_kueue_places_a_gang_that_fits_and_runs_it() -> None:
+    spec = _cluster("gpu", [4, 4])
+    sim = _sim(spec, [_job(0, "gpu", at=0.0, pods=2, gpus=4)], 2 * HOUR)
+    _, doc = _run("kueue", sim)
+    assert doc["started"] == 1
+    assert doc["admittedUnplaceableGangs"] == 0
+
+
+def test_kueue_timeslicing_overcommits_a_gpus_memory_without_noticing() -> None:
+    # One L4: three inference pods that each need half its memory. Time-slicing advertises the GPU
+    # as 4 replicas and each pod asks for one, so all three bind and run on the same GPU.
+    spec = _cluster("l4", [1])
+    jobs = [_job(i, "l4", at=float(i), fraction=500) for i in range(3)]
+    sim = _sim(spec, jobs, 2 * HOUR)
+    assert time_sliced_pools(sim.workloads.jobs, spec.pools) == ("l4",)
+    _, doc = _run("kueue-timeslicing", sim)
+    assert doc["started"] == 3
+    sliced = doc["timeSlicing"]
+    assert sliced["pools"] == ["l4"]
+    assert sliced["replicasPerGpu"] == 4
+    assert sliced["memoryOvercommits"] == 1  # the third pod: 150 % of the GPU's memory
+    assert sliced["memoryOvercommittedWorkloads"] == 1
+    # Each replica counts as a quarter of the GPU.
+    assert doc["allocatedGpuHours"] == pytest.approx(0.75, abs=0.01)  # three quarters, one hour
+    # Kueue alone gives each pod a whole GPU: one runs at a time.
+    _, plain = _run("kueue", sim)
+    assert plain["started"] == 2  # the first ends at one hour, the second starts then
+    assert "timeSlicing" not in plain
+    # gpuplane fits two halves on the GPU and keeps the third waiting.
+    _, gpuplane = _run("gpuplane", sim)
+    assert gpuplane["started"] == 3
+    assert gpuplane["classes"]["job"]["waitMaxSeconds"] > 0
+
+
+def test_time_slicing_leaves_training_pools_alone() -> None:
+    jobs = [
+        _job(0, "a", at=0.0, fraction=500),
+        _job(1, "a", at=0.0, pods=2, gpus=1),
+        _job(2, "b", at=0.0, fraction=250),
+    ]
+    assert time_sliced_pools(jobs, ("a", "b", "c")) == ("b",)
+
+
+def test_run_named_adds_the_peers_counts() -> None:
+    spec = _cluster("gpu", [4, 2])
+    sim = _sim(spec, [_job(0, "gpu", at=10.0, pods=2, gpus=3)], HOUR)
+    _, doc = run_named("kueue", sim)
+    assert doc["admittedUnplaceableGangs"] == 1
+
+
+def test_bad_time_slicing_settings_are_refused() -> None:
+    spec = _cluster("gpu", [4])
+    with pytest.raises(ValueError, match="replicas"):
+        KueueModel("kueue", spec, HOUR, 0.0, replicas=0)
+    with pytest.raises(ValueError, match="not a pool"):
+        KueueModel("kueue", spec, HOUR, 0.0, time_sliced=("l4",))
+
+
+def _two_teams(sizes: list[int]) -> ClusterSpec:
+    return _cluster("gpu", sizes, teams=("red", "blue"))
+
+
+def _team(job: Job, team: str) -> Job:
+    job.team = team
+    return job
+
+
+def _full_holds_only(model: Model) -> list[tuple[int, float]]:
+    """Wrap the model's changes: every hold it reports is recorded (job, level)."""
+    holds: list[tuple[int, float]] = []
+    take = model.take_changes
+
+    def recorded() -> list[Change]:
+        changes = take()
+        holds.extend((c.job, c.level) for c in changes if c.kind == HOLD)
+        return changes
+
+    model.take_changes = recorded  # type: ignore[method-assign]
+    return holds
+
+
+def test_volcano_never_binds_a_partial_gang() -> None:
+    # Two 4-GPU nodes; a 1-GPU job holds one for an hour, then a 2 x 4-GPU gang arrives. Volcano
+    # binds nothing of it until both nodes are free, then all of it.
+    spec = _cluster("gpu", [4, 4])
+    jobs = [_job(0, "gpu", at=0.0, gpus=1), _job(1, "gpu", at=10.0, pods=2, gpus=4, work=600.0)]
+    sim = _sim(spec, jobs, 2 * HOUR)
+    model = build_model("volcano", sim)
+    holds = _full_holds_only(model)
+    ledger = Engine(model, sim.workloads, spec.gpus, sim.reaper_idle).run()
+    doc = configuration_document(ledger)
+    assert doc["deadlockedGpuHours"] == 0.0
+    assert doc["started"] == 2
+    assert doc["classes"]["gang"]["waitMaxSeconds"] == pytest.approx(HOUR - 10, abs=1)
+    assert [level for job, level in holds if job == 1] == [8.0, 0.0]  # all of it, then nothing
+
+
+def test_kueue_spreads_and_strands_a_gang_where_volcano_packs_and_runs_it() -> None:
+    # Three 4-GPU nodes (quota 12), two 1-GPU jobs, then a 2 x 4-GPU gang that quota admits.
+    # kube-scheduler spreads the small jobs over two nodes: one gang pod binds, the other waits.
+    # Volcano packs them on one node: the gang binds at once.
+    spec = _cluster("gpu", [4, 4, 4])
+    jobs = [
+        _job(0, "gpu", at=0.0, gpus=1),
+        _job(1, "gpu", at=1.0, gpus=1),
+        _job(2, "gpu", at=10.0, pods=2, gpus=4, work=600.0),
+    ]
+    sim = _sim(spec, jobs, 2 * HOUR)
+    _, kueue = _run("kueue", sim)
+    assert kueue["admittedPartlyBoundGangs"] == 1
+    assert kueue["deadlockedGpuHours"] == pytest.approx(4 * (HOUR - 10) / HOUR, abs=0.01)
+    _, volcano = _run("volcano", sim)
+    assert volcano["deadlockedGpuHours"] == 0.0
+    assert volcano["classes"]["gang"]["waitMaxSeconds"] == pytest.approx(0.0, abs=1)
+
+
+def test_volcano_gangs_are_all_or_nothing_under_load() -> None:
+    # Many gangs of every size on uneven nodes, node failures included: every hold is a whole gang.
+    spec = _cluster("gpu", [8, 8, 4, 4, 2])
+    jobs = [
+        _job(i, "gpu", at=37.0 * i, pods=1 + i % 3, gpus=(1, 2, 4, 8)[i % 4], work=600.0 + 97.0 * (i % 7))
+        for i in range(40)
+    ]
+    failures = (NodeEvent(900.0, "gpu-0", up=False), NodeEvent(2400.0, "gpu-0", up=True))
+    workloads = Workloads(tuple(jobs), failures, 0.0, 3 * HOUR)
+    sim = SimInput("peers", spec, workloads, HOUR, 2 * HOUR, 30.0)
+    model = build_model("volcano", sim)
+    holds = _full_holds_only(model)
+    Engine(model, workloads, spec.gpus, sim.reaper_idle).run()
+    full = {job.id: job.pods * job.request.whole for job in jobs}
+    assert holds
+    assert all(level in (0.0, float(full[job])) for job, level in holds)
+
+
+def test_volcano_reclaims_for_a_queue_below_its_deserved_share() -> None:
+    # red fills both nodes while blue is idle; blue's gang then reclaims one node from red.
+    spec = _two_teams([4, 4])
+    jobs = [
+        _job(0, "gpu", at=0.0, gpus=4, work=4 * HOUR),
+        _job(1, "gpu", at=1.0, gpus=4, work=4 * HOUR),
+        _team(_job(2, "gpu", at=600.0, gpus=4, work=600.0), "blue"),
+    ]
+    sim = _sim(spec, jobs, 2 * HOUR)
+    model, doc = _run("volcano", sim)
+    assert doc["reclaimedJobs"] == 1
+    assert doc["started"] == 3
+    assert doc["classes"]["job"]["waitMaxSeconds"] == pytest.approx(0.0, abs=1)  # blue waited not
+    assert isinstance(model, VolcanoModel)
+
+
+def test_water_fill_gives_what_a_queue_does_not_ask_to_the_others() -> None:
+    assert water_fill(12.0, {"a": 1.0, "b": 1.0, "c": 1.0}, {"a": 2.0, "b": 10.0, "c": 10.0}) == {
+        "a": 2.0,
+        "b": 5.0,
+        "c": 5.0,
+    }
+    assert water_fill(12.0, {"a": 1.0, "b": 2.0}, {"a": 0.0, "b": 30.0}) == {"a": 0.0, "b": 12.0}
