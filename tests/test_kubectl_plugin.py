@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from apiserver.fixtures import Cluster, Kubectl
-from controller_harness import Scene, make_scene, wait_until
+from controller_harness import Scene, wait_until
 from gpuplane.cli import kubectl_plugin
 from gpuplane.cli.kubectl_plugin import (
     PluginError,
@@ -137,11 +135,6 @@ def test_busy_gpus_per_team_from_the_recording_rule(prometheus_factory: Promethe
 
 
 # --- through the real kubectl ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def scene(apiserver: Cluster, kubectl: Kubectl) -> Iterator[Scene]:
-    yield from make_scene(apiserver, kubectl)
 
 
 @pytest.fixture
