@@ -49,6 +49,12 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="placement_scale.py",
         description="placement-aware admission on 10,000 nodes x 8 GPUs: 1,000 rack gangs + 20,000 pods",
     ),
+    "dra-scale": Benchmark(
+        script="dra_scale.py",
+        description="admission with placement when a DRA driver publishes the GPUs (1,000 nodes x 8, one "
+        "in ten MIG-partitioned; 5,000 one-GPU claims + 200 four-pod NVLink gangs) against the same load as "
+        "extended resources: pods/s, target >= 50 %",
+    ),
     "controller-vs-kube-scheduler": Benchmark(
         script="controller_vs_kube_scheduler.py",
         description="gpuplane (Jobs and plain pods) vs kube-scheduler (default and tuned) beside the API "
