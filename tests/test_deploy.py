@@ -346,8 +346,6 @@ CONTROLLER_WRITES: set[Perm] = {
     ("autoscaling.x-k8s.io", "provisioningrequests", "list"),
     ("autoscaling.x-k8s.io", "provisioningrequests", "create"),  # one per gang and attempt
     ("", "podtemplates", "create"),  # a template per pod set of a request
-    ("", "pods", "create"),  # warm-buffer placeholders
-    ("", "pods", "delete"),  # placeholders make room for a real pod
     (k8s_api.KUEUE, "clusterqueues/status", "patch"),  # counts, flavor usage, Active
     (k8s_api.KUEUE, "localqueues/status", "patch"),
 } | {
@@ -358,7 +356,9 @@ CONTROLLER_WRITES: set[Perm] = {
 LEADER_ELECTION: set[Perm] = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
 # The runtime history's ConfigMap, in gpuplane's namespace (its own Role).
 RUNTIME_HISTORY: set[Perm] = {("", "configmaps", v) for v in ("get", "create", "update")}
-ROLES = ("gpuplane-leader-election", "gpuplane-runtime-history")
+# The warm buffer's placeholder pods, in gpuplane's namespace only (its own Role).
+WARM_BUFFER: set[Perm] = {("", "pods", "create"), ("", "pods", "delete")}
+ROLES = ("gpuplane-leader-election", "gpuplane-runtime-history", "gpuplane-warm-buffer")
 # A Workload's owner reference to its job sets blockOwnerDeletion; with the
 # OwnerReferencesPermissionEnforcement admission plugin that needs update on <owner>/finalizers.
 OWNER_FINALIZERS: set[Perm] = {
@@ -479,7 +479,7 @@ def test_the_code_scan_sees_the_calls() -> None:
 
 def test_written_list_matches_the_code() -> None:
     found = _code_perms()
-    assert found - _informer_perms() - LEADER_ELECTION - RUNTIME_HISTORY == CONTROLLER_WRITES
+    assert found - _informer_perms() - LEADER_ELECTION - RUNTIME_HISTORY - WARM_BUFFER == CONTROLLER_WRITES
     assert {p for p in found if p[1] == "leases"} == LEADER_ELECTION
     assert {p for p in found if p[1] == "configmaps"} == RUNTIME_HISTORY
 
@@ -515,6 +515,15 @@ def test_the_runtime_history_is_one_config_map_in_gpuplane_namespace() -> None:
         if set(rule["verbs"]) & {"get", "update"}:
             assert rule.get("resourceNames") == [k8s_runtime_store.CONFIG_MAP_NAME]
     assert not {p for p in _rule_perms(_one(docs, "ClusterRole")["rules"]) if p[1] == "configmaps"}
+
+
+def test_warm_buffer_pods_only_in_gpuplane_namespace() -> None:
+    docs = _manifests()
+    role = _one(docs, "Role", "gpuplane-warm-buffer")
+    assert role["metadata"]["namespace"] == NAMESPACE == k8s_controller.ControllerConfig().lease_namespace
+    assert _rule_perms(role["rules"]) == WARM_BUFFER
+    cluster_pods = {p for p in _rule_perms(_one(docs, "ClusterRole")["rules"]) if p[1] == "pods"}
+    assert not cluster_pods & WARM_BUFFER
 
 
 def test_no_wildcards_or_escalation_anywhere() -> None:
