@@ -207,6 +207,21 @@ def test_why_queue_and_top_through_kubectl(scene: Scene, plugin_path: Path, tmp_
     queued = json.loads(run("queue", "-n", scene.namespace, "-o", "json").stdout)["items"]
     assert [(r["workload"], r["positionInClusterQueue"]) for r in queued] == [(workload, 1)]
     assert queued[0]["localQueue"] == "queue"
+    # No -n: the namespace of the context, the current one or the one --context names.
+    config = yaml.safe_load(Path(scene.kubeconfig).read_text())
+    (entry,) = [c for c in config["contexts"] if c["name"] == config["current-context"]]
+    config["contexts"].append({"name": "team", "context": {**entry["context"], "namespace": scene.namespace}})
+    teamed = tmp_path / "teamed-kubeconfig"
+    teamed.write_text(yaml.safe_dump(config))
+
+    def names(*args: str) -> list[tuple[str, str]]:
+        items = json.loads(run("queue", "-o", "json", *args, kubeconfig=str(teamed)).stdout)["items"]
+        return [(r["namespace"], r["workload"]) for r in items]
+
+    assert names("--context", "team") == [(scene.namespace, workload)]
+    config["current-context"] = "team"
+    teamed.write_text(yaml.safe_dump(config))
+    assert names() == [(scene.namespace, workload)]
     everywhere = run("queue", "-A").stdout
     assert "NAMESPACE" in everywhere
     assert workload in everywhere
