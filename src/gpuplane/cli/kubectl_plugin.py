@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -283,7 +284,7 @@ def print_top(rows: list[dict[str, Any]], where: Target, window: str, output: Ou
 # --- the app ------------------------------------------------------------------------------------
 
 
-def _guarded(run: Any) -> None:
+def _guarded(run: Callable[[Console], int]) -> None:
     """Run one command: bad input is one line and status 2, a bug one line and status 1."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
