@@ -125,7 +125,9 @@ def test_manifests_run_the_image_as_its_user_read_only_at_the_package_version() 
     for name, pod, container in containers:
         assert container["image"] == f"gpuplane:{gpuplane.__version__}", name
         assert container["command"] == ["gpuplane"], name
-        assert pod["securityContext"]["runAsUser"] == 65532, name
+        user = (container.get("securityContext") or {}).get("runAsUser")
+        user = user if user is not None else (pod.get("securityContext") or {}).get("runAsUser")
+        assert user == 65532, name  # the Dockerfile's UID
         assert container["securityContext"]["readOnlyRootFilesystem"] is True, name
     kustomization = yaml.safe_load((ROOT / "deploy" / "kustomization.yaml").read_text())
     (image,) = kustomization["images"]
