@@ -86,6 +86,7 @@ def room_key(gangs: Sequence[Sequence[GangPodSet]]) -> str:
                 sorted(ps.template.node_selector.items()),
                 ps.template.tolerations,
                 ps.template.required_node_terms,
+                ps.claims,
             )
             for gang in gangs
             for ps in gang

@@ -37,6 +37,7 @@ from gpuplane.core.analysis import (
 from gpuplane.core.session import PendingDecision, Plan, Reason, SchedulerConfig, config_from_kueue, pod_needs
 from gpuplane.insight import bypass
 from gpuplane.insight.aftermath import world_after
+from gpuplane.insight.dra_why import DraCause, claim_gang, dra_cause, has_claims
 from gpuplane.insight.idle import DATA_STALL_CONDITION
 from gpuplane.insight.live_runtimes import RuntimeModel, runtime_model
 from gpuplane.insight.node_eta import Room, with_one_node, with_room
@@ -150,6 +151,7 @@ class _Context:
     gang_etas: dict[str, Estimate] = field(default_factory=dict)  # their node replay, made once
     gangs_replayed: bool = False
     rooms: dict[str, Room] = field(default_factory=dict)  # gangs waiting for room, by shape
+    dra_causes: dict[str, DraCause | None] = field(default_factory=dict)  # by reason and claims
 
     def eta(self, p: PendingDecision) -> Estimate:
         name = p.cluster_queue or ""
@@ -319,7 +321,11 @@ def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -
     fix = ""
     if wl is not None:
         p = _refine(ctx, p, wl)
-        if diagnose:
+        cause = dra_cause(ctx.world, p, wl, ctx.dra_causes)
+        if cause is not None:  # the claims hold it back (insight.dra_why)
+            p = replace(p, reason=cause.reason, message=cause.message)
+            blockers, fix = tuple(Blocker(*b) for b in cause.blockers), cause.fix
+        elif diagnose:
             blockers, fix = _diagnose(ctx, p, wl)
     if p.reason in NEVER or wl is None:
         eta = Estimate(
@@ -329,7 +335,11 @@ def _explain_pending(ctx: _Context, p: PendingDecision, diagnose: bool = True) -
         eta = ctx.eta(p)
         if ctx.gang(p) is not None:
             eta = ctx.gang_eta(p)
-        elif p.reason in _PLACEMENT_CAPACITY and sum(ps.count for ps in wl.pod_sets) == 1:
+        elif (
+            p.reason in _PLACEMENT_CAPACITY
+            and sum(ps.count for ps in wl.pod_sets) == 1
+            and not has_claims(wl)
+        ):
             eta = with_one_node(ctx.world, wl, eta, runtimes=ctx.runtimes, config=ctx.config, now=ctx.now)
         elif p.reason in _PLACEMENT_CAPACITY:
             gangs = _flavored(ctx, p, wl)
@@ -645,6 +655,8 @@ def _selector(ctx: _Context, wl: Workload) -> tuple[tuple[Blocker, ...], str]:
 
 
 def _gang(ctx: _Context, wl: Workload) -> list[GangPodSet]:
+    if has_claims(wl):  # placed with its claims, so the probes wait for devices too
+        return claim_gang(ctx.world, wl)
     return [
         GangPodSet(
             name=ps.name,
@@ -668,13 +680,7 @@ def _flavored(ctx: _Context, p: PendingDecision, wl: Workload) -> list[list[Gang
     )
     if not flavors:
         return [base]
-    return [
-        [
-            GangPodSet(g.name, g.count, g.needs, g.template, fl, g.required_level, g.preferred_level)
-            for g in base
-        ]
-        for fl in flavors
-    ]
+    return [[replace(g, flavor=fl) for g in base] for fl in flavors]
 
 
 def _owner_nodes(cluster: PlacementState) -> dict[str, set[str]]:
