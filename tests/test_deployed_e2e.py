@@ -47,6 +47,7 @@ pytestmark = pytest.mark.timeout(180)
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNTS = ("gpuplane-controller", "gpuplane-reaper", "gpuplane-web")
+VISIBILITY = "visibility.kueue.x-k8s.io"
 APPLIED_KINDS = {"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
 
 
@@ -58,6 +59,10 @@ class Deployed:
         self.directory = directory
         self.audit = kube.kubeconfig.parent / "audit.log"
         self.audit_offset = self.audit.stat().st_size if self.audit.exists() else 0  # earlier runs' requests
+        # The aggregation layer's client CA (scripts/kube-up.sh writes it beside the kubeconfig).
+        self.front_proxy_ca = kube.kubeconfig.parent / "front-proxy-ca.crt"
+        if not self.front_proxy_ca.exists():
+            pytest.skip(f"no {self.front_proxy_ca}: the visibility API needs the aggregation layer's CA")
         objects = [d for d in rbac_audit.documents() if d["kind"] in APPLIED_KINDS]
         kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
 
@@ -177,6 +182,7 @@ def test_controller_and_reaper_run_under_their_own_accounts(deployed: Deployed, 
     scene.setup(nodes=1)
     # A Lease left by an earlier run on this cluster would spare the controller its create.
     scene.kubectl("-n", rbac_audit.NAMESPACE, "delete", "lease", "gpuplane-controller", "--ignore-not-found")
+    visibility_port = _free_port()
     controller = gpuplane(
         "controller",
         "--kubeconfig",
@@ -191,6 +197,10 @@ def test_controller_and_reaper_run_under_their_own_accounts(deployed: Deployed, 
         "0.5",
         "--runtime-history-write-interval",
         "1",
+        "--visibility-port",
+        str(visibility_port),
+        "--visibility-client-ca",
+        str(deployed.front_proxy_ca),
     )
     prometheus = IdlePrometheus()
     reaper = None
@@ -213,6 +223,7 @@ def test_controller_and_reaper_run_under_their_own_accounts(deployed: Deployed, 
         wait_until(lambda: _running(scene, f"{QUEUE_NAME_LABEL}=queue"), 60, "the plain pod bound")
 
         _console(deployed, scene)
+        _visibility(scene, visibility_port)
 
         reaper_config = str(deployed.kubeconfig("gpuplane-reaper"))
         once = subprocess.run(
@@ -303,9 +314,7 @@ def _console(deployed: Deployed, scene: Scene) -> None:
         name: scene.kubectl("-n", scene.namespace, "create", "token", name).stdout.strip()
         for name in ("viewer", "nobody")
     }
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _free_port()
     url = f"http://127.0.0.1:{port}"
     console = gpuplane(
         "web", "--kubeconfig", str(deployed.kubeconfig("gpuplane-web")), "--listen", f"127.0.0.1:{port}"
@@ -320,6 +329,57 @@ def _console(deployed: Deployed, scene: Scene) -> None:
     finally:
         log = finish(console)[1]
     assert not refusals(log), log[-4000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _visibility(scene: Scene, port: int) -> None:
+    """Kueue's visibility API, served by the controller under its own account, through the real API
+    server's aggregator: the controller asks the API server (SubjectAccessReview) whether the caller
+    may read the queue's pending workloads."""
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "gpuplane-visibility", "namespace": scene.namespace},
+        "spec": {
+            "type": "ExternalName",
+            "externalName": "localhost",
+            "ports": [{"port": port, "name": "https"}],
+        },
+    }
+    api_service = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": f"v1beta2.{VISIBILITY}"},
+        "spec": {
+            "group": VISIBILITY,
+            "version": "v1beta2",
+            "groupPriorityMinimum": 100,
+            "versionPriority": 200,
+            "insecureSkipTLSVerify": True,  # the controller's certificate is self-signed here
+            "service": {"name": "gpuplane-visibility", "namespace": scene.namespace, "port": port},
+        },
+    }
+    scene.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [service, api_service]}),
+    )
+    path = f"/apis/{VISIBILITY}/v1beta2/namespaces/{scene.namespace}/localqueues/queue/pendingworkloads"
+    try:
+        got = wait_until(
+            lambda: (r := scene.kubectl("get", "--raw", path, check=False)).returncode == 0 and r,
+            90,
+            "the visibility API answering through the aggregator",
+        )
+        assert json.loads(got.stdout)["kind"] == "PendingWorkloadsSummary", got.stdout
+    finally:
+        scene.kubectl("delete", "apiservice", f"v1beta2.{VISIBILITY}", "--wait=false", check=False)
 
 
 def _status(url: str, token: str | None) -> int:
