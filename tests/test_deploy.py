@@ -38,6 +38,7 @@ from gpuplane.k8s import binding as k8s_binding
 from gpuplane.k8s import clusterstate as k8s_clusterstate
 from gpuplane.k8s import controller as k8s_controller
 from gpuplane.k8s import creating as k8s_creating
+from gpuplane.k8s import dra_claims as k8s_dra_claims
 from gpuplane.k8s import eta_writer, integrations, leader, visibility
 from gpuplane.k8s import evicting as k8s_evicting
 from gpuplane.k8s import finishing as k8s_finishing
@@ -262,7 +263,10 @@ def test_crd_is_consistent_and_structural(resource: Resource) -> None:
 
 
 def test_status_subresource_wherever_the_controller_writes_status() -> None:
-    writes_status = {r.split("/")[0] for g, r, _ in _required_cluster_perms() if r.endswith("/status")}
+    status_writes = {(g, r.split("/")[0]) for g, r, _ in _required_cluster_perms() if r.endswith("/status")}
+    # Built-in kinds serve their status subresource already; the CRDs must declare theirs.
+    assert {r for g, r in status_writes if g != k8s_api.KUEUE} == {"resourceclaims"}
+    writes_status = {r for g, r in status_writes if g == k8s_api.KUEUE}
     assert writes_status == {"workloads", "clusterqueues", "localqueues"}
     for crd in _crds():
         if crd["spec"]["names"]["plural"] in writes_status:
@@ -348,6 +352,8 @@ CONTROLLER_WRITES: set[Perm] = {
     ("", "podtemplates", "create"),  # a template per pod set of a request
     (k8s_api.KUEUE, "clusterqueues/status", "patch"),  # counts, flavor usage, Active
     (k8s_api.KUEUE, "localqueues/status", "patch"),
+    (k8s_api.DRA, "resourceclaims", "update"),  # kube-scheduler's finalizer on a claim it allocates
+    (k8s_api.DRA, "resourceclaims/status", "update"),  # allocation and reservedFor; their release
 } | {
     # stamp templates + unsuspend on admission; suspend on preemption
     (i.resource.group, i.resource.plural, "update")
@@ -369,7 +375,8 @@ OWNER_FINALIZERS: set[Perm] = {
 
 def _informer_resources() -> list[Resource]:
     kinds = k8s_controller.ControllerConfig().integrations
-    return [*k8s_clusterstate.STATE_RESOURCES, *(integrations.INTEGRATIONS[k].resource for k in kinds)]
+    dra = k8s_clusterstate.DRA_READ  # watched where the API server serves them
+    return [*k8s_clusterstate.STATE_RESOURCES, *dra, *(integrations.INTEGRATIONS[k].resource for k in kinds)]
 
 
 def _informer_perms() -> set[Perm]:
@@ -446,6 +453,7 @@ def _code_perms() -> set[Perm]:
         k8s_evicting,
         k8s_finishing,
         k8s_binding,
+        k8s_dra_claims,
         k8s_reporting,
         k8s_writing,
         leader,

@@ -49,6 +49,7 @@ from gpuplane.core.placement.devices import (
     PodNeeds,
     pod_needs,
 )
+from gpuplane.core.placement.dra_bind import ClaimAllocation
 from gpuplane.core.placement.reserve import (
     NodeUse,
     PodOnNode,
@@ -84,6 +85,7 @@ __all__ = [
     "POLICIES",
     "AdmissionDecision",
     "CheckEviction",
+    "ClaimAllocation",
     "CycleOutcome",
     "DeviceConfig",
     "NodeState",

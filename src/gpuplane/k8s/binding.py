@@ -18,6 +18,7 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError
 from gpuplane.k8s.bind_writes import NodeView, binding_writes, gang_plan, release_writes, waiting
+from gpuplane.k8s.dra_claims import ClaimWrites
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.plan_writes import Write
 from gpuplane.k8s.provisioning import awaiting_checks
@@ -31,7 +32,12 @@ class Binder:
     ``to_bind``)."""
 
     def __init__(
-        self, tools: Tools, *, devices: DeviceConfig, clear_warm: Callable[[Iterable[str]], None]
+        self,
+        tools: Tools,
+        *,
+        devices: DeviceConfig,
+        clear_warm: Callable[[Iterable[str]], None],
+        claims: ClaimWrites | None = None,
     ) -> None:
         self.tools = tools
         self.api = tools.api
@@ -40,6 +46,7 @@ class Binder:
         self.devices = devices
         self.clear_warm = clear_warm  # placeholders on a complete gang's nodes make room
         self.gang_noted: set[str] = set()  # pods told (by an Event) that they wait for their gang
+        self.claims = claims  # the pods' ResourceClaims, allocated before their Bindings
 
     def run(self) -> None:
         """Release admitted jobs (all at once), then bind the pods of complete gangs (all at once).
@@ -114,7 +121,14 @@ class Binder:
         assumed: list[str] = []
         nodes: Counter[str] = Counter()
         try:
-            for bind in binding_writes(plan, self.node_view, self.devices):
+            binds = list(binding_writes(plan, self.node_view, self.devices))
+            before: dict[str, Callable[[], bool]] = {}
+            if self.claims is not None:
+                got = self.claims.for_gang([(b.pod, b.node) for b in binds if b.binding is not None])
+                if got is None:
+                    return []  # the gang's claims are not all made, or do not fit: a later pass
+                before = got
+            for bind in binds:
                 if bind.replanned:
                     counters.add("replanned_devices")
                     log.info(
@@ -126,7 +140,7 @@ class Binder:
                 self.cache.assume("Pod", bind.bound)
                 assumed.append(bind.pod)
                 self.work.note({"Pod": [bind.pod]}, self.cache.get)  # the next gang is fitted beside it
-                writes.append(partial(self._write_binding, bind.pod, bind.binding))
+                writes.append(partial(self._write_binding, bind.pod, bind.binding, before.get(bind.pod)))
                 nodes[bind.node] += 1
         except BaseException:
             # Part of a gang is never sent: what it assumed is forgotten, and the gang is fitted
@@ -155,9 +169,14 @@ class Binder:
         self.gang_noted.add(pod["metadata"].get("uid", object_key(pod)))
         self.tools.event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "WaitingForGang", message)
 
-    def _write_binding(self, key: str, binding: dict[str, Any]) -> None:
+    def _write_binding(
+        self, key: str, binding: dict[str, Any], claims: Callable[[], bool] | None = None
+    ) -> None:
         meta = binding["metadata"]
         try:
+            if claims is not None and not claims():  # its ResourceClaims first; refused: not bound
+                self.cache.forget("Pod", key)
+                return
             self.api.request("POST", k8s.PODS.path(meta["namespace"], meta["name"], "binding"), body=binding)
         except ApiError as err:
             self.cache.forget("Pod", key)

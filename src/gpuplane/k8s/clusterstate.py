@@ -36,13 +36,22 @@ READ = (
     k8s.TOPOLOGIES,
     k8s.ADMISSION_CHECKS,
     k8s.NODE_POOLS,
+    k8s.DEVICE_CLASSES,
+    k8s.RESOURCE_SLICES,
+    k8s.RESOURCE_CLAIM_TEMPLATES,
+    k8s.RESOURCE_CLAIMS,
     k8s.WORKLOADS,
     k8s.JOBS,
     k8s.PODS,
 )
+# Dynamic Resource Allocation (resource.k8s.io/v1): read where served (a cluster without it lists
+# none); the controller watches them only when discovery shows them (gpuplane.k8s.dra_claims).
+DRA_READ = (k8s.DEVICE_CLASSES, k8s.RESOURCE_SLICES, k8s.RESOURCE_CLAIM_TEMPLATES, k8s.RESOURCE_CLAIMS)
 # What `gpuplane doctor` checks: the nodes and the queueing objects, in the same order.
 CHECKED = tuple(
-    res for res in READ if res not in (k8s.PRIORITY_CLASSES, k8s.ADMISSION_CHECKS, k8s.JOBS, k8s.PODS)
+    res
+    for res in READ
+    if res not in (k8s.PRIORITY_CLASSES, k8s.ADMISSION_CHECKS, k8s.JOBS, k8s.PODS, *DRA_READ)
 )
 # What the controller (and the console on a live cluster) watches to keep its view of the cluster;
 # the job kinds it integrates come on top.
@@ -61,6 +70,7 @@ STATE_RESOURCES = (
 )
 _PLAIN_KINDS: tuple[str, ...] = ("Namespace", "Node", "ResourceFlavor", "Cohort", "ClusterQueue")
 _PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology", "AdmissionCheck", "NodePool")
+_PLAIN_KINDS += tuple(res.kind for res in DRA_READ)
 _VERSIONS = {res.kind: res.api_version for res in READ}
 
 

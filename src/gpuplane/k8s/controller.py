@@ -15,7 +15,8 @@ One reconcile pass (only on the leader, once every informer has synced)::
       5. admitted jobs are released: templates stamped (scheduler name, flavor node
          selector, workload/pod-set labels), then unsuspended or ungated
       6. pods of admitted workloads are bound, a whole gang at a time, to the planned
-         nodes through the Binding API, with their devices recorded on the pod
+         nodes through the Binding API, with their devices recorded on the pod; their
+         ResourceClaims are allocated and reserved for them first (and released once they end)
       7. pending workloads get a QuotaReserved=False condition with the core's reason
 
 What each step writes (all but the stopping of evicted jobs) is decided by pure functions that
@@ -55,6 +56,7 @@ from gpuplane.k8s.api import KubeApi
 from gpuplane.k8s.binding import Binder
 from gpuplane.k8s.clusterstate import STATE_RESOURCES
 from gpuplane.k8s.creating import WorkloadCreation
+from gpuplane.k8s.dra_claims import ClaimWrites, served_resources
 from gpuplane.k8s.evicting import Evictions
 from gpuplane.k8s.finishing import Finishing
 from gpuplane.k8s.informer import Cache, Informer
@@ -138,6 +140,8 @@ class Controller:
         self.live = LiveSession(self._scheduler_config, self.config.session_resync_seconds)
         resources = list(STATE_RESOURCES)
         resources += [jobs.INTEGRATIONS[k].resource for k in self.config.integrations]
+        dra = served_resources(api)  # DeviceClasses, ResourceSlices, claims: where the API serves them
+        resources += dra
         self.informers = [Informer(api, r, self.cache) for r in resources]
         self.elector = LeaderElector(
             api,
@@ -176,7 +180,8 @@ class Controller:
         self.finishing = Finishing(
             tools, integrations=tuple(self.config.integrations), forget_pending=self.pending.forget
         )
-        self.binder = Binder(tools, devices=devices, clear_warm=self.warm.clear)
+        self.claims = ClaimWrites(tools, served=bool(dra))
+        self.binder = Binder(tools, devices=devices, clear_warm=self.warm.clear, claims=self.claims)
         # What finished Workloads teach the ETA, kept across restarts (runtime_store.py).
         self.runtime_history = RuntimeStore(
             api,
@@ -273,6 +278,7 @@ class Controller:
         self.evictions.stop_evicted()
         self._catch_up()
         self.binder.run()
+        self.claims.release_ended()
         self.pending.record(plan)
         if self.counters.write_failures > failures:
             self.live.invalidate("a write failed")  # the cluster may not show what the session holds

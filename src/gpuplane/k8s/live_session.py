@@ -21,7 +21,8 @@ Job                                        nothing (the state holds Workloads, n
 
 Anything else rebuilds the session from the whole cache, as every pass did before: the first pass
 and each one after a leader change, a change of a queue, flavor, cohort, priority
-class, topology, admission check or namespace, a node added, removed or resized, a pod that holds
+class, topology, admission check, namespace or DRA object (DeviceClass, ResourceSlice,
+ResourceClaim, ResourceClaimTemplate), a node added, removed or resized, a pod that holds
 devices outside a Workload the session holds, a Workload whose admission the cluster and the
 session disagree on (an admission written by someone else, or lost; an eviction), a Workload with
 admission checks, an invalid Workload, time running backwards, and every ``resync_seconds``. The
@@ -74,6 +75,11 @@ _STATE_KINDS = frozenset(
         "Topology",
         "AdmissionCheck",
         "NodePool",
+        # Dynamic Resource Allocation: devices published, classes, claims allocated or released.
+        "DeviceClass",
+        "ResourceSlice",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
     )
 )
 _HOLDING_PHASES = (None, "Pending", "Running")
