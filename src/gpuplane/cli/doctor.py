@@ -9,6 +9,7 @@ import typer
 
 from gpuplane.insight import webhook_doctor
 from gpuplane.insight.doctor import Finding, diagnose
+from gpuplane.insight.dra_doctor import dra_findings
 from gpuplane.insight.queue_doctor import queue_findings
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import load_files, state_from_objects
@@ -87,9 +88,9 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Namespace of the dry-run pod and Job that check the webhook answers."),
         ] = "default",
     ) -> None:
-        """Check GPU nodes, flavors, MIG and topology labels, queues (missing flavors, uncovered
-        resources, unknown cohorts), and on a live cluster each object and gpuplane's webhook; one
-        finding per line."""
+        """Check GPU nodes, flavors, MIG and topology labels, DRA slices and DeviceClasses, queues
+        (missing flavors, uncovered resources, unknown cohorts), and on a live cluster each object
+        and gpuplane's webhook; one finding per line."""
         skipped: list[InputError] = []
         try:
             state = (
@@ -103,7 +104,7 @@ def register(app: typer.Typer) -> None:
         except Exception as err:  # a cluster that cannot be reached is one line, not a traceback
             typer.echo(f"error: cannot read the cluster: {type(err).__name__}: {err}", err=True)
             raise typer.Exit(2) from None
-        findings = _invalid_objects(skipped) + diagnose(state) + queue_findings(state)
+        findings = _invalid_objects(skipped) + diagnose(state) + dra_findings(state) + queue_findings(state)
         if not file:
             findings += _webhook_findings(kubeconfig, context, probe_namespace)
         for finding in findings:

@@ -4,7 +4,7 @@ Pure checks over a :class:`ClusterState`; each finding names the objects involve
 says what to fix. The checks:
 
 * GPU nodes (by their GPU Feature Discovery labels) that advertise no GPU: the device
-  plugin is missing or broken;
+  plugin is missing or broken (a node a DRA driver publishes devices for needs none);
 * GPU nodes tainted with a taint that no flavor and no queued workload tolerates;
 * ResourceFlavors whose node labels match no node;
 * MIG nodes whose ``nvidia.com/mig.config.state`` is not ``success``;
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from gpuplane.core.analysis import provides
 from gpuplane.core.session import DeviceConfig
 from gpuplane.model import labels as keys
+from gpuplane.model.dra import DraObjects
 from gpuplane.model.objects import ClusterState, Node, ResourceFlavor, Toleration
 
 ISOLATION_LABEL = keys.ISOLATION_LABEL
@@ -57,8 +58,9 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
     config = config or DeviceConfig()
     nodes = list(state.nodes)
     gpu_nodes = [n for n in nodes if _is_gpu_node(n, config)]
+    published = dra_nodes(state.dra, [n.name for n in nodes])
     findings = [
-        *_device_plugin(gpu_nodes, config),
+        *_device_plugin([n for n in gpu_nodes if n.name not in published], config),
         *_untolerated_taints(state, gpu_nodes),
         *_flavors_without_nodes(state, nodes),
         *_mig_config(nodes, config),
@@ -67,6 +69,20 @@ def diagnose(state: ClusterState, config: DeviceConfig | None = None) -> list[Fi
     ]
     findings = _karpenter(state, findings)
     return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.check, f.objects))
+
+
+def dra_nodes(dra: DraObjects, nodes: list[str]) -> set[str]:
+    """The nodes some current ResourceSlice publishes devices for (a node-local slice or device;
+    every node for a slice or device with a node selector or ``allNodes``, not resolved here)."""
+    out: set[str] = set()
+    for s in dra.current_slices():
+        if s.node_name is not None:
+            out.add(s.node_name)
+        elif s.per_device_nodes and all(d.node_name is not None for d in s.devices):
+            out.update(d.node_name for d in s.devices if d.node_name is not None)
+        else:
+            return set(nodes)
+    return out
 
 
 def _device_plugin(gpu_nodes: list[Node], config: DeviceConfig) -> list[Finding]:
