@@ -163,7 +163,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         sweep: Annotated[
             str | None,
-            typer.Option(help="Run every configuration at each offered load, e.g. 0.6,0.8,1.0,1.2,1.4,1.6."),
+            typer.Option(
+                help="Run every configuration at each offered load, e.g. 0.6,0.8,1.0,1.2,1.4,1.6; or auto: "
+                "extend until each misses the wait target, then bisect its capacity to 0.05."
+            ),
         ] = None,
         wait_target: Annotated[
             str | None,

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpuplane.sim.auto_sweep import run_auto_sweep
 from gpuplane.sim.experiment import (
     CONFIGURATIONS,
     DEFAULT_CONFIGURATIONS,
@@ -252,7 +253,8 @@ def _run_sweep(
     if options.load is not None:
         raise _BadInputError("--sweep and --load exclude each other")
     assert options.sweep is not None
-    loads = sweep_loads(options.sweep)
+    auto = options.sweep.strip().lower() == "auto"
+    loads = [] if auto else sweep_loads(options.sweep)
     target = wait_target_seconds(options.wait_target)
     build_input(options, seed)  # checks the scenario and options before anything runs
 
@@ -261,6 +263,8 @@ def _run_sweep(
 
     with _progress(err, show_progress) as bar:
         callback = _Bars(bar) if show_progress else None
+        if auto:
+            return run_auto_sweep(sim_at, names, wait_target=target, progress=callback, jobs=jobs_of(options))
         return run_sweep(sim_at, loads, names, wait_target=target, progress=callback, jobs=jobs_of(options))
 
 

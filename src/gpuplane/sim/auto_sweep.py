@@ -1,0 +1,208 @@
+"""``--sweep auto``: capacity at the wait target with no ceiling, each configuration bisected.
+
+::
+
+    1. every configuration at the starting loads (0.6, 1.0, 1.6): the sweep's grid
+    2. up:   a configuration that has not missed the target yet runs at 1.5x its highest load,
+             until it misses (or reaches MAX_LOAD: then its capacity is a bound)
+       down: a configuration that missed at every load runs at half its lowest, until it meets it
+    3. bisect each configuration between the highest load that met the target below the lowest that
+       missed it, until the two are within RESOLUTION (0.05) of load
+    4. capacity: interpolated linearly between the two, a number (never a bound, unless step 2 ran
+       out of room)
+
+Every load is drawn once (same seed, so the same kinds of work), and only the configurations that
+need a load run at it; the runs of one round go side by side (``jobs``). A configuration's p95 wait
+is taken to grow with load; where the draws make it dip, the bracket is the lowest load that missed
+and the highest below it that met.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpuplane.sim.experiment import SimInput, check_names, expected_cost, experiment_result, run_named
+from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, run_tasks
+from gpuplane.sim.sweep import (
+    AT_LEAST,
+    BELOW,
+    DEFAULT_WAIT_TARGET,
+    EXACT,
+    Capacity,
+    SweepResult,
+    capacity_at_wait_target,
+)
+
+START_LOADS = (0.6, 1.0, 1.6)
+GROWTH = 1.5
+MAX_LOAD = 8.0
+MIN_LOAD = 0.05
+RESOLUTION = 0.05
+
+
+class AutoSweep:
+    """One auto sweep in progress: the inputs drawn per load (``inputs``) and every run's summary
+    by configuration and load (``done``)."""
+
+    def __init__(  # noqa: PLR0913 - keyword-only settings
+        self,
+        sim_at: Callable[[float], SimInput],
+        names: tuple[str, ...],
+        *,
+        wait_target: float,
+        jobs: int,
+        progress: ProgressCallback | None,
+        resolution: float = RESOLUTION,
+    ) -> None:
+        if resolution <= 0:
+            raise ValueError(f"resolution must be positive, got {resolution}")
+        if wait_target < 0:
+            raise ValueError(f"wait target must not be negative, got {wait_target}")
+        self.sim_at = sim_at
+        self.names = names
+        self.target = wait_target
+        self.jobs = jobs
+        self.progress = progress
+        self.resolution = resolution
+        self.inputs: dict[float, SimInput] = {}
+        self.done: dict[str, dict[float, RunResult]] = {name: {} for name in names}
+
+    def run(self, pairs: Sequence[tuple[str, float]]) -> None:
+        """Run each (configuration, load) not run yet, side by side."""
+        todo = [(n, round(load, 4)) for n, load in dict.fromkeys(pairs) if round(load, 4) not in self.done[n]]
+        if not todo:
+            return
+        loads = sorted({load for _, load in todo})
+        for load in loads:
+            if load not in self.inputs:
+                self.inputs[load] = self.sim_at(load)
+        index = {load: i for i, load in enumerate(loads)}
+        tasks = [Task(f"{n} @ {load:g}", n, index[load], load * expected_cost(n)) for n, load in todo]
+        results = run_tasks(run_named, [self.inputs[load] for load in loads], tasks, self.jobs, self.progress)
+        for (n, load), result in zip(todo, results, strict=True):
+            self.done[n][load] = result
+
+    def wait(self, name: str, load: float) -> float:
+        value = self.done[name][load][1]["waitP95Seconds"]
+        return 0.0 if value is None else float(value)
+
+    def bracket(self, name: str) -> tuple[float | None, float | None]:
+        """(highest load that met the target below the lowest that missed it, that lowest miss)."""
+        runs = sorted(self.done[name])
+        missed = [load for load in runs if self.wait(name, load) > self.target]
+        high = missed[0] if missed else None
+        met = [
+            load for load in runs if self.wait(name, load) <= self.target and (high is None or load < high)
+        ]
+        return (met[-1] if met else None), high
+
+    def search(self) -> None:
+        self.run([(n, load) for load in START_LOADS for n in self.names])
+        while True:  # up until each configuration misses, down until each meets
+            pairs = []
+            for n in self.names:
+                low, high = self.bracket(n)
+                if high is None and max(self.done[n]) < MAX_LOAD:
+                    pairs.append((n, min(MAX_LOAD, max(self.done[n]) * GROWTH)))
+                elif low is None and min(self.done[n]) > MIN_LOAD:
+                    pairs.append((n, max(MIN_LOAD, min(self.done[n]) / 2)))
+            if not pairs:
+                break
+            self.run(pairs)
+        while True:  # bisect
+            pairs = []
+            for n in self.names:
+                low, high = self.bracket(n)
+                if low is not None and high is not None and high - low > self.resolution:
+                    pairs.append((n, (low + high) / 2))
+            if not pairs:
+                break
+            self.run(pairs)
+
+    def capacity(self, name: str) -> Capacity:
+        low, high = self.bracket(name)
+        if high is None:
+            return Capacity(max(self.done[name]), AT_LEAST)
+        if low is None:
+            return Capacity(None, BELOW)
+        return capacity_at_wait_target(
+            [(low, self.wait(name, low)), (high, self.wait(name, high))], self.target
+        )
+
+
+def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs, resolution
+    sim_at: Callable[[float], SimInput],
+    names: tuple[str, ...],
+    *,
+    wait_target: float = DEFAULT_WAIT_TARGET,
+    progress: ProgressCallback | None = None,
+    jobs: int = 1,
+    resolution: float = RESOLUTION,
+) -> SweepResult:
+    """The auto sweep of the module docstring; its document has the grid sweep's fields (``sweep``
+    holds the starting loads, where every configuration ran) plus each configuration's runs
+    (``autoSweep``) and its capacity ratio to gpuplane's."""
+    check_names(names)
+    started = time.perf_counter()
+    unique = tuple(dict.fromkeys(names))
+    sweep = AutoSweep(
+        sim_at, unique, wait_target=wait_target, jobs=jobs, progress=progress, resolution=resolution
+    )
+    sweep.search()
+    grid = [load for load in START_LOADS if all(load in sweep.done[n] for n in unique)]
+    runs = []
+    for load in grid:
+        results = [sweep.done[n][load] for n in unique]
+        runs.append(
+            experiment_result(sweep.inputs[load], unique, results, sum(d["wallSeconds"] for _, d in results))
+        )
+    capacity = {n: sweep.capacity(n) for n in unique}
+    first = sweep.inputs[grid[0]] if grid else next(iter(sweep.inputs.values()))
+    document: dict[str, Any] = {
+        "scenario": first.name,
+        "seed": first.seed,
+        "days": first.days,
+        "gpus": first.cluster.gpus,
+        "waitTargetSeconds": wait_target,
+        "resolution": resolution,
+        "sweep": [
+            {
+                "load": load,
+                "workloads": run.document["workloads"],
+                "configurations": run.document["configurations"],
+            }
+            for load, run in zip(grid, runs, strict=True)
+        ],
+        "autoSweep": {
+            n: [
+                {
+                    "load": load,
+                    "waitP95Seconds": doc["waitP95Seconds"],
+                    "gpuBusyOfCapacity": doc.get("gpuBusyOfCapacity"),
+                    "wallSeconds": doc.get("wallSeconds"),
+                }
+                for load, (_, doc) in sorted(sweep.done[n].items())
+            ]
+            for n in unique
+        },
+        "capacityAtWaitTarget": {n: _round(c.load) for n, c in capacity.items()},
+        "capacityBound": {n: c.bound for n, c in capacity.items()},
+    }
+    reference = capacity.get("gpuplane")
+    if reference is not None and reference.load:
+        document["capacityRatioToGpuplane"] = {
+            n: None if c.load is None else round(c.load / reference.load, 3) for n, c in capacity.items()
+        }
+    exact = {n: c for n, c in capacity.items() if c.bound == EXACT and n != "gpuplane" and c.load is not None}
+    peers = {n: c for n, c in exact.items() if not n.startswith("gpuplane")}
+    if peers:
+        strongest = max(peers, key=lambda n: peers[n].load or 0.0)
+        document["strongestPeer"] = strongest
+    document["wallSeconds"] = round(time.perf_counter() - started, 3)
+    return SweepResult(grid, runs, document)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
