@@ -42,6 +42,7 @@ from gpuplane.k8s import api as k8s
 from gpuplane.model.labels import INTERACTIVE_ANNOTATION, QUEUE_NAME_LABEL, SESSION_LABEL
 from manifests import GPU
 from realkube import RealKube
+from test_provisioning_realkube import provisioned_queue, requests, set_conditions
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -177,30 +178,26 @@ class IdlePrometheus:
         self.server.server_close()
 
 
+def _controller(deployed: Deployed, *extra: str) -> subprocess.Popen[str]:
+    """``gpuplane controller`` as deployed (leader-elected, a dry run), with only its account's token."""
+    return gpuplane(
+        *("controller", "--kubeconfig", str(deployed.kubeconfig("gpuplane-controller"))),
+        *("--leader-elect", "--identity", "deployed-e2e", "--lease-namespace", rbac_audit.NAMESPACE),
+        *("--dry-run", "--interval", "0.5", "--runtime-history-write-interval", "1"),
+        *extra,
+    )
+
+
 def test_controller_and_reaper_run_under_their_own_accounts(deployed: Deployed, real_scene: Scene) -> None:
     scene = real_scene
     scene.setup(nodes=1)
     # A Lease left by an earlier run on this cluster would spare the controller its create.
     scene.kubectl("-n", rbac_audit.NAMESPACE, "delete", "lease", "gpuplane-controller", "--ignore-not-found")
     visibility_port = _free_port()
-    controller = gpuplane(
-        "controller",
-        "--kubeconfig",
-        str(deployed.kubeconfig("gpuplane-controller")),
-        "--leader-elect",
-        "--identity",
-        "deployed-e2e",
-        "--lease-namespace",
-        rbac_audit.NAMESPACE,
-        "--dry-run",
-        "--interval",
-        "0.5",
-        "--runtime-history-write-interval",
-        "1",
-        "--visibility-port",
-        str(visibility_port),
-        "--visibility-client-ca",
-        str(deployed.front_proxy_ca),
+    controller = _controller(
+        deployed,
+        *("--visibility-port", str(visibility_port)),
+        *("--visibility-client-ca", str(deployed.front_proxy_ca)),
     )
     prometheus = IdlePrometheus()
     reaper = None
@@ -445,6 +442,25 @@ def _reclaimed(scene: Scene, kind: str, name: str) -> bool:
     may already have readmitted an evicted Workload, so its condition is not waited for)."""
     events: list[dict[str, Any]] = scene.events("IdleReclaimed")
     return any(e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name for e in events)
+
+
+def test_a_provisioning_request_under_the_controllers_account(deployed: Deployed, real_scene: Scene) -> None:
+    """A gang with quota and no Nodes, in a queue with a ProvisioningRequest admission check: the
+    controller reads the check's parameters, makes one ProvisioningRequest with a PodTemplate, and,
+    once the test (playing the autoscaler) says Provisioned and adds the Nodes, binds the gang."""
+    scene = real_scene
+    provisioned_queue(scene, quota_gpus=8)
+    controller = _controller(deployed)
+    try:
+        scene.submit(scene.job("grow", pods=2, gpus=4))
+        made = wait_until(lambda: requests(scene), 60, "a ProvisioningRequest for the gang")
+        assert len(made) == 1, made
+        set_conditions(scene, made[0]["metadata"]["name"], Provisioned="True")
+        scene.add_nodes(1)
+        wait_until(lambda: scene.bound("grow", 2), 60, "the gang bound once provisioned")
+    finally:
+        log = finish(controller)[1]
+    assert not refusals(log), log[-4000:]
 
 
 def test_every_grant_was_used_or_is_documented(real_kube: RealKube, deployed: Deployed) -> None:
