@@ -8,13 +8,16 @@ pods. The calls are counted at the client (:meth:`KubeApi.request`: every call b
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s_client
 
 from calls import count_calls
+from gpuplane.cli.reaper import start_in_controller
 from gpuplane.insight import idle
 from gpuplane.kube.client import KubeApi
 from gpuplane.reaper.cluster import ClusterApi
@@ -117,3 +120,34 @@ def test_a_write_is_seen_by_the_next_pass_before_its_watch_event(
         assert not cluster.gpu_pods(("writes",)), "the watch removed the deleted pod"
     finally:
         cluster.close()
+
+
+def test_the_reaper_inside_the_controller_passes_only_while_the_controller_leads(
+    double: Any, kube_client: k8s_client.ApiClient, tmp_path: Path
+) -> None:
+    """``gpuplane controller --reaper-prometheus``: a pass a minute in a thread, only while
+    ``acting()`` (the leader); a URL that is not http(s) is refused before anything starts."""
+    del kube_client
+    kubeconfig = str(double.write_kubeconfig(tmp_path / "kubeconfig"))
+    with pytest.raises(ValueError, match="not an http"):
+        start_in_controller(
+            kubeconfig, None, "ftp://x", enforce=False, acting=lambda: True, stop=threading.Event()
+        )
+    for leads in (False, True):
+        stop = threading.Event()
+        thread = start_in_controller(
+            kubeconfig, None, "http://127.0.0.1:9", enforce=False, acting=lambda v=leads: v, stop=stop
+        )
+        try:
+            if leads:
+                deadline = time.monotonic() + 10
+                while not double.requests.find(verb="list", resource="pods") and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert double.requests.find(verb="list", resource="pods"), "the leader's reaper passes"
+            else:
+                time.sleep(0.5)
+                assert not double.requests.find(verb="list", resource="pods"), "no pass off the leader"
+        finally:
+            stop.set()  # ends the wait between passes at once
+            thread.join(10)
+        assert not thread.is_alive()
