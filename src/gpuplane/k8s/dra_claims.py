@@ -96,26 +96,31 @@ def _reserved_for(claim: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class ClaimWrites:
-    """Claim allocations at bind time and claim releases (module docstring). Owns nothing across
-    passes: each gang's allocation is built from the cache, which holds the claims written (or
-    assumed) before it."""
+    """Claim allocations at bind time and claim releases (module docstring). Owns, for one pass, the
+    allocation built from the cache at its first gang with claims (each gang's claims are taken in
+    it, so the next gang is fitted beside them); :meth:`release_ended` ends the pass and drops it."""
 
     def __init__(self, tools: Tools, *, served: bool) -> None:
         self.tools = tools
         self.api = tools.api
         self.cache = tools.cache
         self.served = served
+        self._pass_allocation: ClaimAllocation | None = None
 
     # --- allocation at bind time ------------------------------------------------------------------
 
     def _allocation(self) -> ClaimAllocation:
+        """This pass's allocation: the published devices with every claim of the cache held."""
+        if self._pass_allocation is not None:
+            return self._pass_allocation
         docs = [typed(n, "Node") for n in self.cache.items("Node")]
         docs += [typed(obj, kind) for kind in DRA_KIND_NAMES for obj in self.cache.items(kind)]
         skipped: list[InputError] = []
         state = state_from_objects(docs, skipped=skipped)
         for problem in skipped:
             log.debug("DRA object left out at bind time: %s", problem)
-        return ClaimAllocation(state.dra, state.nodes)
+        self._pass_allocation = ClaimAllocation(state.dra, state.nodes)
+        return self._pass_allocation
 
     def for_gang(self, binds: Sequence[tuple[str, str]]) -> dict[str, Callable[[], bool]] | None:
         """For each pod to bind (key, node) whose claims need writing, the write to run before its
@@ -218,7 +223,9 @@ class ClaimWrites:
 
     def release_ended(self) -> None:
         """Take the pods of gpuplane's that ended out of the claims reserved for them; a claim
-        reserved for nobody is deallocated (its allocation and finalizer removed)."""
+        reserved for nobody is deallocated (its allocation and finalizer removed). It ends the pass:
+        the next one allocates from the cache as it is then."""
+        self._pass_allocation = None
         if not self.served:
             return
         writes = []
