@@ -220,3 +220,19 @@ def test_an_ended_pod_leaves_reserved_for_and_an_unreserved_claim_is_deallocated
     cache.upsert("Pod", stranger)
     writes(api, cache).release_ended()
     assert all(body["metadata"]["name"] != "own" for _, _, body in api.calls)
+
+
+def test_a_claim_written_before_a_restart_is_not_written_again_and_keeps_its_devices() -> None:
+    # The claim was allocated and reserved for the pod, then the controller stopped before the Binding.
+    ref = {"resource": "pods", "name": "a", "uid": "uid-a"}
+    devices = [AllocatedDevice("gpus", DRIVER, "n0", f"gpu-{i}") for i in range(2)]
+    done = claim("a-gpus", 2, allocation=allocation_status(devices, "n0"), reservedFor=[ref])
+    api = FakeApi()
+    cache = cluster(("ResourceClaim", done), ("Pod", pod("a", "a-gpus")))
+    claims = writes(api, cache)
+    assert claims.for_gang([(f"{NS}/a", "n0")]) == {}, "nothing to write: the Binding follows at once"
+    assert api.calls == []
+    # Planned on a node its devices are not reachable from: the pod waits, nothing else is written.
+    claims.release_ended()  # a new pass
+    assert claims.for_gang([(f"{NS}/a", "n1")]) is None
+    assert api.calls == []
