@@ -116,6 +116,24 @@ def test_a_constraint_no_node_satisfies_now_waits() -> None:
     assert e["eta"]["seconds"] > 0
 
 
+def test_a_gang_whose_pods_fit_one_by_one_but_not_together() -> None:
+    four = "[{name: gpu, exactly: {deviceClassName: gpu.example.com, count: 4}}]"
+    found = why(
+        template("four", four),
+        template("eight", EIGHT),
+        workload("a", 1, GPU % "four", at=1),
+        workload("g", 2, GPU % "eight", at=2),
+    )
+    assert "a" not in found
+    e = found["g"]
+    assert e["reason"] == "WaitingForGangCapacity"
+    assert "no placement holds all 2 pods with their claims at once" in e["message"]
+    assert kinds(e) == [("Workload", "team/a")]
+    assert "minCount" in e["fix"]
+    assert e["eta"]["seconds"] is not None
+    assert e["eta"]["seconds"] > 0
+
+
 def test_a_cel_error_names_the_expression() -> None:
     bad = "device.attributes['gpu.example.com'].index >"
     e = why(

@@ -128,7 +128,40 @@ class _Reader:
                     found = self._constraint(need.pod_claim, need.spec.requests, constraint)
                     if found is not None:
                         return found
+        if self.p.reason in _WAITING:
+            return self._whole_gang(gang)
         return None
+
+    def _whole_gang(self, gang: Sequence[GangPodSet]) -> DraCause:
+        """Each pod's claims fit some node, but not every pod of the gang at once."""
+        inv = self.inv
+        pods = sum(ps.count for ps in gang)
+        holders: Counter[str] = Counter()
+        for ps in gang:
+            for need in ps.claims:
+                for request in need.spec.requests:
+                    for alt in request.alternatives:
+                        try:
+                            matching = self.dra.matching(alt)
+                        except Exception:  # reported by _alternative where it matters
+                            continue
+                        for d in matching:
+                            owner = inv.taken.get(d)
+                            if owner:
+                                holders[str(owner)] += 1
+        message = (
+            f"each pod's claims fit a node, but no placement holds all {pods} pods with their claims at once"
+        )
+        blockers = tuple(
+            _holder(o, f"holds {n} devices the claims may get") for o, n in holders.most_common(NAMED)
+        )
+        return DraCause(
+            Reason.WAITING_FOR_GANG_CAPACITY,
+            message,
+            blockers,
+            f"all {pods} pods must start together: wait for the holders to finish (see the ETA), set a "
+            "minCount for partial admission, or add nodes whose driver publishes matching devices",
+        )
 
     def _request(self, pod_claim: str, alternatives: Sequence[ExactRequest]) -> DraCause | None:
         """The cause of the first alternative, where no alternative of the request can be met."""
@@ -276,11 +309,7 @@ class _Reader:
             f"at most {most} free on one node, {want} needed on one node"
         )
         blockers = tuple(
-            (
-                "Pod" if o.startswith("pod:") else "ResourceClaim" if o.startswith("claim:") else "Workload",
-                o.removeprefix("pod:").removeprefix("claim:"),
-                f"holds {n} of the {len(indexes)} matching devices",
-            )
+            _holder(o, f"holds {n} of the {len(indexes)} matching devices")
             for o, n in holders.most_common(NAMED)
         )
         more = f" and {len(holders) - NAMED} more" if len(holders) > NAMED else ""
@@ -360,6 +389,14 @@ class _Reader:
         if c.match_attribute is not None:
             return max((max(g.values()) for g in groups.values()), default=0)
         return max((len(g) for g in groups.values()), default=0)
+
+
+def _holder(owner: str, detail: str) -> tuple[str, str, str]:
+    """A blocker for an owner of devices: a workload, a pod, or a claim allocated in the input."""
+    kind = (
+        "Pod" if owner.startswith("pod:") else "ResourceClaim" if owner.startswith("claim:") else "Workload"
+    )
+    return (kind, owner.removeprefix("pod:").removeprefix("claim:"), detail)
 
 
 def split_and(expression: str) -> list[str]:
