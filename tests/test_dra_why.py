@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from dra_states import CLUSTER, NOW, template, workload
@@ -15,6 +16,9 @@ from gpuplane.core.session import Session, config_from_kueue
 from gpuplane.insight.dra_why import split_and
 from gpuplane.insight.why import explain_all
 from gpuplane.model.loader import load_state
+from gpuplane.web.app import create_app
+from gpuplane.web.auth import Viewer
+from gpuplane.web.sources import FileSource, SnapshotHub
 
 EIGHT = "[{name: gpu, exactly: {deviceClassName: gpu.example.com, count: 8}}]"
 GPU = "[{name: gpu, resourceClaimTemplateName: %s}]"
@@ -193,3 +197,26 @@ def test_why_command_prints_the_cause(tmp_path: Path) -> None:
 
 def test_split_and_keeps_brackets_and_strings() -> None:
     assert split_and('a == "x && y" && f(b && c) && d[e]') == ['a == "x && y"', "f(b && c)", "d[e]"]
+
+
+class _Admin:
+    """An authenticator that knows one token, for a viewer who sees everything."""
+
+    def authenticate(self, token: str) -> Viewer | None:
+        return Viewer("admin") if token == "t" else None
+
+
+def test_the_console_shows_the_dra_cause_and_its_fix(tmp_path: Path) -> None:
+    path = tmp_path / "state.yaml"
+    text = (
+        CLUSTER.read_text()
+        + "\n---\n"
+        + template("t", "[{name: gpu, exactly: {deviceClassName: nope.example.com}}]")
+    )
+    path.write_text(text + "\n---\n" + workload("w", 1, GPU % "t"))
+    hub = SnapshotHub()
+    FileSource([path], hub).load()
+    with TestClient(create_app(hub, _Admin())) as client:
+        page = client.get("/workloads/team/w", headers={"Authorization": "Bearer t"}).text
+    assert "DeviceClass nope.example.com does not exist" in page
+    assert "create DeviceClass nope.example.com" in page
