@@ -89,6 +89,33 @@ def test_every_matching_device_allocated_names_the_holders_and_waits_for_them() 
     assert "when team/a ends" in e["eta"]["basis"]
 
 
+def test_a_device_shared_by_capacity_whose_capacity_is_taken() -> None:
+    capacity = "capacity: {requests: {memory: 16Gi}}"
+    slice_ = f"[{{name: slice, exactly: {{deviceClassName: shared.example.com, {capacity}}}}}]"
+    found = why(template("s", slice_), workload("a", 1, GPU % "s", at=1), workload("b", 1, GPU % "s", at=2))
+    assert "a" not in found
+    e = found["b"]
+    assert e["reason"] == "WaitingForGangCapacity"
+    assert "every device it may get is allocated: 1 match, 0 free" in e["message"]
+    assert kinds(e) == [("Workload", "team/a")]
+
+
+def test_mig_partitions_whose_counters_are_taken_name_the_holder() -> None:
+    whole = selected("device.attributes['gpu.example.com'].productName == 'A100'")
+    mig = "[{name: gpu, exactly: {deviceClassName: mig.example.com}}]"
+    found = why(
+        template("a100", whole),
+        template("mig", mig),
+        workload("a", 1, GPU % "a100", at=1),
+        workload("b", 1, GPU % "mig", at=2),
+    )
+    assert "a" not in found
+    e = found["b"]
+    assert e["reason"] == "WaitingForGangCapacity"
+    assert "9 match, 0 free" in e["message"]
+    assert kinds(e) == [("Workload", "team/a")]
+
+
 def test_a_constraint_no_node_ever_satisfies() -> None:
     five = "[{name: gpu, exactly: {deviceClassName: gpu.example.com, count: 5}}]"
     match = "[{requests: [gpu], matchAttribute: nvlink.example.com/domain}]"

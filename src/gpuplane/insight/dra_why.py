@@ -280,17 +280,22 @@ class _Reader:
 
     # --- every matching device held ----------------------------------------------------------
 
-    def _free(self, index: int) -> bool:
+    def _free(self, index: int, alt: ExactRequest | None = None) -> bool:
+        """Whether device ``index`` can still be given (to ``alt``, for a device shared by capacity)."""
         inv = self.inv
         entry = inv.entries[index]
         if entry.device.allow_multiple:
+            if alt is not None:
+                consumed = self.dra.consumption(alt, entry)
+                if any(inv.capacity_left(index, n) < amount for n, amount in consumed.items()):
+                    return False
             return bool(inv.counters_free(entry)) or inv.shares.get(index, 0) > 0
         return index not in inv.taken and bool(inv.counters_free(entry))
 
     def _held(self, where: str, alt: ExactRequest, matching: Iterable[int]) -> DraCause | None:
         inv = self.inv
         indexes = sorted(matching)
-        free = [d for d in indexes if self._free(d)]
+        free = [d for d in indexes if self._free(d, alt)]
         want = 1 if alt.mode == ALL else alt.count
         per_node: Counter[str] = Counter()
         for d in free:
@@ -299,10 +304,16 @@ class _Reader:
         if per_node and max(per_node.values()) >= want:
             return None
         holders: Counter[str] = Counter()
-        for d in indexes:
-            owner = inv.taken.get(d) or self._counter_owner(d)
-            if owner:
-                holders[owner] += 1
+        wanted = set(indexes)
+        for owner, takes in inv.owners.items():  # whole devices and shares of capacity
+            held = len({i for i, _ in takes if i in wanted})
+            if held:
+                holders[str(owner)] += held
+        for d in indexes:  # partitions whose counters others' devices consume
+            if d not in inv.taken and not inv.shares.get(d) and not inv.counters_free(inv.entries[d]):
+                owner = self._counter_owner(d)
+                if owner:
+                    holders[owner] += 1
         most = max(per_node.values(), default=0)
         message = (
             f"{where}: every device it may get is allocated: {len(indexes)} match, {len(free)} free, "
