@@ -375,7 +375,7 @@ OWNER_FINALIZERS: set[Perm] = {
 
 def _informer_resources() -> list[Resource]:
     kinds = k8s_controller.ControllerConfig().integrations
-    dra = k8s_clusterstate.DRA_READ  # watched where the API server serves them
+    dra = k8s_clusterstate.DRA_READ  # watched on every cluster (empty where not served)
     return [*k8s_clusterstate.STATE_RESOURCES, *dra, *(integrations.INTEGRATIONS[k].resource for k in kinds)]
 
 

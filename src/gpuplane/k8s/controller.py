@@ -56,7 +56,7 @@ from gpuplane.k8s.api import KubeApi
 from gpuplane.k8s.binding import Binder
 from gpuplane.k8s.clusterstate import STATE_RESOURCES
 from gpuplane.k8s.creating import WorkloadCreation
-from gpuplane.k8s.dra_claims import ClaimWrites, served_resources
+from gpuplane.k8s.dra_claims import DRA_RESOURCES, ClaimWrites
 from gpuplane.k8s.evicting import Evictions
 from gpuplane.k8s.finishing import Finishing
 from gpuplane.k8s.informer import Cache, Informer
@@ -140,8 +140,9 @@ class Controller:
         self.live = LiveSession(self._scheduler_config, self.config.session_resync_seconds)
         resources = list(STATE_RESOURCES)
         resources += [jobs.INTEGRATIONS[k].resource for k in self.config.integrations]
-        dra = served_resources(api)  # DeviceClasses, ResourceSlices, claims: where the API serves them
-        resources += dra
+        # DeviceClasses, ResourceSlices, claims: an API server that does not serve them leaves them
+        # empty (the informer lists such a kind again every few seconds).
+        resources += DRA_RESOURCES
         self.informers = [Informer(api, r, self.cache) for r in resources]
         self.elector = LeaderElector(
             api,
@@ -180,7 +181,7 @@ class Controller:
         self.finishing = Finishing(
             tools, integrations=tuple(self.config.integrations), forget_pending=self.pending.forget
         )
-        self.claims = ClaimWrites(tools, served=bool(dra))
+        self.claims = ClaimWrites(tools)
         self.binder = Binder(tools, devices=devices, clear_warm=self.warm.clear, claims=self.claims)
         # What finished Workloads teach the ETA, kept across restarts (runtime_store.py).
         self.runtime_history = RuntimeStore(

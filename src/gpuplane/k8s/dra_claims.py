@@ -1,7 +1,8 @@
 """Dynamic Resource Allocation on a live cluster: the kinds served, claims allocated, claims released.
 
 * :func:`served_resources`: the ``resource.k8s.io/v1`` kinds the API server serves, from its
-  discovery document (none on a cluster without them: it is watched as before).
+  discovery document; asked before the first claim is written (the controller's informers watch
+  the kinds on every cluster: one that does not serve them shows none).
 * :class:`ClaimWrites`: when a pod of an admitted workload is bound, its ResourceClaims (its own,
   made by kube-controller-manager from a template and named in ``status.resourceClaimStatuses``,
   or a shared one) are allocated on its node by the core
@@ -100,11 +101,11 @@ class ClaimWrites:
     allocation built from the cache at its first gang with claims (each gang's claims are taken in
     it, so the next gang is fitted beside them); :meth:`release_ended` ends the pass and drops it."""
 
-    def __init__(self, tools: Tools, *, served: bool) -> None:
+    def __init__(self, tools: Tools, *, served: bool | None = None) -> None:
         self.tools = tools
         self.api = tools.api
         self.cache = tools.cache
-        self.served = served
+        self.served = served  # whether the API server serves ResourceClaims (None: not asked yet)
         self._pass_allocation: ClaimAllocation | None = None
 
     # --- allocation at bind time ------------------------------------------------------------------
@@ -134,6 +135,8 @@ class ClaimWrites:
                 wanted.append((key, node, pod, claims))
         if not wanted:
             return {}
+        if not self.served:  # asked again while it says no: a cluster may be upgraded meanwhile
+            self.served = k8s.RESOURCE_CLAIMS in served_resources(self.api)
         if not self.served:
             self._wait(wanted[0][0], "the API server serves no resource.k8s.io/v1 ResourceClaims")
             return None
@@ -226,8 +229,6 @@ class ClaimWrites:
         reserved for nobody is deallocated (its allocation and finalizer removed). It ends the pass:
         the next one allocates from the cache as it is then."""
         self._pass_allocation = None
-        if not self.served:
-            return
         writes = []
         for claim in self.cache.items("ResourceClaim"):
             reserved = _reserved_for(claim)
