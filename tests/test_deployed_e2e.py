@@ -450,6 +450,9 @@ def test_a_provisioning_request_under_the_controllers_account(deployed: Deployed
     once the test (playing the autoscaler) says Provisioned and adds the Nodes, binds the gang."""
     scene = real_scene
     provisioned_queue(scene, quota_gpus=8)
+    # The runtime history's ConfigMap, left by an earlier run on this cluster, would spare its create.
+    history = ("-n", rbac_audit.NAMESPACE, "get", "configmap", "gpuplane-runtime-history")
+    scene.kubectl(*history[:2], "delete", *history[3:], "--ignore-not-found")
     controller = _controller(deployed)
     try:
         scene.submit(scene.job("grow", pods=2, gpus=4))
@@ -458,9 +461,36 @@ def test_a_provisioning_request_under_the_controllers_account(deployed: Deployed
         set_conditions(scene, made[0]["metadata"]["name"], Provisioned="True")
         scene.add_nodes(1)
         wait_until(lambda: scene.bound("grow", 2), 60, "the gang bound once provisioned")
+        # Two runs finish (the test plays the kubelet): the controller writes the runtime history,
+        # then adds the second run to it.
+        _succeed(scene, "grow")
+        first = wait_until(lambda: _version(scene, history), 60, "the runtime history written")
+        scene.submit(scene.job("again", pods=1, gpus=1))
+        wait_until(lambda: requests(scene)[1:], 60, "a ProvisioningRequest for the second Job")
+        for request in requests(scene):
+            set_conditions(scene, request["metadata"]["name"], Provisioned="True")
+        wait_until(lambda: scene.bound("again", 1), 60, "the second Job bound")
+        _succeed(scene, "again")
+        wait_until(lambda: _version(scene, history) not in ("", first), 60, "the runtime history updated")
     finally:
         log = finish(controller)[1]
     assert not refusals(log), log[-4000:]
+
+
+def _succeed(scene: Scene, job: str) -> None:
+    """Every pod of ``job`` ends Succeeded, as a kubelet would report it."""
+    for pod in scene.pods(job):
+        name = pod["metadata"]["name"]
+        ended = {"status": {"phase": "Succeeded"}}
+        scene.kubectl(
+            *("-n", scene.namespace, "patch", "pod", name, "--subresource=status", "--type=merge"),
+            *("-p", json.dumps(ended)),
+        )
+
+
+def _version(scene: Scene, history: tuple[str, ...]) -> str:
+    got = scene.kubectl(*history, "-o", "jsonpath={.metadata.resourceVersion}", check=False)
+    return got.stdout.strip() if got.returncode == 0 else ""
 
 
 def test_every_grant_was_used_or_is_documented(real_kube: RealKube, deployed: Deployed) -> None:
