@@ -202,7 +202,8 @@ def test_invariants_hold_through_cut_watches_gone_conflicts_errors_and_slow_answ
 
     assert all(rule.fired for rule in rules), [r for r in rules if not r.fired]
     informers = run.controller.informers
-    assert sum(i.relists for i in informers) > len(informers), "410 Gone made informers relist"
+    # Lists after an informer's first: a kind the double does not serve (resource.k8s.io) never lists.
+    assert sum(max(0, i.relists - 1) for i in informers) > 0, "410 Gone made informers relist"
     assert run.controller.counters.write_failures > 0
     assert sum(bool((wl.get("status") or {}).get("admission")) for wl in scene.workloads().values()) >= 3
 
