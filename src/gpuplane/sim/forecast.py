@@ -242,7 +242,11 @@ class RuntimeHistory:
         quantile ``level`` of the runs of its prediction that lasted longer, less ``age`` (the
         predictor's conditioning on attained service, read from the prediction kept for its
         features); for a run past nearly all of them, the predictor's tail estimate, never 0."""
-        quantiles = self.known_of(job, now).prediction(self.predictor).quantiles
+        return self.remaining_of(self.known_of(job, now), age, level)
+
+    def remaining_of(self, known: Known, age: float, level: float | None = None) -> float:
+        """:meth:`remaining`, with what is known of the job's features at hand."""
+        quantiles = known.prediction(self.predictor).quantiles
         first = bisect.bisect_right(quantiles, age)
         longer = len(quantiles) - first
         if longer < OVERDUE_LEFT:
@@ -551,22 +555,29 @@ class Forecaster:
 
     # --- predictions --------------------------------------------------------------------------
 
-    def expected_end(self, run: JobRun, now: float) -> float:
+    def expected_end(self, run: JobRun, now: float, asked: _Asked | None = None) -> float:
         """When a running job is expected to end: the mean of what is left of runs of its features
-        that lasted as long as it has (never before ``now``), or its expected end taken at start."""
-        if run.running_since is None:
-            return max(now, run.expected_end)
-        return now + max(0.0, self.runtimes.remaining(run.job, now, now - run.running_since + run.progress))
-
-    def likely_end(self, run: JobRun, now: float) -> float:
-        """A running job's end drawn from the runtimes of its features given its age, at the
-        job's own point of a van der Corput sequence (so the running jobs' ends spread as their
-        runtimes do, the first ones much earlier than any mean). Without a start, its expected
-        end."""
+        that lasted as long as it has (never before ``now``), or its expected end taken at start.
+        ``asked``: what the prediction under way asked of the runtimes already."""
         if run.running_since is None:
             return max(now, run.expected_end)
         age = now - run.running_since + run.progress
-        return now + max(0.0, self.runtimes.remaining(run.job, now, age, van_der_corput(run.job.id + 1)))
+        if asked is not None:
+            return now + max(0.0, self.runtimes.remaining_of(asked.of(run.job), age))
+        return now + max(0.0, self.runtimes.remaining(run.job, now, age))
+
+    def likely_end(self, run: JobRun, now: float, asked: _Asked | None = None) -> float:
+        """A running job's end drawn from the runtimes of its features given its age, at the
+        job's own point of a van der Corput sequence (so the running jobs' ends spread as their
+        runtimes do, the first ones much earlier than any mean). Without a start, its expected
+        end. ``asked``: as for :meth:`expected_end`."""
+        if run.running_since is None:
+            return max(now, run.expected_end)
+        age = now - run.running_since + run.progress
+        level = van_der_corput(run.job.id + 1)
+        if asked is not None:
+            return now + max(0.0, self.runtimes.remaining_of(asked.of(run.job), age, level))
+        return now + max(0.0, self.runtimes.remaining(run.job, now, age, level))
 
     def predict(self, run: JobRun, now: float, *, tried: bool = False) -> float | None:
         """The ETA the insight layer gives a queued job: the queue replay, or for a job whose every
@@ -626,10 +637,10 @@ class Forecaster:
                         break
                     holders.append(h)
                 if whole is not None:
-                    end = self.likely_end(whole, now)
+                    end = self.likely_end(whole, now, asked)
                     releases.append(NodeFree(end, pool, whole.job.team, whole.per_pod))
                 elif holders:
-                    last = max([self.expected_end(h, now) for h in holders])
+                    last = max([self.expected_end(h, now, asked) for h in holders])
                     releases.append(NodeFree(last, pool))
                 else:
                     free[pool] = free.get(pool, 0) + 1
