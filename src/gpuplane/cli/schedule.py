@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuplane.core.session import Plan, PodPlacement, Session, config_from_kueue
+from gpuplane.core.session import Plan, Session, config_from_kueue
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import timestamp
 from gpuplane.model.loader import load_files, state_from_objects
@@ -43,14 +43,6 @@ def default_now(state: ClusterState) -> float:
     return latest
 
 
-def _pod_placement(p: PodPlacement) -> dict[str, Any]:
-    """One pod's place: its node, its devices, and its claims' devices where it has claims."""
-    out: dict[str, Any] = {"node": p.node, "devices": list(p.devices)}
-    if p.claims:
-        out["claims"] = {name: [d.as_dict() for d in devices] for name, devices in p.claims}
-    return out
-
-
 def plan_document(plan: Plan, parse_seconds: float, schedule_seconds: float) -> dict[str, Any]:
     """The JSON document of DESIGN.md for a plan."""
     admitted = []
@@ -59,7 +51,7 @@ def plan_document(plan: Plan, parse_seconds: float, schedule_seconds: float) -> 
         for ps in a.pod_sets:
             item: dict[str, Any] = {"name": ps.name, "count": ps.count, "flavors": dict(ps.flavors)}
             if ps.placement is not None:
-                item["placement"] = [_pod_placement(p) for p in ps.placement]
+                item["placement"] = [p.to_json() for p in ps.placement]
             pod_sets.append(item)
         entry: dict[str, Any] = {"workload": a.workload, "clusterQueue": a.cluster_queue, "podSets": pod_sets}
         if a.checks:

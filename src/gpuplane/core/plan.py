@@ -1,13 +1,14 @@
 """The plan: what one scheduling run decided.
 
 A plan is plain frozen data. Drivers carry it out (the controller binds and evicts,
-the simulator advances its clock); the command line prints it.
+the simulator advances its clock); the command line prints it (a pod's place says how).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuplane.core.check_gate import CheckEviction, ReservedDecision
 from gpuplane.model.dra import AllocatedDevice
@@ -23,6 +24,14 @@ class PodPlacement:
     count: int = 1
     # Each pod claim's devices (Dynamic Resource Allocation): (pod claim name, devices).
     claims: tuple[tuple[str, tuple[AllocatedDevice, ...]], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """One pod's place as ``gpuplane schedule --output json`` prints it: its node, its devices,
+        and its claims' devices where it has claims."""
+        out: dict[str, Any] = {"node": self.node, "devices": list(self.devices)}
+        if self.claims:
+            out["claims"] = {name: [d.as_dict() for d in devices] for name, devices in self.claims}
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,6 @@ from gpuplane.core.plan import (
     AdmissionDecision,
     PendingDecision,
     Plan,
-    PodPlacement,
     PreemptionDecision,
     placement_annotation,
 )
@@ -94,7 +93,6 @@ __all__ = [
     "Plan",
     "PodNeeds",
     "PodOnNode",
-    "PodPlacement",
     "PreemptionDecision",
     "Reason",
     "Refusal",
