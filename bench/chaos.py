@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controller_vs_kube_scheduler import control_plane  # a sibling script, found through the path above
+from e2e_module import run_test_module  # a sibling script, found through the path above
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = re.compile(
@@ -50,31 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     console = Console(stderr=args.output == "json")
-    env = {**os.environ, "CHAOS_JOBS": str(args.jobs), "CHAOS_KILLS": str(args.kills)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-s",
-        "-p",
-        "no:cacheprovider",
-        "tests/test_chaos_e2e.py",
-    ]
-
-    def run() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-
-    started = time.monotonic()
-    if args.double:
-        env.pop("GPUPLANE_E2E_KUBECONFIG", None)
-        result = run()
-    else:
-        with control_plane(args.kubeconfig, console) as kubeconfig:
-            env["GPUPLANE_E2E_KUBECONFIG"] = kubeconfig
-            result = run()
-    seconds = time.monotonic() - started
+    sizes = {"CHAOS_JOBS": str(args.jobs), "CHAOS_KILLS": str(args.kills)}
+    result, seconds = run_test_module(
+        "tests/test_chaos_e2e.py", sizes, kubeconfig=args.kubeconfig, double=args.double, console=console
+    )
     found = RESULT.search(result.stdout)
     summary: dict[str, object] = {
         "backend": "double" if args.double else "real",
