@@ -6,18 +6,28 @@ and crosses the one-hour target at a known load), so the search itself is what i
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from gpuplane.sim import auto_sweep
+from gpuplane.cli.simulate_scenario import sweep_table
+from gpuplane.sim import auto_sweep, gpus_match
 from gpuplane.sim.auto_sweep import AutoSweep, run_auto_sweep
 from gpuplane.sim.cluster import ClusterSpec, NodeSpec
 from gpuplane.sim.experiment import SimInput
+from gpuplane.sim.gpus_match import at_demand, grow
+from gpuplane.sim.headline import sweep_headline
 from gpuplane.sim.parallel import RunResult, Task
-from gpuplane.sim.scenario import Team
-from gpuplane.sim.workloads import Workloads
+from gpuplane.sim.report import write_sweep_report
+from gpuplane.sim.scenario import Team, load_scenario
+from gpuplane.sim.sweep import sweep_points
+from gpuplane.sim.workloads import Workloads, class_rate
+
+TINY = Path(__file__).resolve().parent / "golden" / "tiny-mixed.yaml"
 
 TARGET = 3600.0
 CROSSING = {"stock": 0.73, "gpuplane": 2.9, "kueue": 1.37, "volcano": 0.02}
@@ -51,6 +61,7 @@ def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
         return out
 
     monkeypatch.setattr(auto_sweep, "run_tasks", run_tasks)
+    monkeypatch.setattr(gpus_match, "run_tasks", run_tasks)
     return ran
 
 
@@ -80,3 +91,94 @@ def test_auto_sweep_goes_down_for_a_configuration_that_misses_everywhere() -> No
 def test_auto_sweep_refuses_a_bad_resolution() -> None:
     with pytest.raises(ValueError, match="resolution"):
         AutoSweep(_sim, ("stock",), wait_target=TARGET, jobs=1, progress=None, resolution=0.0)
+
+
+def _grown(load: float, multiplier: float) -> SimInput:
+    """100 one-GPU nodes grown ``multiplier`` times, at the demand of ``load`` on the 100."""
+    count = math.ceil(100 * multiplier - 1e-9)
+    nodes = tuple(NodeSpec(f"n-{i}", "gpu", 1) for i in range(count))
+    spec = ClusterSpec(nodes, ("gpu",), (Team("red", 1.0, 1.0),))
+    return SimInput(
+        "fake",
+        spec,
+        Workloads((), (), 0.0, 3600.0),
+        3600.0,
+        7200.0,
+        30.0,
+        seed=1,
+        notes={"load": load * 100 / count},
+    )
+
+
+@pytest.mark.usefixtures("fake_runs")
+def test_gpus_to_match_is_simulated_on_larger_clusters() -> None:
+    doc = run_auto_sweep(
+        _sim, ("stock", "gpuplane", "kueue"), wait_target=TARGET, jobs=1, grown=_grown
+    ).document
+    capacity = doc["capacityAtWaitTarget"]
+    for name in ("stock", "kueue"):
+        match = doc["gpusToMatch"][name]
+        # The fake's wait depends on the load of the cluster it runs on: a configuration meets the
+        # target on G' GPUs once gpuplane's demand is at most its own capacity fraction of G'.
+        need = 100 * capacity["gpuplane"] / CROSSING[name]
+        assert match["bound"] == "interpolated"
+        assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match
+        assert 1 <= len(match["runs"]) <= gpus_match.MAX_RUNS
+        assert all(run["gpus"] > 100 for run in match["runs"])  # simulated on more nodes, never scaled
+    assert "gpuplane" not in doc["gpusToMatch"]
+    text = sweep_headline(doc)
+    assert f"stock would need {doc['gpusToMatch']['stock']['gpus']:,} GPUs to match (simulated" in text
+    assert "the strongest peer, kueue, serves 1.3" in text
+    assert f"gpuplane serves {capacity['gpuplane'] / capacity['kueue']:.2f}x its load" in text
+
+
+def test_gpus_to_match_keeps_the_demand_of_the_load() -> None:
+    scenario = load_scenario(TINY)
+    grown = at_demand(scenario, 1.5, 2.5)
+    assert [p.nodes for p in grown.pools] == [math.ceil(p.nodes * 2.5) for p in scenario.pools]
+    for before, after in zip(scenario.with_load(1.5).classes, grown.classes, strict=True):
+        assert class_rate(grown, after) == pytest.approx(class_rate(scenario.with_load(1.5), before))
+    with pytest.raises(ValueError, match="at least 1"):
+        grow(scenario, 0.5)
+
+
+@pytest.mark.usefixtures("fake_runs")
+def test_the_table_shows_every_load_the_auto_sweep_ran() -> None:
+    doc = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=1).document
+    ran = sorted({p["load"] for runs in doc["autoSweep"].values() for p in runs})
+    assert len(ran) > len(auto_sweep.START_LOADS)
+    assert [load for load, _ in sweep_points(doc)] == ran
+    console = Console(width=200, record=True)
+    console.print(sweep_table(doc))
+    printed = console.export_text()
+    for load in ran:
+        assert f"\n{load:g} " in printed or f"│ {load:g} " in printed
+
+
+@pytest.mark.usefixtures("fake_runs")
+def test_the_report_plots_every_run_with_the_target_and_each_capacity(tmp_path: Path) -> None:
+    names = ("stock", "gpuplane", "kueue", "gpuplane-no-sharing")
+    CROSSING["gpuplane-no-sharing"] = 2.1
+    try:
+        result = run_auto_sweep(_sim, names, wait_target=TARGET, jobs=1)
+    finally:
+        del CROSSING["gpuplane-no-sharing"]
+    doc = result.document
+    index = write_sweep_report(result, tmp_path)
+    wait_png = tmp_path / "sweep-wait.png"
+    assert wait_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert index.is_file()
+    plotted = json.loads((tmp_path / "sweep-series.json").read_text())
+    wait = plotted["sweep-wait.png"]
+    assert plotted["waitTargetHours"] == pytest.approx(1.0)
+    for name in names:  # the plotted series is the JSON's, at every load the sweep ran
+        line = wait["lines"][name]
+        runs = doc["autoSweep"][name]
+        assert line["load"] == [r["load"] for r in runs]
+        assert line["value"] == pytest.approx([r["waitP95Seconds"] / 3600 for r in runs])
+        assert line["capacity"] == doc["capacityAtWaitTarget"][name]
+    assert set(wait["panels"]) == {"peers", "ablations"}
+    assert wait["panels"]["peers"] == ["stock", "gpuplane", "kueue"]
+    assert wait["panels"]["ablations"] == ["gpuplane", "gpuplane-no-sharing"]
+    page = index.read_text()
+    assert all(f"<td>{load:g}</td>" in page for load, _ in sweep_points(doc))

@@ -31,11 +31,12 @@ from gpuplane.sim.experiment import (
     run_experiment,
     scenario_input,
 )
+from gpuplane.sim.gpus_match import at_demand
 from gpuplane.sim.headline import duration, headline, sweep_headline
 from gpuplane.sim.parallel import default_jobs
 from gpuplane.sim.replay import replay_input
 from gpuplane.sim.scenario import Scenario, ScenarioError, builtin_scenario, load_scenario
-from gpuplane.sim.sweep import DEFAULT_WAIT_TARGET, SweepResult, run_sweep
+from gpuplane.sim.sweep import DEFAULT_WAIT_TARGET, SweepResult, run_sweep, sweep_points
 from gpuplane.sim.traces import TraceError
 
 
@@ -72,7 +73,7 @@ def configurations(compare: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def build_input(options: ScenarioOptions, seed: int | None) -> SimInput:
+def _base_scenario(options: ScenarioOptions, seed: int | None) -> Scenario:
     if options.days is not None and options.days <= 0:
         raise _BadInputError(f"--days must be positive, got {options.days:g}")
     if options.scenario is not None and not options.scenario.is_file():
@@ -80,6 +81,11 @@ def build_input(options: ScenarioOptions, seed: int | None) -> SimInput:
     scenario: Scenario = load_scenario(options.scenario) if options.scenario else builtin_scenario()
     if seed is not None:
         scenario = scenario.with_seed(seed)
+    return scenario
+
+
+def build_input(options: ScenarioOptions, seed: int | None) -> SimInput:
+    scenario = _base_scenario(options, seed)
     if options.trace is not None:
         if not options.trace.is_file():
             raise _BadInputError(f"--trace: {options.trace}: no such file")
@@ -261,10 +267,18 @@ def _run_sweep(
     def sim_at(load: float) -> SimInput:
         return build_input(replace(options, load=load), seed)
 
+    def grown_at(load: float, multiplier: float) -> SimInput:
+        scenario = _base_scenario(options, seed)
+        if options.days is not None:
+            scenario = scenario.with_days(options.days)
+        return scenario_input(at_demand(scenario, load, multiplier))
+
     with _progress(err, show_progress) as bar:
         callback = _Bars(bar) if show_progress else None
         if auto:
-            return run_auto_sweep(sim_at, names, wait_target=target, progress=callback, jobs=jobs_of(options))
+            return run_auto_sweep(
+                sim_at, names, wait_target=target, progress=callback, jobs=jobs_of(options), grown=grown_at
+            )
         return run_sweep(sim_at, loads, names, wait_target=target, progress=callback, jobs=jobs_of(options))
 
 
@@ -275,15 +289,15 @@ def sweep_table(document: dict[str, Any]) -> Table:
     )
     table = Table(title=title, title_justify="left")
     table.add_column("offered load")
-    names = list(document["sweep"][0]["configurations"])
+    names = list(document["capacityAtWaitTarget"])
     for name in names:
         table.add_column(name, justify="right")
-    for point in document["sweep"]:
+    for load, configs in sweep_points(document):
         cells = [
-            f"{duration(c['waitP95Seconds'])} / {_pct(c['gpuBusyOfCapacity'])}"
-            for c in (point["configurations"][n] for n in names)
+            "-" if c is None else f"{duration(c['waitP95Seconds'])} / {_pct(c['gpuBusyOfCapacity'])}"
+            for c in (configs[n] for n in names)
         ]
-        table.add_row(f"{point['load']:g}", *cells)
+        table.add_row(f"{load:g}", *cells)
     cells = []
     for name in names:
         value = document["capacityAtWaitTarget"][name]
@@ -291,14 +305,18 @@ def sweep_table(document: dict[str, Any]) -> Table:
         cells.append("below sweep" if value is None else f"{'≥ ' if bound == 'atLeast' else ''}{value:.2f}")
     table.add_row(f"capacity at p95 ≤ {duration(document['waitTargetSeconds'])}", *cells)
     matches = document.get("gpusToMatch", {})
+    auto = "autoSweep" in document
     cells = []
     for name in names:
         match = matches.get(name)
-        if match is None or match["stockGpus"] is None:
+        gpus = None if match is None else match.get("gpus" if auto else "stockGpus")
+        if match is None or gpus is None:
             cells.append("-")
         else:
-            cells.append(f"{'≥ ' if match['bound'] == 'atLeast' else '~'}{match['stockGpus']:,}")
-    table.add_row("stock GPUs to match (scaled)", *cells)
+            exact = "" if auto else "~"
+            cells.append(f"{('> ' if auto else '≥ ') if match['bound'] == 'atLeast' else exact}{gpus:,}")
+    label = "GPUs to match gpuplane (simulated)" if auto else "stock GPUs to match (scaled)"
+    table.add_row(label, *cells)
     return table
 
 

@@ -10,6 +10,8 @@
        missed it, until the two are within RESOLUTION (0.05) of load
     4. capacity: interpolated linearly between the two, a number (never a bound, unless step 2 ran
        out of room)
+    5. GPUs to match (given ``grown``): each configuration on larger clusters at gpuplane's
+       capacity demand (:mod:`gpuplane.sim.gpus_match`), simulated, not scaled
 
 Every load is drawn once (same seed, so the same kinds of work), and only the configurations that
 need a load run at it; the runs of one round go side by side (``jobs``). A configuration's p95 wait
@@ -24,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuplane.sim.experiment import SimInput, check_names, expected_cost, experiment_result, run_named
+from gpuplane.sim.gpus_match import GrownInput, match_gpus
 from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, run_tasks
 from gpuplane.sim.sweep import (
     AT_LEAST,
@@ -140,10 +143,12 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
     progress: ProgressCallback | None = None,
     jobs: int = 1,
     resolution: float = RESOLUTION,
+    grown: GrownInput | None = None,
 ) -> SweepResult:
     """The auto sweep of the module docstring; its document has the grid sweep's fields (``sweep``
     holds the starting loads, where every configuration ran) plus each configuration's runs
-    (``autoSweep``) and its capacity ratio to gpuplane's."""
+    (``autoSweep``), its capacity ratio to gpuplane's and, given ``grown`` (the input of a cluster
+    grown ``m`` times at the demand of a load on the installed one), ``gpusToMatch``."""
     check_names(names)
     started = time.perf_counter()
     unique = tuple(dict.fromkeys(names))
@@ -200,6 +205,15 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
     if peers:
         strongest = max(peers, key=lambda n: peers[n].load or 0.0)
         document["strongestPeer"] = strongest
+    if grown is not None and "gpuplane" in capacity:
+        document["gpusToMatch"] = match_gpus(
+            grown,
+            capacity,
+            installed=first.cluster.gpus,
+            wait_target=wait_target,
+            jobs=jobs,
+            progress=progress,
+        )
     document["wallSeconds"] = round(time.perf_counter() - started, 3)
     return SweepResult(grid, runs, document)
 

@@ -15,6 +15,7 @@ off changes. A sweep gets one sentence on capacity at the wait target instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 SAME_WORK = 0.02  # busy GPU-hours within 2 % of each other read as "the same work"
@@ -138,8 +139,34 @@ def sweep_headline(document: dict[str, Any]) -> str:
         f"At p95 wait ≤ {target}, the same {document['gpus']:,} GPUs serve an offered load of "
         f"{load('gpuplane')} under gpuplane and {load('stock')} under stock Kubernetes"
     )
+    if "autoSweep" in document:
+        return text + _auto_tail(document, load) + "."
     match = document.get("gpusToMatch", {}).get("gpuplane", {})
     if match.get("stockGpus") is not None:
         prefix = "at least " if match["bound"] == "atLeast" else "about "
         text += f"; stock would need {prefix}{match['stockGpus']:,} GPUs to match (scaled, not simulated)"
     return text + "."
+
+
+def _gpus(document: dict[str, Any], name: str) -> str:
+    """The GPUs ``name`` needs to match gpuplane (the auto sweep's simulated ``gpusToMatch``), or ""."""
+    match = document.get("gpusToMatch", {}).get(name, {})
+    if match.get("gpus") is None:
+        return ""
+    return f"{'more than ' if match['bound'] == 'atLeast' else ''}{match['gpus']:,}"
+
+
+def _auto_tail(document: dict[str, Any], load: Callable[[str], str]) -> str:
+    """The auto sweep's clauses: stock's GPUs to match, then the strongest peer and the ratio."""
+    text = ""
+    if gpus := _gpus(document, "stock"):
+        text += f"; stock would need {gpus} GPUs to match (simulated, not scaled)"
+    peer = document.get("strongestPeer")
+    ratio = document.get("capacityRatioToGpuplane", {}).get(peer) if peer else None
+    if peer and ratio:
+        text += (
+            f"; the strongest peer, {peer}, serves {load(peer)}: gpuplane serves {1 / ratio:.2f}x its load"
+        )
+        if gpus := _gpus(document, peer):
+            text += f", and {peer} would need {gpus} GPUs to match"
+    return text

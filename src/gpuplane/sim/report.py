@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from gpuplane.insight.chargeback import Chargeback, build, to_html
 from gpuplane.sim.experiment import ExperimentResult
 from gpuplane.sim.metrics import HOUR, Ledger, total
-from gpuplane.sim.sweep import SweepResult
+from gpuplane.sim.sweep import SweepResult, sweep_points
 
 PLOTS = ("utilization.png", "waits.png", "teams.png", "classes.png")
 SUMMARY = "summary.json"
@@ -191,43 +191,124 @@ Every configuration ran on the same arrivals and node failures.</p>
 
 
 SWEEP_PLOTS = ("sweep-wait.png", "sweep-busy.png")
+SWEEP_SERIES = "sweep-series.json"
 
 
-def _sweep_curves(document: dict[str, Any], folder: Path) -> None:
-    """p95 wait and busy GPU-hours per installed GPU against offered load, per configuration."""
-    loads = [point["load"] for point in document["sweep"]]
+def sweep_series(document: dict[str, Any], key: str) -> dict[str, list[tuple[float, float | None]]]:
+    """Per configuration, (offered load, ``key``) at every load it ran: the grid's loads, or with
+    ``--sweep auto`` every load of its search (``autoSweep``)."""
+    if "autoSweep" in document:
+        return {
+            name: [(run["load"], run.get(key)) for run in runs]
+            for name, runs in document["autoSweep"].items()
+        }
     names = list(document["sweep"][0]["configurations"])
+    return {
+        name: [(point["load"], point["configurations"][name].get(key)) for point in document["sweep"]]
+        for name in names
+    }
+
+
+def _panels(names: list[str]) -> list[tuple[str, list[str]]]:
+    """Stock, gpuplane and the peers in one panel; gpuplane and its ablations in another."""
+    ablations = [n for n in names if n.startswith("gpuplane-")]
+    others = [n for n in names if n not in ablations]
+    panels = [("peers", others)]
+    if ablations:
+        panels.append(("ablations", [n for n in names if n == "gpuplane" or n in ablations]))
+    return panels
+
+
+def _sweep_curves(document: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """p95 wait and busy GPU-hours per installed GPU against offered load, per configuration, with
+    the peers in one panel and the ablations beside them; returns what each line plotted."""
     target_hours = document["waitTargetSeconds"] / HOUR
+    names = list(document["capacityAtWaitTarget"])
+    colors = {name: f"C{i % 10}" for i, name in enumerate(names)}
+    plotted: dict[str, Any] = {}
     for filename, key, label, scale in (
         (SWEEP_PLOTS[0], "waitP95Seconds", "p95 queue wait (hours)", 1 / HOUR),
         (SWEEP_PLOTS[1], "gpuBusyOfCapacity", "busy GPU-hours per installed GPU-hour (%)", 100.0),
     ):
-        fig = Figure(figsize=(8, 4.5))
-        ax = fig.subplots()
-        for i, name in enumerate(names):
-            values = [(point["configurations"][name].get(key) or 0.0) * scale for point in document["sweep"]]
-            ax.plot(loads, values, marker="o", color=f"C{i}", label=name)
-            capacity = document["capacityAtWaitTarget"].get(name)
-            if key == "waitP95Seconds" and capacity is not None:
-                ax.axvline(capacity, color=f"C{i}", ls=":", lw=1)
-        if key == "waitP95Seconds":
-            ax.axhline(target_hours, color="grey", ls="--", lw=1, label="wait target")
-            ax.set_yscale("symlog", linthresh=max(target_hours, 1e-3))
-        ax.set_xlabel("offered load (fraction of installed GPUs)")
-        ax.set_ylabel(label)
-        ax.legend(fontsize=8)
+        series = sweep_series(document, key)
+        panels = _panels(names)
+        fig = Figure(figsize=(7 * len(panels), 4.5))
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        lines: dict[str, dict[str, Any]] = {}
+        for ax, (title, members) in zip(axes, panels, strict=True):
+            for name in members:
+                points = series[name]
+                (line,) = ax.plot(
+                    [load for load, _ in points],
+                    [(value or 0.0) * scale for _, value in points],
+                    marker="o",
+                    color=colors[name],
+                    label=name,
+                )
+                lines[name] = {
+                    "load": [float(x) for x in line.get_xdata()],
+                    "value": [float(y) for y in line.get_ydata()],
+                }
+                capacity = document["capacityAtWaitTarget"].get(name)
+                if key == "waitP95Seconds" and capacity is not None:
+                    ax.axvline(capacity, color=colors[name], ls=":", lw=1)
+                    lines[name]["capacity"] = capacity
+            if key == "waitP95Seconds":
+                ax.axhline(target_hours, color="grey", ls="--", lw=1, label="wait target")
+                ax.set_yscale("symlog", linthresh=max(target_hours, 1e-3))
+            ax.set_title(title)
+            ax.set_xlabel("offered load (fraction of installed GPUs)")
+            ax.set_ylabel(label)
+            ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(folder / filename, dpi=100)
+        plotted[filename] = {"scale": scale, "lines": lines, "panels": dict(panels)}
+    plotted["waitTargetHours"] = target_hours
+    return plotted
+
+
+def _match_gpus(match: dict[str, Any] | None) -> str:
+    if match is None:
+        return "-"
+    gpus = match.get("gpus", match.get("stockGpus"))
+    if gpus is None:
+        return "-"
+    scaled = "gpus" not in match
+    return f"{'stock: ' if scaled else ''}{'≥ ' if match['bound'] == 'atLeast' else ''}{gpus:,}"
+
+
+def _runs_html(document: dict[str, Any]) -> str:
+    names = list(document["capacityAtWaitTarget"])
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+    rows = "".join(
+        f"<tr><td>{load:g}</td>"
+        + "".join(
+            "<td>-</td>" if c is None else f"<td>{_hours(c.get('waitP95Seconds'))}</td>"
+            for c in (configs[n] for n in names)
+        )
+        + "</tr>"
+        for load, configs in sweep_points(document)
+    )
+    return f"<table><tr><th>offered load</th>{head}</tr>{rows}</table>"
+
+
+def _hours(seconds: float | None) -> str:
+    return f"{(seconds or 0.0) / HOUR:,.2f} h"
 
 
 def write_sweep_report(result: SweepResult, folder: Path) -> Path:
     """Write ``index.html`` with the sweep's curves and capacity table into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     doc = result.document
-    _sweep_curves(doc, folder)
+    plotted = _sweep_curves(doc, folder)
+    # What each line of the plots shows, for programs and tests (read back, not recomputed).
+    (folder / SWEEP_SERIES).write_text(json.dumps(plotted, indent=1) + "\n", encoding="utf-8")
+    ratio = doc.get("capacityRatioToGpuplane", {})
+    matches = doc.get("gpusToMatch", {})
     rows = "".join(
         f"<tr><td>{html.escape(name)}</td><td>{_cell(value)}</td>"
-        f"<td>{html.escape(doc['capacityBound'][name])}</td></tr>"
+        f"<td>{html.escape(doc['capacityBound'][name])}</td><td>{_cell(ratio.get(name, '-'))}</td>"
+        f"<td>{_cell(_match_gpus(matches.get(name)))}</td></tr>"
         for name, value in doc["capacityAtWaitTarget"].items()
     )
     images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in SWEEP_PLOTS)
@@ -242,11 +323,14 @@ td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }}
 <h1>{title}</h1>
 <p>{html.escape(doc.get("headline", ""))}</p>
 <p>{doc["gpus"]} GPUs, {doc["days"]:g} measured days per load, seed {doc["seed"]}; loads
-{", ".join(f"{point['load']:g}" for point in doc["sweep"])}.</p>
+{", ".join(f"{load:g}" for load, _ in sweep_points(doc))}.</p>
 <h2>Capacity at p95 wait &le; {doc["waitTargetSeconds"] / HOUR:g} h</h2>
-<table><tr><th>configuration</th><th>offered load</th><th>bound</th></tr>{rows}</table>
+<table><tr><th>configuration</th><th>offered load</th><th>bound</th><th>ratio to gpuplane</th>
+<th>GPUs to match gpuplane</th></tr>{rows}</table>
 <h2>Curves</h2>
 {images}
+<h2>Every run: p95 wait</h2>
+{_runs_html(doc)}
 </body></html>
 """
     index = folder / "index.html"

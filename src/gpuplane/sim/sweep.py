@@ -158,5 +158,16 @@ def run_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
     return SweepResult(ordered, runs, document)
 
 
+def sweep_points(document: dict[str, Any]) -> list[tuple[float, dict[str, dict[str, Any] | None]]]:
+    """Every load run, with each configuration's summary there (None where it did not run): the
+    grid's loads, or with ``--sweep auto`` every load the search ran."""
+    names = list(document["capacityAtWaitTarget"])
+    if "autoSweep" not in document:
+        return [(p["load"], {n: p["configurations"][n] for n in names}) for p in document["sweep"]]
+    runs = {n: {r["load"]: r for r in document["autoSweep"][n]} for n in names}
+    loads = sorted({load for per in runs.values() for load in per})
+    return [(load, {n: runs[n].get(load) for n in names}) for load in loads]
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
