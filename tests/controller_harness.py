@@ -60,6 +60,7 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations
 from gpuplane.k8s.api import ApiError, KubeApi, Resource, load_api_client
 from gpuplane.k8s.controller import Controller, ControllerConfig
+from gpuplane.k8s.kueue_config import DEFAULT_SOURCE, KueueConfigSource
 from gpuplane.k8s.webhook import review
 from gpuplane.model import labels as keys
 from gpuplane.model.loader import state_from_objects
@@ -928,6 +929,7 @@ class RunningController:
         watch_timeout: int = 5,
         kill_after: int | None = None,
         after_send: bool = False,
+        kueue_config: KueueConfigSource = DEFAULT_SOURCE,
     ) -> None:
         self.identity = identity
         client = load_api_client(kubeconfig)
@@ -939,6 +941,7 @@ class RunningController:
             identity=identity,
             lease_namespace=lease_namespace,
             lease_duration=lease_duration,
+            kueue_config=kueue_config,
         )
         self.controller = ObservedController(self.api, config, clock)
         for informer in self.controller.informers:

@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import yaml
 
 from controller_harness import Scene, wait_until
 from fake_kubelet import run_annotations
@@ -28,6 +29,7 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError
 from gpuplane.k8s.clusterstate import read_cluster
 from gpuplane.k8s.dra_claims import DRA_RESOURCES, served_resources
+from gpuplane.k8s.kueue_config import KUEUE_CONFIG_KEY, KueueConfigSource
 from manifests import Manifest
 
 pytestmark = pytest.mark.timeout(150)
@@ -239,6 +241,77 @@ def test_jobs_with_claim_templates_get_their_devices_across_a_restart(dra_scene:
         return not status.get("allocation") and not status.get("reservedFor")
 
     wait_until(released, 60, "the ended pod's claim released")
+    no_device_twice(scene)
+
+
+def kueue_config_map(scene: Scene, resource: str) -> KueueConfigSource:
+    """Kueue's Configuration in a ConfigMap of the scene's namespace (the controller is pointed at it,
+    as ``--kueue-config-namespace``/``--kueue-config-name`` do), mapping the scene's GPU class to
+    ``resource``."""
+    source = KueueConfigSource(scene.namespace, f"{scene.prefix}-kueue-config")
+    configuration = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "resources": {
+            "deviceClassMappings": [{"name": resource, "deviceClassNames": [f"{scene.prefix}-gpu"]}]
+        },
+    }
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": source.name, "namespace": source.namespace},
+        "data": {KUEUE_CONFIG_KEY: yaml.safe_dump(configuration)},
+    }
+    scene.api.create(k8s.CONFIG_MAPS, body, source.namespace)
+    return source
+
+
+def quota_reserved(scene: Scene, job: str) -> dict[str, Any]:
+    wl = scene.workloads().get(job) or {}
+    conditions = (wl.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "QuotaReserved"), {})
+
+
+def test_claims_are_charged_against_quota_through_kueues_config_map(dra_scene: Scene) -> None:
+    """The ClusterQueue has 8 of a resource that Kueue's ConfigMap maps the GPU class to: one 8-GPU
+    job holds it all, the next waits for quota (devices are free on the other node) with Kueue's
+    reason, and is admitted and bound once the first one is gone."""
+    scene = dra_scene
+    resource = "example.com/dra-gpus"
+    scene.setup(nodes=3, gpus_per_node=0, quota={resource: 8})
+    nodes = [f"{scene.prefix}-n{i}" for i in range(3)]
+    publish(scene, f"{scene.prefix}.example.com", nodes)
+    template(scene, "eight-gpus", "gpu", count=8)
+    source = kueue_config_map(scene, resource)
+    scene.job_controller()
+    scene.kubelet()
+    run = scene.controller(leader_election=False, kueue_config=source)
+
+    scene.submit(claim_job(scene, "first", "eight-gpus"))
+    wait_until(lambda: len(bound_pods(scene, "first")) == 1, 60, "the first 8-GPU job bound")
+    usage = scene.workloads()["first"]["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+    assert usage.get(resource) == "8", usage
+
+    scene.submit(claim_job(scene, "second", "eight-gpus", seconds=1))
+
+    def waits_for_quota() -> bool:
+        cond = quota_reserved(scene, "second")
+        return cond.get("status") == "False" and resource in cond.get("message", "")
+
+    wait_until(waits_for_quota, 30, f"the second job waiting for {resource} quota")
+    cond = quota_reserved(scene, "second")
+    assert cond["reason"] == "WaitingForQuota", cond  # gpuplane's reason; the message is Kueue's
+    kueue_says = "couldn't assign flavors to pod set main: insufficient unused quota"
+    assert cond["message"].startswith(kueue_says), cond
+    run.wait_passes(3, 20)
+    assert not bound_pods(scene, "second"), "a job over the DRA quota was bound"
+
+    scene.kubectl("delete", "job", "first", "-n", scene.namespace, "--wait=false")
+    for pod in scene.pods("first"):
+        with contextlib.suppress(ApiError):
+            scene.api.delete(k8s.PODS, pod["metadata"]["name"], scene.namespace, gracePeriodSeconds=0)
+    wait_until(lambda: len(bound_pods(scene, "second")) == 1, 60, "the second job bound once quota freed")
+    reserved_for_its_pod(scene, "second")
     no_device_twice(scene)
 
 

@@ -84,6 +84,16 @@ def register(app: typer.Typer) -> None:
                 "starts empty (kube_job_status_start_time, kube_job_status_completion_time)."
             ),
         ] = None,
+        kueue_config_namespace: Annotated[
+            str, typer.Option(help="Namespace of Kueue's ConfigMap (its Configuration: deviceClassMappings).")
+        ] = "kueue-system",
+        kueue_config_name: Annotated[
+            str,
+            typer.Option(
+                help="Name of Kueue's ConfigMap, read for its key controller_manager_config.yaml "
+                "('' : not read; none there: Kueue's defaults)."
+            ),
+        ] = "kueue-manager-config",
         log_format: Annotated[
             LogFormat, typer.Option(help="Log lines as plain text, or one JSON object per line.")
         ] = LogFormat.TEXT,
@@ -101,6 +111,7 @@ def register(app: typer.Typer) -> None:
         """Admit, place, bind and preempt in a cluster, as the core decides."""
         from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
         from gpuplane.k8s.controller import Controller, ControllerConfig  # noqa: PLC0415
+        from gpuplane.k8s.kueue_config import KueueConfigSource  # noqa: PLC0415
 
         configure_logging(os.environ.get("GPUPLANE_LOG", "INFO"), log_format)
         try:
@@ -121,6 +132,7 @@ def register(app: typer.Typer) -> None:
                 runtime_history_retention_seconds=runtime_history_retention * 86400.0,
                 runtime_history_flush_seconds=runtime_history_write_interval,
                 runtime_history_prometheus=runtime_history_prometheus,
+                kueue_config=KueueConfigSource(kueue_config_namespace, kueue_config_name),
             ),
         )
         from gpuplane.cli.insight import InsightOptions, attach  # noqa: PLC0415

@@ -9,7 +9,7 @@ from typing import Any
 from gpuplane.core.session import CheckEviction, Plan, Reason
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError
-from gpuplane.k8s.plan_writes import Write, admission_writes
+from gpuplane.k8s.plan_writes import Charged, Write, admission_writes
 from gpuplane.k8s.provisioning import evicted_by_check
 from gpuplane.k8s.writing import Tools, condition, log, log_workload
 from gpuplane.model.admission_checks import CheckState
@@ -21,10 +21,11 @@ class Admissions:
     """Writes admissions (assumed in the cache first, forgotten on failure) and admission-check
     evictions (owns no state: what it writes comes from the plan and the cache)."""
 
-    def __init__(self, tools: Tools) -> None:
+    def __init__(self, tools: Tools, charged: Charged | None = None) -> None:
         self.tools = tools
         self.api = tools.api
         self.cache = tools.cache
+        self.charged = charged  # what claims cost a pod (the scheduling session's charged workloads)
 
     def write_check_evictions(self, plan: Plan) -> None:
         """The evictions of workloads whose admission checks the plan ended, all at once."""
@@ -32,7 +33,7 @@ class Admissions:
 
     def write_admissions(self, plan: Plan) -> None:
         """Assume every admission of the plan in the cache, then write them all at once."""
-        writes = admission_writes(partial(self.cache.get, "Workload"), plan, self.tools.now())
+        writes = admission_writes(partial(self.cache.get, "Workload"), plan, self.tools.now(), self.charged)
         if len(writes) < len(plan.admitted):
             self.tools.invalidate("an admission was not written")
         for write in writes:

@@ -1,7 +1,8 @@
 """The cluster's objects as ``gpuplane schedule`` reads them, from an informer cache or a live list.
 
 :func:`state_objects` picks, from objects by kind, what the core decides on: queues, flavors,
-cohorts, priority classes, topologies, Nodes and Namespaces; every Workload not finished; the pods
+cohorts, priority classes, topologies, Nodes and Namespaces, Kueue's Configuration (from its
+ConfigMap, :mod:`gpuplane.k8s.kueue_config`), the DRA objects; every Workload not finished; the pods
 bound to a node and not terminated (they hold devices); and, with ``unqueued_jobs``, each queued
 batch Job that has no Workload yet (the loader derives the Workload the controller would create).
 
@@ -11,15 +12,25 @@ batch Job that has no Workload yet (the loader derives the Workload the controll
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi, Resource, load_api_client
+from gpuplane.k8s.kueue_config import (
+    CONFIG_KIND,
+    DEFAULT_SOURCE,
+    KueueConfigError,
+    KueueConfigSource,
+    read_configuration,
+)
 from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
+
+log = logging.getLogger(__name__)
 
 Items = Callable[[str], list[dict[str, Any]]]
 FORBIDDEN = 403  # the credentials may not read it
@@ -71,6 +82,8 @@ STATE_RESOURCES = (
 _PLAIN_KINDS: tuple[str, ...] = ("Namespace", "Node", "ResourceFlavor", "Cohort", "ClusterQueue")
 _PLAIN_KINDS += ("LocalQueue", "WorkloadPriorityClass", "Topology", "AdmissionCheck", "NodePool")
 _PLAIN_KINDS += tuple(res.kind for res in DRA_READ)
+# Kueue's Configuration, read from its ConfigMap (gpuplane.k8s.kueue_config): at most one.
+_PLAIN_KINDS += (CONFIG_KIND,)
 _VERSIONS = {res.kind: res.api_version for res in READ}
 
 
@@ -110,10 +123,17 @@ def state_objects(items: Items, *, unqueued_jobs: bool = False) -> list[dict[str
 
 
 def read_cluster(
-    api: KubeApi, *, namespace: str | None = None, unreadable: list[str] | None = None
+    api: KubeApi,
+    *,
+    namespace: str | None = None,
+    unreadable: list[str] | None = None,
+    kueue_config: KueueConfigSource = DEFAULT_SOURCE,
+    problems: list[InputError] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every object of the kinds in :data:`READ`, by kind, listed once (a kind that is not served,
-    e.g. a Kueue CRD that is not installed, is empty). Only GET requests.
+    e.g. a Kueue CRD that is not installed, is empty), and Kueue's Configuration from the ConfigMap
+    ``kueue_config`` names (kind :data:`CONFIG_KIND`: none when there is no such ConfigMap; a
+    malformed one is left out, its error appended to ``problems``, else logged). Only GET requests.
 
     With ``unreadable`` (a list to fill), credentials that may not list a kind cluster-wide (403) do
     not fail the read: a namespaced kind is listed in ``namespace`` alone, the Namespace object is
@@ -128,7 +148,22 @@ def read_cluster(
             if err.status != FORBIDDEN or unreadable is None:
                 raise
             listed[res.kind] = _readable_part(api, res, namespace, unreadable)
+    listed[CONFIG_KIND] = _kueue_configuration(api, kueue_config, problems)
     return listed
+
+
+def _kueue_configuration(
+    api: KubeApi, source: KueueConfigSource, problems: list[InputError] | None
+) -> list[dict[str, Any]]:
+    try:
+        doc = read_configuration(api, source)
+    except KueueConfigError as err:
+        if problems is None:
+            log.warning("ignoring Kueue's configuration: %s", err)
+        else:
+            problems.append(err)
+        return []
+    return [] if doc is None else [doc]
 
 
 def _readable_part(
@@ -167,7 +202,10 @@ def live_objects(api: KubeApi, left_out: list[InputError] | None = None) -> list
     deleted) is left out, and so is what only it made valid, so the objects always make a state that
     ``gpuplane schedule -f`` accepts; the problems are appended to ``left_out``.
     """
-    listed = read_cluster(api)
+    configuration: list[InputError] = []
+    listed = read_cluster(api, problems=configuration)
+    if left_out is not None:
+        left_out += configuration
     objects = state_objects(lambda kind: listed.get(kind, []), unqueued_jobs=True)
     for obj in objects:
         meta = obj.get("metadata")

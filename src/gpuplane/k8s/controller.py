@@ -60,6 +60,7 @@ from gpuplane.k8s.dra_claims import DRA_RESOURCES, ClaimWrites
 from gpuplane.k8s.evicting import Evictions
 from gpuplane.k8s.finishing import Finishing
 from gpuplane.k8s.informer import Cache, Informer
+from gpuplane.k8s.kueue_config import DEFAULT_SOURCE, KueueConfigReader, KueueConfigSource
 from gpuplane.k8s.leader import LeaderElector
 from gpuplane.k8s.live_session import LiveSession
 from gpuplane.k8s.provisioning import Provisioner
@@ -117,6 +118,9 @@ class ControllerConfig:
     runtime_history_retention_seconds: float = DEFAULT_RETENTION_SECONDS
     runtime_history_flush_seconds: float = DEFAULT_FLUSH_SECONDS
     runtime_history_prometheus: str | None = None  # seeds an empty history (kube-state-metrics' Jobs)
+    # Kueue's Configuration (device class mappings, fair sharing, gates): its ConfigMap, read on the
+    # first pass and again every session_resync_seconds (gpuplane.k8s.kueue_config).
+    kueue_config: KueueConfigSource = DEFAULT_SOURCE
 
 
 class Controller:
@@ -157,6 +161,10 @@ class Controller:
         # pass looks only at those (with a full sweep whenever the session is rebuilt).
         self.work = Worklist(tuple(self.config.integrations))
         self._unfed: dict[str, set[str]] = {}  # changed keys taken from the cache, not yet fed
+        # Kueue's Configuration (its ConfigMap) into the cache, on the first pass and when due again.
+        self.kueue_config = KueueConfigReader(
+            api, self.config.kueue_config, self.config.session_resync_seconds
+        )
         self._rebuilds_swept = -1
         event = self.events.record
         devices = (self.config.scheduler or SchedulerConfig()).devices
@@ -174,7 +182,7 @@ class Controller:
         self.pending = PendingReasons(tools)
         self.queues = QueueStatuses(tools)
         self.creation = WorkloadCreation(tools)
-        self.admissions = Admissions(tools)
+        self.admissions = Admissions(tools, charged=self.live.claim_charges)
         self.evictions = Evictions(
             tools, dry_run=self.config.dry_run_preemption, forget_pending=self.pending.forget
         )
@@ -250,6 +258,7 @@ class Controller:
             # relist notes what changed meanwhile.
             return None
         started = time.monotonic()
+        self.kueue_config.refresh(self.cache, started)
         self.runtime_history.sync()  # read the stored history on the first pass; write when due
         self._catch_up()
         self.interruptions.reconcile(

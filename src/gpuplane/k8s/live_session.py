@@ -20,15 +20,15 @@ Job                                        nothing (the state holds Workloads, n
 =========================================  ===================================================
 
 Anything else rebuilds the session from the whole cache, as every pass did before: the first pass
-and each one after a leader change, a change of a queue, flavor, cohort, priority
-class, topology, admission check, namespace or DRA object (DeviceClass, ResourceSlice,
-ResourceClaim, ResourceClaimTemplate), a node added, removed or resized, a pod that holds
-devices outside a Workload the session holds, a Workload whose admission the cluster and the
+and each one after a leader change, a change of a queue, flavor, cohort, priority class, topology,
+admission check, namespace, DRA object (DeviceClass, ResourceSlice, ResourceClaim,
+ResourceClaimTemplate) or of Kueue's Configuration, a node added, removed or resized, a pod that
+holds devices outside a Workload the session holds, a Workload whose admission the cluster and the
 session disagree on (an admission written by someone else, or lost; an eviction), a Workload with
 admission checks, an invalid Workload, time running backwards, and every ``resync_seconds``. The
-controller also asks for one after a pass whose plan the cluster does not show yet in full: one
-that preempted (victims hold their quota until their jobs stop, which only the cluster shows), one
-with a failed write, and one that chose other devices at bind time than the plan did.
+controller also asks for one after a pass whose plan the cluster does not show yet in full: one that
+preempted (victims hold their quota until their jobs stop, which only the cluster shows), one with a
+failed write, and one that chose other devices at bind time than the plan did.
 
 The parsed objects are kept, so :meth:`LiveSession.state` assembles the cluster state (for the
 pass observers: metrics, visibility, ETA) without parsing anything again.
@@ -53,6 +53,7 @@ from gpuplane.k8s.clusterstate import state_objects, typed
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.integrations import recorded_reclaimable
 from gpuplane.model import labels as keys
+from gpuplane.model.dra_quota import charge_claims
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
 from gpuplane.model.objects import ClusterState, Node, Pod, Workload
@@ -80,6 +81,8 @@ _STATE_KINDS = frozenset(
         "ResourceSlice",
         "ResourceClaim",
         "ResourceClaimTemplate",
+        # Kueue's Configuration, from its ConfigMap (device class mappings among others).
+        "Configuration",
     )
 )
 _HOLDING_PHASES = (None, "Pending", "Running")
@@ -240,6 +243,9 @@ class LiveSession:
             docs = [typed(pc, "WorkloadPriorityClass") for pc in self._priorities.values()] + docs
         skipped: list[InputError] = []
         state = state_from_objects(docs, skipped=skipped)
+        if kind == "Workload" and self._base.configuration.device_class_mappings:
+            # Claims are charged as a rebuild charges them: with the cluster's mappings and templates.
+            state = charge_claims(replace(state, configuration=self._base.configuration, dra=self._base.dra))
         if skipped or state.invalid_workloads:
             raise Rebuild(f"invalid object: {kind}")
         return state
@@ -330,6 +336,15 @@ class LiveSession:
         return True
 
     # --- views ---------------------------------------------------------------------------------
+
+    def claim_charges(self, workload: str, pod_set: str) -> Mapping[str, int] | None:
+        """What one pod of ``workload``'s pod set is charged against quota, where its claims are
+        charged (Kueue's deviceClassMappings, the extended-resource path); else ``None``."""
+        wl = self._workloads.get(workload)
+        for ps in wl.pod_sets if wl is not None else ():
+            if ps.name == pod_set and (ps.template.claim_quota or ps.template.claim_replaced):
+                return ps.template.quota_requests
+        return None
 
     def state(self) -> ClusterState:
         """The cluster state the session stands for, assembled from the parsed objects."""

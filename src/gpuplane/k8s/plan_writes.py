@@ -48,6 +48,8 @@ from gpuplane.model.quantity import format_quantity
 from gpuplane.model.topology import topology_assignment
 
 Get = Callable[[str], dict[str, Any] | None]  # a Workload by key, as observed
+# What one pod of a Workload's pod set is charged (workload key, pod set), where its claims are charged.
+Charged = Callable[[str, str], Mapping[str, int] | None]
 
 # The conditions an admission sets, in the order they are written.
 ADMISSION_ORDER = (ConditionType.QUOTA_RESERVED, ConditionType.ADMITTED)
@@ -97,9 +99,10 @@ def copy_object(obj: Mapping[str, Any]) -> dict[str, Any]:
 # --- admissions ---------------------------------------------------------------------------------
 
 
-def admission_writes(get: Get, plan: Plan, now: str) -> list[Write]:
+def admission_writes(get: Get, plan: Plan, now: str, charged: Charged | None = None) -> list[Write]:
     """The plan's admissions, each as the admitted Workload. One that is gone, or that already
-    holds a reservation whose checks have not all passed, gets none."""
+    holds a reservation whose checks have not all passed, gets none. ``charged`` gives what one pod
+    of a pod set is charged where its ResourceClaims are (Kueue's deviceClassMappings)."""
     out = []
     for decision in plan.admitted:
         wl = get(decision.workload)
@@ -110,7 +113,7 @@ def admission_writes(get: Get, plan: Plan, now: str) -> list[Write]:
             Write(
                 Verb.ADMIT,
                 decision.workload,
-                admitted_workload(wl, decision, now),
+                admitted_workload(wl, decision, now, charged),
                 recorded=recorded,
                 admission=decision,
             )
@@ -126,12 +129,15 @@ def _template_requests(template: dict[str, Any]) -> dict[str, int]:
         return {}
 
 
-def admitted_workload(wl: Mapping[str, Any], decision: AdmissionDecision, now: str) -> dict[str, Any]:
+def admitted_workload(
+    wl: Mapping[str, Any], decision: AdmissionDecision, now: str, charged: Charged | None = None
+) -> dict[str, Any]:
     """``wl`` with the decision's admission and the QuotaReserved and Admitted conditions."""
     assignments = []
     by_name = {ps["name"]: ps for ps in wl["spec"]["podSets"]}
     for ps in decision.pod_sets:
-        requests = _template_requests(by_name[ps.name]["template"])
+        claims = None if charged is None else charged(decision.workload, ps.name)
+        requests = dict(claims) if claims is not None else _template_requests(by_name[ps.name]["template"])
         assignment: dict[str, Any] = {
             "name": ps.name,
             "count": ps.count,

@@ -21,6 +21,7 @@ from gpuplane.insight.runtime_history import RuntimeSample
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.clusterstate import READ, read_cluster, typed
+from gpuplane.k8s.kueue_config import CONFIG_KIND
 from gpuplane.k8s.runtime_store import CONFIG_MAP_NAME, DATA_KEY, HistoryFormatError, decode
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
@@ -40,7 +41,7 @@ def read_objects(
     """Every object of :data:`READ_KINDS`, with ``kind`` and ``apiVersion`` filled in; with
     ``unreadable``, what the credentials may read (see :func:`read_cluster`)."""
     listed = read_cluster(api, namespace=namespace, unreadable=unreadable)
-    return [typed(obj, kind) for kind in READ_KINDS for obj in listed[kind]]
+    return [typed(obj, kind) for kind in (*READ_KINDS, CONFIG_KIND) for obj in listed[kind]]
 
 
 def read_state(
