@@ -108,6 +108,7 @@ BUILTIN: tuple[ResourceType, ...] = (
     ),
     _builtin("", "v1", "Event", "events", True, short_names=("ev",)),
     _builtin("", "v1", "ConfigMap", "configmaps", True, short_names=("cm",)),
+    _builtin("", "v1", "Secret", "secrets", True),
     _builtin(
         "batch",
         "v1",

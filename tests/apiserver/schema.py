@@ -115,7 +115,7 @@ def _check(schema: Mapping[str, Any], value: Any, path: str, causes: list[Cause]
                     where, value, f"{where} in body should be at least {schema['minLength']} chars long"
                 )
             )
-        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+        if "pattern" in schema and re.search(_python_pattern(schema["pattern"]), value) is None:
             causes.append(invalid_value(where, value, f"{where} in body should match '{schema['pattern']}'"))
     if isinstance(value, list):
         _check_array(schema, value, path, causes)
@@ -261,3 +261,10 @@ def _default_value(schema: Mapping[str, Any], value: Any) -> None:
             value[key] = copy.deepcopy(sub["default"])
         if key in value and isinstance(sub, Mapping):
             _default_value(sub, value[key])
+
+
+def _python_pattern(pattern: str) -> str:
+    """An OpenAPI (RE2) pattern as Python reads it: RE2 takes inline flags such as ``(?i)`` anywhere,
+    Python only at the start."""
+    flags = re.findall(r"\(\?[aiLmsux]+\)", pattern)
+    return "".join(flags) + re.sub(r"\(\?[aiLmsux]+\)", "", pattern) if flags else pattern

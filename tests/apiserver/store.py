@@ -72,6 +72,7 @@ KNOWN_METADATA = frozenset(
 # Top-level fields of the built-in kinds; anything else is an unknown field.
 TOP_LEVEL_FIELDS: dict[str, frozenset[str]] = {
     "ConfigMap": frozenset({"data", "binaryData", "immutable"}),
+    "Secret": frozenset({"data", "stringData", "type", "immutable"}),
     "Event": frozenset(
         {
             "action",

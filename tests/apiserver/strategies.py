@@ -650,6 +650,7 @@ BUILTIN_STRATEGIES: dict[tuple[str, str], Strategy] = {
     ),
     ("", "Event"): Strategy(validate=_event_validate),
     ("", "ConfigMap"): Strategy(validate=_configmap_validate, validate_update=_configmap_validate_update),
+    ("", "Secret"): Strategy(validate=lambda secret: config_keys("data", secret.get("data"))),
     ("batch", "Job"): Strategy(
         default=_job_default,
         prepare_create=_job_prepare,

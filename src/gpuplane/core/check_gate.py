@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuplane.model.admission_checks import CheckState, CheckStatus
+from gpuplane.model.admission_checks import MULTIKUEUE_CONTROLLER, CheckState, CheckStatus
 from gpuplane.model.objects import ClusterQueue, ClusterState, Workload
 
 
@@ -79,6 +79,15 @@ class CheckGate:
         """Names of the checks that apply to a workload assigned ``flavors`` in ``cq``."""
         chosen = frozenset(flavors)
         return tuple(ref.name for ref in cq.admission_checks if ref.applies_to(chosen))
+
+    def dispatched_elsewhere(self, checks: Iterable[str]) -> bool:
+        """Whether one of ``checks`` is a MultiKueue check: the workload runs on a worker cluster,
+        so it is admitted here on quota alone and never placed on this cluster's nodes."""
+        found = self.state.admission_checks
+        return any(
+            (c := found.get(name)) is not None and c.controller_name == MULTIKUEUE_CONTROLLER
+            for name in checks
+        )
 
     def inactive_reason(self, cq: ClusterQueue) -> str | None:
         for ref in cq.admission_checks:

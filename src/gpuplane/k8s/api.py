@@ -31,6 +31,9 @@ PRIORITY_CLASSES = Resource(
     KUEUE, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False
 )
 TOPOLOGIES = Resource(KUEUE, "v1beta2", "topologies", "Topology", namespaced=False)
+MULTIKUEUE_CLUSTERS = Resource(KUEUE, "v1beta2", "multikueueclusters", "MultiKueueCluster", namespaced=False)
+MULTIKUEUE_CONFIGS = Resource(KUEUE, "v1beta2", "multikueueconfigs", "MultiKueueConfig", namespaced=False)
+SECRETS = Resource("", "v1", "secrets", "Secret")
 ADMISSION_CHECKS = Resource(KUEUE, "v1beta2", "admissionchecks", "AdmissionCheck", namespaced=False)
 PROVISIONING_CONFIGS = Resource(
     KUEUE, "v1beta2", "provisioningrequestconfigs", "ProvisioningRequestConfig", namespaced=False

@@ -1,4 +1,9 @@
-"""The controller's first write path: queued jobs and gated pod groups get their Workload."""
+"""The controller's first write path: queued jobs and gated pod groups get their Workload.
+
+A job labelled ``kueue.x-k8s.io/prebuilt-workload-name`` (a MultiKueue manager's copy on a worker)
+gets no new Workload: it adopts the one of that name, made for it in advance, by becoming its
+owner (an owner reference and the job-uid label), as Kueue does. Until that Workload exists the
+job waits."""
 
 from __future__ import annotations
 
@@ -6,9 +11,11 @@ from functools import partial
 from typing import Any
 
 from gpuplane.k8s import api as k8s
+from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError
 from gpuplane.k8s.bind_writes import workload_create_writes
 from gpuplane.k8s.writing import Tools
+from gpuplane.model import labels as keys
 
 
 class WorkloadCreation:
@@ -26,7 +33,15 @@ class WorkloadCreation:
 
         Only the worklist's candidates are looked at (jobs and pod groups that changed, or whose
         Workload is still being created); one that needs no Workload leaves the list."""
-        candidates = [(kind, key, self.cache.get(kind, key)) for kind, key in sorted(self.work.to_create)]
+        candidates = []
+        for kind, key in sorted(self.work.to_create):
+            job = self.cache.get(kind, key)
+            prebuilt = ((job or {}).get("metadata", {}).get("labels") or {}).get(keys.PREBUILT_WORKLOAD_LABEL)
+            if job is not None and prebuilt:
+                if self._adopt(kind, job, str(prebuilt)):
+                    self.work.to_create.discard((kind, key))
+                continue
+            candidates.append((kind, key, job))
         groups = []
         for group in sorted(self.work.groups):
             ns, name = group
@@ -49,6 +64,41 @@ class WorkloadCreation:
             if isinstance(value, int):
                 out[pc["metadata"]["name"]] = value
         return out
+
+    def _adopt(self, kind: str, job: dict[str, Any], workload: str) -> bool:
+        """Make ``job`` the owner of its prebuilt Workload; False while that Workload is missing
+        (or the write failed: the job stays a candidate). True once it is owned by the job."""
+        meta = job["metadata"]
+        wl = self.cache.get("Workload", f"{meta['namespace']}/{workload}")
+        if wl is None:
+            return False
+        wl_meta = wl.get("metadata") or {}
+        owners = wl_meta.get("ownerReferences") or []
+        if any(ref.get("uid") == meta.get("uid") for ref in owners):
+            return True
+        owner = {
+            "apiVersion": job.get("apiVersion") or jobs.INTEGRATIONS[kind].resource.api_version,
+            "kind": kind,
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        patch = {
+            "metadata": {
+                "resourceVersion": wl_meta.get("resourceVersion"),
+                "ownerReferences": [*owners, owner],
+                "labels": {keys.JOB_UID_LABEL: meta["uid"]},
+            }
+        }
+        try:
+            adopted = self.api.patch(k8s.WORKLOADS, workload, patch, meta["namespace"])
+        except ApiError:
+            self.tools.counters.add("write_failures")
+            return False
+        self.cache.upsert("Workload", adopted)
+        self.tools.counters.add("prebuilt_workloads_adopted")
+        return True
 
     def _create(self, body: dict[str, Any]) -> None:
         try:

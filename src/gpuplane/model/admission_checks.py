@@ -26,11 +26,16 @@ from typing import Any
 
 from gpuplane.model import fields as f
 from gpuplane.model.errors import InputError
+from gpuplane.model.labels import MULTIKUEUE_CONTROLLER
 
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
 """The controller name of Kueue's ProvisioningRequest check, which gpuplane implements."""
 
+# MULTIKUEUE_CONTROLLER (from model.labels) names Kueue's MultiKueue check: a workload it applies
+# to runs on a worker cluster, so the manager reserves its quota and never places it on its nodes.
+
 IMPLEMENTED_CONTROLLERS = (PROVISIONING_CONTROLLER,)
+__all__ = ["IMPLEMENTED_CONTROLLERS", "MULTIKUEUE_CONTROLLER", "PROVISIONING_CONTROLLER"]
 
 
 class CheckState(StrEnum):

@@ -79,3 +79,10 @@ GPU_FRACTION_ANNOTATIONS = ("gpuplane.dev/gpu-fraction", "gpu-fraction")
 GPU_MEMORY_ANNOTATIONS = ("gpuplane.dev/gpu-memory", "gpu-memory")
 GPU_FRACTION_RESOURCE = "gpuplane.dev/gpu-fraction"
 WORKLOAD_CLASS_LABEL = "gpuplane.dev/workload-class"  # "serving" keeps a workload off spot-only flavors
+
+# --- MultiKueue's keys (Kueue's spelling), on the objects a manager copies to a worker ----------
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # an AdmissionCheck's controllerName; a Job's managedBy
+MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"  # on a worker's copies: the manager's origin
+MULTIKUEUE_ORIGIN_UID_ANNOTATION = "kueue.x-k8s.io/multikueue-origin-uid"  # the manager object's uid
+# On a worker's Job: the Workload (same namespace) made for it in advance, which it adopts.
+PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"

@@ -60,7 +60,11 @@ class Decider:
             e.reason, e.message, e.requeue_now = Reason.WAITING_FOR_QUOTA, blocked, True
             e.keep_scan = self.config.preserve_scan_progress
             return
-        if self.placer.cluster is not None and not self._placed(e, mode, work):
+        if (
+            self.placer.cluster is not None
+            and not self.gate.dispatched_elsewhere(self.checks_for(e))
+            and not self._placed(e, mode, work)
+        ):
             return
         usage = e.assignment.usage
         for t in e.targets:

@@ -66,7 +66,7 @@ class CheckedReservations:
         cluster = self.placer.cluster
         for wl, verdict in self._checked:
             placed: GangPlacement | PlacementFailure | None = None
-            if cluster is not None:
+            if cluster is not None and not self.gate.dispatched_elsewhere(self.gate.states_of(wl)):
                 owner = wl.key if verdict == Verdict.READY else f"probe:{wl.key}"
                 placed = cluster.place(owner, self.placer.admission_gang(wl))
                 if verdict != Verdict.READY:

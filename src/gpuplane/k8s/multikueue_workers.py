@@ -1,0 +1,194 @@
+"""A MultiKueue manager's worker clusters: how each is reached, whether it is reachable, what it
+holds of the manager's, and where a workload would fit there.
+
+- :class:`WorkerLink` owns one worker's client (built from the kubeconfig its
+  ``MultiKueueCluster`` names: a Secret of the controller's namespace, key ``kubeconfig``, or a path)
+  and its connection state: connected, or lost since when. A worker counts as lost from the first
+  failed request, not from when its workload was admitted.
+- :func:`fit_views` answers the gpuplane dispatcher's question for a batch of workloads: on this
+  worker, would each be admitted now (one scheduling pass over the worker's objects with the
+  candidates added, in their order), and if not, when would it start (the ETA ``gpuplane why``
+  gives). It reads the worker only; it writes nothing there.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import logging
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuplane.core.session import config_from_kueue, schedule
+from gpuplane.insight.dispatch import ClusterView
+from gpuplane.insight.why import explain_all
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s.api import ApiError, KubeApi, load_api_client
+from gpuplane.k8s.clusterstate import read_cluster, typed
+from gpuplane.model import labels as keys
+from gpuplane.model.errors import InputError
+from gpuplane.model.loader import state_from_objects
+from gpuplane.model.multikueue import KUBECONFIG_SECRET_KEY, LocationType, WorkerCluster
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WORKER_QPS = 100.0  # per worker: a dispatch is two creates and a few reads there
+DEFAULT_WORKER_BURST = 200
+
+
+@dataclass
+class RemoteObjects:
+    """What one worker holds of this manager's (by origin label): Workloads and Jobs, by key."""
+
+    workloads: dict[str, dict[str, Any]]
+    jobs: dict[str, dict[str, Any]]
+
+
+class WorkerLink:
+    """One worker cluster's client and connection state (owns the client; the manager owns the
+    links). ``lost_since``: the monotonic time of the first failure since the last success."""
+
+    def __init__(  # noqa: PLR0913 - keyword-only: the rate limits and the clock
+        self,
+        cluster: WorkerCluster,
+        kubeconfig: str,
+        *,
+        qps: float = DEFAULT_WORKER_QPS,
+        burst: int = DEFAULT_WORKER_BURST,
+        clock: Callable[[], float],
+        timeout: float = 5.0,
+    ) -> None:
+        self.cluster = cluster
+        self.kubeconfig = kubeconfig
+        self.clock = clock
+        with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as handle:
+            handle.write(kubeconfig)
+            self._path = Path(handle.name)
+        try:
+            self.api = KubeApi(load_api_client(str(self._path)), timeout, qps=qps, burst=burst)
+        finally:
+            self._path.unlink(missing_ok=True)
+        self.connected = False
+        self.lost_since: float | None = clock()  # not reached yet
+        self.message = "not contacted yet"
+
+    def close(self) -> None:
+        self.api.close()
+
+    def observe(self, origin: str) -> RemoteObjects | None:
+        """List this manager's Workloads and Jobs on the worker; None (and the link marked lost)
+        when the worker does not answer."""
+        selector = f"{keys.MULTIKUEUE_ORIGIN_LABEL}={origin}"
+        try:
+            wls = self.api.list(k8s.WORKLOADS, labelSelector=selector).get("items") or []
+            jobs = self.api.list(k8s.JOBS, labelSelector=selector).get("items") or []
+        except (ApiError, OSError, ValueError) as err:
+            self.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
+            return None
+        except Exception as err:
+            self.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
+            return None
+        self.connected, self.lost_since, self.message = True, None, "connected"
+        return RemoteObjects(
+            {_key(w): w for w in wls},
+            {_key(j): j for j in jobs},
+        )
+
+    def lost(self, message: str) -> None:
+        if self.connected or self.lost_since is None:
+            self.lost_since = self.clock()
+        self.connected = False
+        self.message = message
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def kubeconfig_text(cluster: WorkerCluster, secret: Mapping[str, Any] | None, namespace: str) -> str:
+    """The kubeconfig text a MultiKueueCluster names: from its Secret (as read, None when missing)
+    or its path. Raises InputError naming what is missing."""
+    label = f"MultiKueueCluster/{cluster.name}"
+    if cluster.location_type == LocationType.PATH:
+        try:
+            return Path(cluster.location).read_text()
+        except OSError as err:
+            raise InputError(f"cannot read the kubeconfig at {cluster.location}: {err}", obj=label) from None
+    if secret is None:
+        raise InputError(f"no Secret {namespace}/{cluster.location}", obj=label)
+    data = (secret.get("data") or {}).get(KUBECONFIG_SECRET_KEY)
+    if not data:
+        raise InputError(
+            f"Secret {namespace}/{cluster.location} has no key {KUBECONFIG_SECRET_KEY!r}", obj=label
+        )
+    try:
+        return base64.b64decode(data).decode()
+    except (binascii.Error, ValueError) as err:
+        raise InputError(f"Secret {namespace}/{cluster.location}: {err}", obj=label) from None
+
+
+def candidate_copy(wl: Mapping[str, Any]) -> dict[str, Any]:
+    """A manager Workload as a fresh, queued Workload on a worker (no status, no uid)."""
+    meta = wl.get("metadata") or {}
+    return typed(
+        {
+            "metadata": {
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "labels": dict(meta.get("labels") or {}),
+                "annotations": dict(meta.get("annotations") or {}),
+                "creationTimestamp": meta.get("creationTimestamp"),
+            },
+            "spec": copy.deepcopy(wl.get("spec") or {}),
+        },
+        "Workload",
+    )
+
+
+def fit_views(
+    link: WorkerLink, candidates: Sequence[Mapping[str, Any]], labels: Mapping[str, str], now: float
+) -> dict[str, ClusterView]:
+    """Per candidate (``namespace/name``), how it would fare on ``link``'s worker now."""
+    name = link.cluster.name
+    if not link.connected:
+        return {_key(c): ClusterView(name, labels, active=False, note=link.message) for c in candidates}
+    try:
+        listed = read_cluster(link.api)
+    except Exception as err:
+        link.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
+        return {_key(c): ClusterView(name, labels, active=False, note=link.message) for c in candidates}
+    objects = [typed(o, kind) for kind, items in listed.items() if kind != "Job" for o in items]
+    objects = [o for o in objects if not (o["kind"] == "Workload" and _finished(o))]
+    present = {_key(o) for o in objects if o["kind"] == "Workload"}
+    fresh = [candidate_copy(c) for c in candidates if _key(c) not in present]
+    skipped: list[InputError] = []
+    state = state_from_objects([*objects, *fresh], source=f"cluster {name}", skipped=skipped)
+    config = config_from_kueue(state.configuration)
+    plan = schedule(state, config, now, cycles=1)
+    admitted = {a.workload for a in plan.admitted}
+    waits = {e.workload: e for e in explain_all(state, plan, now, config, diagnose=False)}
+    refused = {f"{(e.obj or '').split('/', 1)[-1]}": e.message for e in skipped}
+    out: dict[str, ClusterView] = {}
+    for c in candidates:
+        key = _key(c)
+        if key in admitted:
+            out[key] = ClusterView(name, labels, fits_now=True, start_in_seconds=0.0)
+        elif key in waits:
+            e = waits[key]
+            out[key] = ClusterView(name, labels, start_in_seconds=e.eta.seconds, note=e.message or e.reason)
+        else:
+            note = refused.get(key) or "the worker cannot take it"
+            out[key] = ClusterView(name, labels, note=note)
+    return out
+
+
+def _finished(wl: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Finished" and c.get("status") == "True"
+        for c in (wl.get("status") or {}).get("conditions") or []
+    )
