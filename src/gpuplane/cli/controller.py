@@ -7,13 +7,16 @@ import signal
 import socket
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpuplane.cli.logs import LogFormat
 from gpuplane.cli.logs import configure as configure_logging
 from gpuplane.kube.ratelimit import DEFAULT_BURST, DEFAULT_QPS
+
+if TYPE_CHECKING:
+    from gpuplane.k8s.multikueue import MultiKueueSettings
 
 
 def register(app: typer.Typer) -> None:
@@ -107,6 +110,36 @@ def register(app: typer.Typer) -> None:
         reaper_enforce: Annotated[
             bool, typer.Option(help="The in-process reaper acts (warns, reclaims); else a dry run.")
         ] = False,
+        multikueue: Annotated[
+            bool,
+            typer.Option(
+                help="Run MultiKueue on this (manager) cluster: Workloads in ClusterQueues with a "
+                "kueue.x-k8s.io/multikueue AdmissionCheck are dispatched to the workers it names."
+            ),
+        ] = False,
+        multikueue_dispatcher: Annotated[
+            str,
+            typer.Option(
+                help="AllAtOnce or Incremental (Kueue's), or gpuplane: ask each worker where the "
+                "gang fits now or starts soonest, and nominate that one."
+            ),
+        ] = "gpuplane",
+        multikueue_origin: Annotated[
+            str, typer.Option(help="The origin label value on this manager's copies on workers.")
+        ] = "multikueue",
+        multikueue_worker_lost_timeout: Annotated[
+            float,
+            typer.Option(min=0.0, help="Seconds a worker may be unreachable before its workloads requeue."),
+        ] = 900.0,
+        multikueue_gc_interval: Annotated[
+            float, typer.Option(min=0.1, help="Seconds between collections of orphaned copies on workers.")
+        ] = 60.0,
+        multikueue_worker_qps: Annotated[
+            float, typer.Option(min=0.1, help="Client requests per second to each worker's API server.")
+        ] = 100.0,
+        multikueue_worker_burst: Annotated[
+            int, typer.Option(min=1, help="Client requests allowed at once above the worker QPS.")
+        ] = 200,
     ) -> None:
         """Admit, place, bind and preempt in a cluster, as the core decides."""
         from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - imports the client lazily
@@ -114,6 +147,19 @@ def register(app: typer.Typer) -> None:
         from gpuplane.k8s.kueue_config import KueueConfigSource  # noqa: PLC0415
 
         configure_logging(os.environ.get("GPUPLANE_LOG", "INFO"), log_format)
+        mk_settings = (
+            _multikueue_settings(
+                multikueue_dispatcher,
+                origin=multikueue_origin,
+                namespace=lease_namespace,
+                worker_lost_timeout=multikueue_worker_lost_timeout,
+                gc_interval=multikueue_gc_interval,
+                worker_qps=multikueue_worker_qps,
+                worker_burst=multikueue_worker_burst,
+            )
+            if multikueue
+            else None
+        )
         try:
             api = KubeApi(load_api_client(kubeconfig, context), qps=qps, burst=burst)
         except Exception as err:
@@ -133,6 +179,7 @@ def register(app: typer.Typer) -> None:
                 runtime_history_flush_seconds=runtime_history_write_interval,
                 runtime_history_prometheus=runtime_history_prometheus,
                 kueue_config=KueueConfigSource(kueue_config_namespace, kueue_config_name),
+                multikueue=mk_settings,
             ),
         )
         from gpuplane.cli.insight import InsightOptions, attach  # noqa: PLC0415
@@ -206,3 +253,16 @@ def register_webhook(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
         server.serve_forever()
+
+
+def _multikueue_settings(dispatcher: str, **settings: Any) -> MultiKueueSettings:
+    """The manager's MultiKueue settings from the command line; exit 2 on an unknown dispatcher."""
+    from gpuplane.insight.dispatch import parse_policy  # noqa: PLC0415
+    from gpuplane.k8s.multikueue import MultiKueueSettings  # noqa: PLC0415
+
+    try:
+        policy = parse_policy(dispatcher)
+    except ValueError as err:
+        typer.echo(f"error: --multikueue-dispatcher: {err}", err=True)
+        raise typer.Exit(2) from None
+    return MultiKueueSettings(dispatcher=policy, **settings)

@@ -63,6 +63,7 @@ from gpuplane.k8s.informer import Cache, Informer
 from gpuplane.k8s.kueue_config import DEFAULT_SOURCE, KueueConfigReader, KueueConfigSource
 from gpuplane.k8s.leader import LeaderElector
 from gpuplane.k8s.live_session import LiveSession
+from gpuplane.k8s.multikueue import MultiKueue, MultiKueueSettings
 from gpuplane.k8s.provisioning import Provisioner
 from gpuplane.k8s.reporting import PendingReasons, QueueStatuses
 from gpuplane.k8s.runtime_seed import prometheus_samples
@@ -121,6 +122,8 @@ class ControllerConfig:
     # Kueue's Configuration (device class mappings, fair sharing, gates): its ConfigMap, read on the
     # first pass and again every session_resync_seconds (gpuplane.k8s.kueue_config).
     kueue_config: KueueConfigSource = DEFAULT_SOURCE
+    # MultiKueue on a manager cluster (gpuplane.k8s.multikueue): None leaves MultiKueue checks alone.
+    multikueue: MultiKueueSettings | None = None
 
 
 class Controller:
@@ -169,6 +172,11 @@ class Controller:
         event = self.events.record
         devices = (self.config.scheduler or SchedulerConfig()).devices
         self.provisioner = Provisioner(api, self.cache, clock, event)
+        self.multikueue = (
+            MultiKueue(api, self.cache, clock, time.monotonic, event, self.config.multikueue)
+            if self.config.multikueue is not None
+            else None
+        )
         self.warm = WarmBuffer(
             api, self.cache, self.config.lease_namespace, event, placeholder_resource(devices)
         )
@@ -223,6 +231,8 @@ class Controller:
         """End the writer and Event threads (idempotent); writes in flight finish first."""
         self.writes.close()
         self.events.close()
+        if self.multikueue is not None:
+            self.multikueue.close()
 
     def run(self, stop: Callable[[], bool], interval: float = 1.0) -> None:
         while not stop():
@@ -270,6 +280,8 @@ class Controller:
         self.creation.run()
         self._catch_up()
         self.finishing.run()
+        if self.multikueue is not None:
+            self.multikueue.reconcile()
         failures = self.counters.write_failures
         replanned = self.counters.extra.get("replanned_devices", 0)
         plan = self._schedule()
