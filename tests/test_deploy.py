@@ -43,6 +43,7 @@ from gpuplane.k8s import eta_writer, integrations, leader, visibility
 from gpuplane.k8s import evicting as k8s_evicting
 from gpuplane.k8s import finishing as k8s_finishing
 from gpuplane.k8s import informer as k8s_informer
+from gpuplane.k8s import multikueue as k8s_multikueue
 from gpuplane.k8s import provisioning as k8s_provisioning
 from gpuplane.k8s import reporting as k8s_reporting
 from gpuplane.k8s import runtime_store as k8s_runtime_store
@@ -265,9 +266,9 @@ def test_crd_is_consistent_and_structural(resource: Resource) -> None:
 def test_status_subresource_wherever_the_controller_writes_status() -> None:
     status_writes = {(g, r.split("/")[0]) for g, r, _ in _required_cluster_perms() if r.endswith("/status")}
     # Built-in kinds serve their status subresource already; the CRDs must declare theirs.
-    assert {r for g, r in status_writes if g != k8s_api.KUEUE} == {"resourceclaims"}
+    assert {r for g, r in status_writes if g != k8s_api.KUEUE} == {"resourceclaims", "jobs"}
     writes_status = {r for g, r in status_writes if g == k8s_api.KUEUE}
-    assert writes_status == {"workloads", "clusterqueues", "localqueues"}
+    assert writes_status == {"workloads", "clusterqueues", "localqueues", "multikueueclusters", "admissionchecks"}
     for crd in _crds():
         if crd["spec"]["names"]["plural"] in writes_status:
             for version in crd["spec"]["versions"]:
@@ -354,6 +355,12 @@ CONTROLLER_WRITES: set[Perm] = {
     (k8s_api.KUEUE, "localqueues/status", "patch"),
     (k8s_api.DRA, "resourceclaims", "update"),  # kube-scheduler's finalizer on a claim it allocates
     (k8s_api.DRA, "resourceclaims/status", "update"),  # allocation and reservedFor; their release
+    # MultiKueue on a manager (--multikueue): its objects, their Active conditions, the Jobs' status
+    (k8s_api.KUEUE, "multikueueclusters", "list"),
+    (k8s_api.KUEUE, "multikueueconfigs", "list"),
+    (k8s_api.KUEUE, "multikueueclusters/status", "update"),
+    (k8s_api.KUEUE, "admissionchecks/status", "update"),
+    ("batch", "jobs/status", "update"),  # a worker Job's status copied to the manager's Job
 } | {
     # stamp templates + unsuspend on admission; suspend on preemption
     (i.resource.group, i.resource.plural, "update")
@@ -364,7 +371,9 @@ LEADER_ELECTION: set[Perm] = {("coordination.k8s.io", "leases", v) for v in ("ge
 RUNTIME_HISTORY: set[Perm] = {("", "configmaps", v) for v in ("get", "create", "update")}
 # The warm buffer's placeholder pods, in gpuplane's namespace only (its own Role).
 WARM_BUFFER: set[Perm] = {("", "pods", "create"), ("", "pods", "delete")}
-ROLES = ("gpuplane-leader-election", "gpuplane-runtime-history", "gpuplane-warm-buffer")
+# The workers' kubeconfigs of MultiKueue, Secrets in gpuplane's namespace (its own Role).
+MULTIKUEUE_SECRETS: set[Perm] = {("", "secrets", "get")}
+ROLES = ("gpuplane-leader-election", "gpuplane-runtime-history", "gpuplane-warm-buffer", "gpuplane-multikueue")
 # A Workload's owner reference to its job sets blockOwnerDeletion; with the
 # OwnerReferencesPermissionEnforcement admission plugin that needs update on <owner>/finalizers.
 OWNER_FINALIZERS: set[Perm] = {
@@ -464,6 +473,7 @@ def _code_perms() -> set[Perm]:
         k8s_spot,
         k8s_warm,
         k8s_runtime_store,
+        k8s_multikueue,
     )
     return {p for module in modules for p in _api_calls(module)}
 
@@ -487,7 +497,8 @@ def test_the_code_scan_sees_the_calls() -> None:
 
 def test_written_list_matches_the_code() -> None:
     found = _code_perms()
-    assert found - _informer_perms() - LEADER_ELECTION - RUNTIME_HISTORY - WARM_BUFFER == CONTROLLER_WRITES
+    rest = found - _informer_perms() - LEADER_ELECTION - RUNTIME_HISTORY - WARM_BUFFER - MULTIKUEUE_SECRETS
+    assert rest == CONTROLLER_WRITES
     assert {p for p in found if p[1] == "leases"} == LEADER_ELECTION
     assert {p for p in found if p[1] == "configmaps"} == RUNTIME_HISTORY
 
@@ -532,6 +543,14 @@ def test_warm_buffer_pods_only_in_gpuplane_namespace() -> None:
     assert _rule_perms(role["rules"]) == WARM_BUFFER
     cluster_pods = {p for p in _rule_perms(_one(docs, "ClusterRole")["rules"]) if p[1] == "pods"}
     assert not cluster_pods & WARM_BUFFER
+
+
+def test_worker_kubeconfigs_are_read_only_in_gpuplane_namespace() -> None:
+    docs = _manifests()
+    role = _one(docs, "Role", "gpuplane-multikueue")
+    assert role["metadata"]["namespace"] == NAMESPACE == k8s_multikueue.MultiKueueSettings().namespace
+    assert _rule_perms(role["rules"]) == MULTIKUEUE_SECRETS
+    assert not {p for p in _rule_perms(_one(docs, "ClusterRole")["rules"]) if p[1] == "secrets"}
 
 
 def test_no_wildcards_or_escalation_anywhere() -> None:

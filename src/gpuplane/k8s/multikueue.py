@@ -652,6 +652,8 @@ class MultiKueue:
     def _write_active(
         self, res: k8s.Resource, obj: Mapping[str, Any], status: str, reason: str, message: str
     ) -> dict[str, Any] | None:
+        """Write the ``Active`` condition of a MultiKueueCluster or an AdmissionCheck (nothing when
+        it already reads so); the object as written, or None."""
         conditions = (obj.get("status") or {}).get("conditions") or []
         current: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Active"), {})
         if (
@@ -675,12 +677,14 @@ class MultiKueue:
             new
         ]
         try:
-            written = self.api.replace(res, body, sub="status")
+            if res is MULTIKUEUE_CLUSTERS:
+                written = self.api.replace(MULTIKUEUE_CLUSTERS, body, sub="status")
+                self.cluster_objects[obj["metadata"]["name"]] = written
+            else:
+                written = self.api.replace(k8s.ADMISSION_CHECKS, body, sub="status")
         except ApiError as err:
             log.debug("Active of %s %s not written: %s", res.kind, obj["metadata"]["name"], err)
             return None
-        if res is MULTIKUEUE_CLUSTERS:
-            self.cluster_objects[obj["metadata"]["name"]] = written
         return written
 
 
