@@ -182,3 +182,29 @@ def test_the_report_plots_every_run_with_the_target_and_each_capacity(tmp_path: 
     assert wait["panels"]["ablations"] == ["gpuplane", "gpuplane-no-sharing"]
     page = index.read_text()
     assert all(f"<td>{load:g}</td>" in page for load, _ in sweep_points(doc))
+
+
+@pytest.mark.usefixtures("fake_runs")
+def test_gpus_to_match_ends_when_node_counts_round_to_clusters_already_run() -> None:
+    def coarse(load: float, multiplier: float) -> SimInput:
+        count = math.ceil(2 * multiplier - 1e-9)  # two 8-GPU nodes: clusters come 8 GPUs apart
+        spec = ClusterSpec(
+            tuple(NodeSpec(f"n-{i}", "gpu", 8) for i in range(count)), ("gpu",), (Team("red", 1.0, 1.0),)
+        )
+        return SimInput(
+            "fake",
+            spec,
+            Workloads((), (), 0.0, 3600.0),
+            3600.0,
+            7200.0,
+            30.0,
+            seed=1,
+            notes={"load": load * 2 / count},
+        )
+
+    doc = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=1, grown=coarse).document
+    match = doc["gpusToMatch"]["stock"]
+    need = 16 * doc["capacityAtWaitTarget"]["gpuplane"] / CROSSING["stock"]
+    assert match["bound"] == "interpolated"
+    assert need <= match["gpus"] < need + 8
+    assert len({run["gpus"] for run in match["runs"]}) <= gpus_match.MAX_RUNS

@@ -62,20 +62,20 @@ class _Search:
     runs: list[tuple[float, int, float, float]] = field(default_factory=list)
 
     def met(self, target: float) -> list[tuple[float, int, float, float]]:
-        return sorted((r for r in self.runs if r[3] <= target), key=lambda r: r[1])
+        return sorted((r for r in self.runs if r[3] <= target), key=lambda r: (r[1], r[0]))
 
     def missed(self, target: float) -> list[tuple[float, int, float, float]]:
-        return sorted((r for r in self.runs if r[3] > target), key=lambda r: r[1])
+        return sorted((r for r in self.runs if r[3] > target), key=lambda r: (r[1], r[0]))
 
     def next_multiplier(self, target: float, installed: int) -> float | None:
         if not self.runs:
             return self.start
-        if len({r[1] for r in self.runs}) >= MAX_RUNS:
+        if len({r[1] for r in self.runs}) >= MAX_RUNS or len(self.runs) >= 4 * MAX_RUNS:
             return None
         met, missed = self.met(target), self.missed(target)
         if not met:
             return missed[-1][0] * GROWTH
-        low = max((r for r in missed if r[1] < met[0][1]), key=lambda r: r[1], default=None)
+        low = max((r for r in missed if r[1] < met[0][1]), key=lambda r: (r[1], r[0]), default=None)
         low_m, low_gpus = (1.0, installed) if low is None else (low[0], low[1])
         if met[0][1] - low_gpus <= max(1, TOLERANCE * installed) or met[0][0] - low_m < 1e-3:
             return None  # close enough, or no cluster between the two (node counts round up)
