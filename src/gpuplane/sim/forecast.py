@@ -87,6 +87,7 @@ class Known:
     basis: str
     due: float
     seen: int
+    runs: tuple[tuple[str, Runs], ...] = ()
     made: Prediction | None = None
     made_from: float = 0.0
     curve: RuntimeCurve | None = None
@@ -98,8 +99,17 @@ class Known:
         return self.curve
 
     def prediction(self, predictor: RuntimePredictor) -> Prediction:
-        """The prediction of a run not started yet, made when first asked for."""
+        """The prediction of a run not started yet, made when first asked for: what
+        ``predictor.predict(features, declared=declared)`` gives, read from the runs of the
+        features' keys at hand (``runs``, most specific first, with their bases) instead of
+        looking the keys up again."""
         if self.made is None:
+            least = predictor.min_samples
+            for basis, runs in self.runs:
+                count = len(runs.runtimes)
+                if count >= least:
+                    self.made, self.made_from = runs.not_started(basis), float(count)
+                    return self.made
             self.made = predictor.predict(self.features, declared=self.declared)
             self.made_from = float(predictor.count(self.features)[1])
         return self.made
@@ -164,7 +174,9 @@ class RuntimeHistory:
                     ("name" if key[0] == "name+shape" else key[0], sums.setdefault(key, [0.0, 0.0, 0.0, 0.0]))
                     for key in _keys(features)
                 )
-                found = self.entries[made_of] = (features, slot, entries, self.predictor.runs_of(features))
+                holders = self.predictor.runs_of(features)
+                bases = tuple(zip((basis for basis, _ in entries), holders, strict=True))
+                found = self.entries[made_of] = (features, slot, entries, holders, bases)
             self.jobs[job.id] = found
         return found
 
@@ -176,7 +188,7 @@ class RuntimeHistory:
 
     def record(self, job: Job, seconds: float) -> None:
         """``job`` finished after running ``seconds``."""
-        _, _, entries, holders = self._of(job)
+        _, _, entries, holders, _ = self._of(job)
         seconds = checked_runtime(seconds)
         for runs in holders:
             runs.add(seconds)
@@ -209,7 +221,7 @@ class RuntimeHistory:
         return "declared", 0.0, None
 
     def known_of(self, job: Job, now: float) -> Known:
-        features, slot, _, _ = self._of(job)
+        features, slot, _, _, bases = self._of(job)
         known = slot[0]
         learned = self.learned
         if known is not None and known.seen == learned:
@@ -225,6 +237,7 @@ class RuntimeHistory:
             basis,
             max(count + 1, count * RELEARN),
             learned,
+            bases,
         )
         # The quantiles move less than the mean as runs come in: made again past REMAKE.
         if (
@@ -271,7 +284,13 @@ def _keys(features: JobFeatures) -> tuple[tuple[str, ...], ...]:
     return common
 
 
-_Entry = tuple[JobFeatures, list[Known | None], tuple[tuple[str, list[float]], ...], tuple[Runs, ...]]
+_Entry = tuple[
+    JobFeatures,
+    list[Known | None],
+    tuple[tuple[str, list[float]], ...],
+    tuple[Runs, ...],
+    tuple[tuple[str, Runs], ...],
+]
 
 
 class _Asked(dict[int, Known]):
