@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from gpuplane.core.placement.dra_cel import CelSelectors, SelectorError
 from gpuplane.model.dra import Device, Version
+from gpuplane.model.dra_cel import CelSelectors, SelectorError
 
 DRIVER = "gpu.example.com"
 GPU = Device(

@@ -80,6 +80,32 @@ class DeviceToleration:
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityPolicy:
+    """A capacity's ``requestPolicy``: the amounts a request may consume, as ``valid_values`` (ascending)
+    or a range (``minimum``, optional ``maximum`` and ``step``); neither: any amount."""
+
+    valid_values: tuple[Fraction, ...] = ()
+    minimum: Fraction | None = None
+    maximum: Fraction | None = None
+    step: Fraction | None = None
+
+    def round(self, amount: Fraction) -> Fraction | None:
+        """What a request for ``amount`` consumes, rounded up as the scheduler rounds it; ``None``
+        when the policy allows no such amount (the device cannot be allocated for it)."""
+        if self.valid_values:
+            return next((v for v in self.valid_values if v >= amount), None)
+        if self.minimum is None:
+            return amount
+        value = max(amount, self.minimum)
+        if self.step:
+            steps = -(-(value - self.minimum) // self.step)  # ceiling
+            value = self.minimum + steps * self.step
+        if self.maximum is not None and value > self.maximum:
+            return None
+        return value
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     """One device of a ResourceSlice: attributes and capacity by qualified name, the counters it
     consumes (counter set -> counter -> amount), whether several allocations may share it, its
@@ -90,6 +116,8 @@ class Device:
     capacity: Mapping[str, Fraction] = field(default_factory=lambda: MappingProxyType({}))
     # requestPolicy.default per capacity: what a request without an entry for it consumes.
     capacity_default: Mapping[str, Fraction] = field(default_factory=lambda: MappingProxyType({}))
+    # requestPolicy.validValues / validRange per capacity: how a request's amount is rounded up.
+    capacity_policy: Mapping[str, CapacityPolicy] = field(default_factory=lambda: MappingProxyType({}))
     consumes: Mapping[str, Mapping[str, Fraction]] = field(default_factory=lambda: MappingProxyType({}))
     allow_multiple: bool = False
     taints: tuple[DeviceTaint, ...] = ()
@@ -299,6 +327,78 @@ def parse_device_class_mappings(doc: Mapping[str, Any]) -> dict[str, str]:
                 raise InputError(f"DeviceClass {cls!r} is mapped twice", field=f.join(cpath, j))
             out[cls] = name
     return out
+
+
+COUNTER = "counter"
+CAPACITY = "capacity"
+# Kueue's feature gates for the mapping sources, and their defaults (Kueue 0.19).
+SOURCE_GATES = {
+    COUNTER: ("KueueDRAIntegrationPartitionableDevices", True),
+    CAPACITY: ("KueueDRAIntegrationConsumableCapacity", False),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSource:
+    """One entry of a mapping's ``sources``: charge the ``counter`` the matching devices consume, or
+    the ``capacity`` a request asks of them, instead of the device count. ``name`` is the counter's
+    name, or the capacity's qualified name (``driver/name`` when given bare); ``selector`` the
+    ``deviceSelector`` CEL expression that scopes the devices (``None``: every device of ``driver``)."""
+
+    kind: str  # COUNTER | CAPACITY
+    name: str
+    driver: str
+    selector: str | None = None
+
+
+def parse_quota_sources(doc: Mapping[str, Any]) -> dict[str, tuple[QuotaSource, ...]]:
+    """Kueue Configuration ``resources.deviceClassMappings[].sources``: DeviceClass -> how its
+    devices are charged when not by count. A mapping's sources are all counters or all capacities;
+    each kind needs its Kueue feature gate (``featureGates``, Kueue's defaults)."""
+    resources = f.get_map(doc, "resources", "")
+    gates = f.get_map(doc, "featureGates", "")
+    out: dict[str, tuple[QuotaSource, ...]] = {}
+    path = "resources.deviceClassMappings"
+    for i, raw in enumerate(f.get_list(resources, "deviceClassMappings", "resources")):
+        here = f.join(path, i)
+        mapping = f.as_map(raw, here)
+        sources = tuple(
+            _quota_source(item, f.join(f.join(here, "sources"), j), gates)
+            for j, item in enumerate(f.get_list(mapping, "sources", here))
+        )
+        if len({s.kind for s in sources}) > 1:
+            raise InputError(
+                "counter and capacity sources cannot be mixed in one mapping", field=f.join(here, "sources")
+            )
+        for item in f.get_list(mapping, "deviceClassNames", here):
+            if sources and isinstance(item, str):
+                out[item] = sources
+    return out
+
+
+def _quota_source(raw: object, here: str, gates: Mapping[str, Any]) -> QuotaSource:
+    entry = f.as_map(raw, here)
+    kinds = [k for k in (COUNTER, CAPACITY) if k in entry]
+    if len(kinds) != 1:
+        raise InputError("must set exactly one of counter and capacity", field=here)
+    kind = kinds[0]
+    gate, default = SOURCE_GATES[kind]
+    if not f.as_bool(gates.get(gate, default), f"featureGates.{gate}"):
+        raise InputError(f"{kind} sources need the feature gate {gate}", field=f.join(here, kind))
+    spath = f.join(here, kind)
+    source = f.get_map(entry, kind, here)
+    name = f.req_str(source, "name", spath)
+    driver = f.req_str(source, "driver", spath)
+    selector = None
+    if "deviceSelector" in source:
+        dpath = f.join(spath, "deviceSelector")
+        cel = f.get_map(f.get_map(source, "deviceSelector", spath), "cel", dpath, required=True)
+        selector = f.req_str(cel, "expression", f.join(dpath, "cel"))
+    if kind == CAPACITY:
+        if name.count("/") > 1:
+            raise InputError("a capacity name has at most one '/'", field=f.join(spath, "name"))
+        name = qualified(name, driver)
+    return QuotaSource(kind, name, driver, selector)
 
 
 def check_names(items: Sequence[str], what: str, path: str) -> None:

@@ -7,6 +7,7 @@ document and the object's ``Kind/namespace/name``.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from fractions import Fraction
@@ -18,6 +19,7 @@ from gpuplane.model.dra import (
     EXACT_COUNT,
     AllocatedDevice,
     AttributeValue,
+    CapacityPolicy,
     ClaimSpec,
     Device,
     DeviceClass,
@@ -117,6 +119,46 @@ def _counters(raw: Doc, path: str) -> Mapping[str, Fraction]:
     return frozen_map(out)
 
 
+MAX_VALID_VALUES = 10
+
+
+def _request_policy(policy: Mapping[str, Any], here: str) -> tuple[Fraction | None, CapacityPolicy | None]:
+    """A capacity's ``requestPolicy``: its default, and its valid values or range, checked as the
+    API server checks them (one of the two at most; with either, a default that it allows)."""
+    raw_default = policy.get("default")
+    default = None if raw_default is None else _quantity(raw_default, f.join(here, "default"))
+    values_raw = f.get_list(policy, "validValues", here)
+    span = f.get_map(policy, "validRange", here)
+    if values_raw and span:
+        raise InputError("set at most one of validValues and validRange", field=here)
+    if not values_raw and not span:
+        return default, None
+    if default is None:
+        raise InputError("required with validValues or validRange", field=f.join(here, "default"))
+    if values_raw:
+        vpath = f.join(here, "validValues")
+        if len(values_raw) > MAX_VALID_VALUES:
+            raise InputError(f"at most {MAX_VALID_VALUES} values", field=vpath)
+        values = tuple(_quantity(v, f.join(vpath, i)) for i, v in enumerate(values_raw))
+        if any(a >= b for a, b in itertools.pairwise(values)):
+            raise InputError("must be sorted in ascending order, without repeats", field=vpath)
+        if default not in values:
+            raise InputError("must be one of validValues", field=f.join(here, "default"))
+        return default, CapacityPolicy(valid_values=values)
+    rpath = f.join(here, "validRange")
+    low = _quantity(f.get(span, "min", rpath, required=True), f.join(rpath, "min"))
+    high = None if span.get("max") is None else _quantity(span["max"], f.join(rpath, "max"))
+    step = None if span.get("step") is None else _quantity(span["step"], f.join(rpath, "step"))
+    if high is not None and high < low:
+        raise InputError("must not be below min", field=f.join(rpath, "max"))
+    if step is not None and step <= 0:
+        raise InputError("must be above zero", field=f.join(rpath, "step"))
+    rule = CapacityPolicy(minimum=low, maximum=high, step=step)
+    if rule.round(default) != default:
+        raise InputError("must lie in validRange (on a step from min)", field=f.join(here, "default"))
+    return default, rule
+
+
 def _device(raw: object, path: str, driver: str) -> Device:
     dev = f.as_map(raw, path)
     name = f.req_str(dev, "name", path)
@@ -131,15 +173,26 @@ def _device(raw: object, path: str, driver: str) -> Device:
     }
     capacity: dict[str, Fraction] = {}
     defaults: dict[str, Fraction] = {}
+    policies: dict[str, CapacityPolicy] = {}
     cpath = f.join(path, "capacity")
     for k, v in f.get_map(dev, "capacity", path).items():
         here = f.join(cpath, k)
         cap = f.as_map(v, here)
         qname = _qualify(k, driver, here)
         capacity[qname] = _quantity(f.get(cap, "value", here, required=True), f.join(here, "value"))
-        policy = f.get_map(cap, "requestPolicy", here)
-        if "default" in policy and policy["default"] is not None:
-            defaults[qname] = _quantity(policy["default"], f.join(f.join(here, "requestPolicy"), "default"))
+        if cap.get("requestPolicy") is not None:
+            if not f.get_bool(dev, "allowMultipleAllocations", path, False):
+                raise InputError(
+                    "a requestPolicy needs allowMultipleAllocations: true",
+                    field=f.join(here, "requestPolicy"),
+                )
+            default, rule = _request_policy(
+                f.get_map(cap, "requestPolicy", here), f.join(here, "requestPolicy")
+            )
+            if default is not None:
+                defaults[qname] = default
+            if rule is not None:
+                policies[qname] = rule
     consumes: dict[str, Mapping[str, Fraction]] = {}
     ccpath = f.join(path, "consumesCounters")
     for i, item in enumerate(f.get_list(dev, "consumesCounters", path)):
@@ -164,6 +217,7 @@ def _device(raw: object, path: str, driver: str) -> Device:
         attributes=frozen_map(attributes),
         capacity=frozen_map(capacity),
         capacity_default=frozen_map(defaults),
+        capacity_policy=frozen_map(policies),
         consumes=frozen_map(consumes),
         allow_multiple=f.get_bool(dev, "allowMultipleAllocations", path, False),
         taints=tuple(taints),

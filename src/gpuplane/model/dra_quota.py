@@ -7,6 +7,10 @@ without a mapping makes the workload inadmissible with Kueue's reason and messag
 (``Misconfigured``), as does ``allocationMode: All``, whose count is not known before
 allocation. A ``firstAvailable`` request is charged the most any of its entries asks for.
 
+A mapping with ``sources`` charges its classes' requests by counters or capacities instead of the
+device count (:mod:`gpuplane.model.dra_sources`); a request that cannot be charged so is
+inadmissible with Kueue's message.
+
 The extended-resource path (KEP-5004): a pod that requests an extended resource which a
 DeviceClass names in ``extendedResourceName`` is charged it under the class's mapped name where
 the class is mapped, else under the extended resource itself (as before).
@@ -21,6 +25,7 @@ from dataclasses import replace
 
 from gpuplane.model.dra import ALL, DeviceRequest
 from gpuplane.model.dra_extended import EXTENDED_PREFIX
+from gpuplane.model.dra_sources import SourceChargeError, SourcePricing
 from gpuplane.model.objects import ClusterState, InvalidWorkload, PodSet, Workload, frozen_map
 
 
@@ -38,6 +43,9 @@ class _Pricing:
             c.extended_resource_name: c.name for c in state.dra.classes.values() if c.extended_resource_name
         }
         self.objects = state.dra
+        # Counter- and capacity-based quota (a mapping's sources), priced when a class has them.
+        self.sources = state.configuration.device_class_sources
+        self.by_source = SourcePricing(state.dra) if self.sources else None
 
     def workload(self, wl: Workload) -> Workload:
         pod_sets = tuple(self.pod_set(ps, i, wl.namespace) for i, ps in enumerate(wl.pod_sets))
@@ -72,8 +80,15 @@ class _Pricing:
     def _request(
         self, request: DeviceRequest, path: str, template: str, pod_set: str, here: str
     ) -> dict[str, int]:
-        """Per quota resource, the most any entry of ``request`` asks for."""
+        """Per quota resource, the most any entry of ``request`` asks for (by count, or by its
+        mapping's sources)."""
         most: dict[str, int] = {}
+        sourced = [alt.device_class for alt in request.alternatives if alt.device_class in self.sources]
+        if sourced and len(request.alternatives) > 1:
+            raise UnmappedClaimError(
+                f'{path}.firstAvailable: Invalid value: "{sourced[0]}": ResourceClaimTemplate {template}: '
+                "a firstAvailable request cannot be charged by counter or capacity sources"
+            )
         for alt in request.alternatives:
             if alt.mode == ALL:
                 raise UnmappedClaimError(
@@ -86,7 +101,14 @@ class _Pricing:
                     f'{here}.resourceClaimTemplateName: Not found: "DeviceClass {alt.device_class} '
                     f'is not mapped in DRA configuration for podset {pod_set}"'
                 )
-            most[name] = max(most.get(name, 0), alt.count)
+            amount = alt.count
+            sources = self.sources.get(alt.device_class)
+            if sources and self.by_source is not None:
+                try:
+                    amount = self.by_source.charge(alt, sources, name)
+                except SourceChargeError as err:
+                    raise UnmappedClaimError(f"{path}: Internal error: {err}") from None
+            most[name] = max(most.get(name, 0), amount)
         return most
 
 

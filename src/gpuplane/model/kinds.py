@@ -680,6 +680,7 @@ def parse_configuration(doc: Doc, version: str) -> KueueConfiguration:
         preemption_strategies=tuple(strategies) if strategies else KueueConfiguration().preemption_strategies,
         feature_gates=frozen_map(gates),
         device_class_mappings=frozen_map(dra.parse_device_class_mappings(doc)),
+        device_class_sources=frozen_map(dra.parse_quota_sources(doc)),
     )
 
 

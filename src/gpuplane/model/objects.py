@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from gpuplane.model import gpu_share
 from gpuplane.model import labels as keys
 from gpuplane.model.admission_checks import AdmissionCheck, CheckRef, CheckStatus
-from gpuplane.model.dra import DraObjects, PodClaim
+from gpuplane.model.dra import DraObjects, PodClaim, QuotaSource
 
 if TYPE_CHECKING:
     from gpuplane.model.karpenter import NodePool
@@ -403,6 +403,10 @@ class KueueConfiguration:
     feature_gates: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
     # resources.deviceClassMappings: DeviceClass -> the resource its devices are charged as.
     device_class_mappings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Their sources: DeviceClass -> counters or capacities charged instead of the device count.
+    device_class_sources: Mapping[str, tuple[QuotaSource, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     def gate(self, name: str) -> bool:
         """Feature gate value, with Kueue's defaults for the gates the core reads."""

@@ -19,7 +19,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from gpuplane.core.placement.dra_cel import CelSelectors, SelectorError
 from gpuplane.core.placement.dra_inventory import ZERO, DeviceEntry, DraInventory
 from gpuplane.model.dra import (
     ALL,
@@ -30,6 +29,7 @@ from gpuplane.model.dra import (
     ExactRequest,
     PodClaim,
 )
+from gpuplane.model.dra_cel import CelSelectors, SelectorError
 
 # Device choices tried per claim and node before the node counts as no fit.
 SEARCH_STEPS = 20_000
@@ -242,16 +242,29 @@ class DraAllocator:
         return found
 
     def _capacity_fits(self, alt: ExactRequest, entry: DeviceEntry) -> bool:
-        capacity = entry.device.capacity
-        return all(capacity.get(entry.qualify(n), ZERO) >= amount for n, amount in alt.capacity.items())
+        """Whether the device has each capacity ``alt`` asks for, and its requestPolicy grants it."""
+        device = entry.device
+        for name, amount in alt.capacity.items():
+            qname = entry.qualify(name)
+            policy = device.capacity_policy.get(qname)
+            granted = amount if policy is None else policy.round(amount)
+            if granted is None or device.capacity.get(qname, ZERO) < granted:
+                return False
+        return True
 
     def consumption(self, alt: ExactRequest, entry: DeviceEntry) -> dict[str, Fraction]:
-        """What ``alt`` consumes of a shared device: its request, else the policy's default, else all."""
+        """What ``alt`` consumes of a shared device: its request rounded up as the capacity's
+        requestPolicy rounds it, else the policy's default, else all of it."""
         asked = {entry.qualify(n): amount for n, amount in alt.capacity.items()}
         device = entry.device
-        return {
-            n: asked.get(n, device.capacity_default.get(n, value)) for n, value in device.capacity.items()
-        }
+        out = {}
+        for name, value in device.capacity.items():
+            amount = asked.get(name)
+            policy = device.capacity_policy.get(name)
+            if amount is not None and policy is not None:
+                amount = policy.round(amount)  # granted: matching devices are those it grants
+            out[name] = device.capacity_default.get(name, value) if amount is None else amount
+        return out
 
     def candidates(self, alt: ExactRequest, node: str) -> list[int]:
         matching = self.matching(alt)
