@@ -30,6 +30,8 @@ from gpuplane.k8s.api import ApiError
 from gpuplane.k8s.clusterstate import read_cluster
 from gpuplane.k8s.dra_claims import DRA_RESOURCES, served_resources
 from gpuplane.k8s.kueue_config import KUEUE_CONFIG_KEY, KueueConfigSource
+from gpuplane.model import labels as keys
+from gpuplane.model.records import recorded_claims
 from manifests import Manifest
 
 pytestmark = pytest.mark.timeout(150)
@@ -175,6 +177,17 @@ def reserved_for_its_pod(scene: Scene, job: str) -> None:
         assert pod["spec"]["schedulerName"] == "gpuplane", "kube-scheduler must not act on these pods"
 
 
+def planned_devices(scene: Scene, *jobs: str) -> list[tuple[str, str]]:
+    """Every (node, pool/device) the Workloads of ``jobs`` recorded as planned for their claims."""
+    out = []
+    for job in jobs:
+        record = scene.workloads()[job]["metadata"]["annotations"][keys.PLACEMENT_ANNOTATION]
+        for pods in recorded_claims(record).values():
+            for node, planned in pods:
+                out += [(node, f"{d.pool}/{d.device}") for devices in planned.values() for d in devices]
+    return sorted(out)
+
+
 def test_jobs_with_claim_templates_get_their_devices_across_a_restart(dra_scene: Scene) -> None:
     scene = dra_scene
     scene.setup(nodes=3, gpus_per_node=0)
@@ -202,6 +215,9 @@ def test_jobs_with_claim_templates_get_their_devices_across_a_restart(dra_scene:
     assert sorted(pod["spec"]["nodeName"] for pod in bound_pods(scene, "train")) == nodes[0:2]
     partitions_fit(scene, nodes[2])
     assert run.controller.counters.extra.get("claims_allocated", 0) >= 4
+    # The claims got the devices the plan recorded for them, not devices chosen again.
+    assert sorted((node, dev) for _, node, dev in got) == planned_devices(scene, "train", "mig")
+    assert run.controller.counters.extra.get("replanned_devices", 0) == 0
 
     # A 1g partition does not fit beside two 2g ones: the counters are spent.
     scene.submit(claim_job(scene, "small", "mig-1g", seconds=1))

@@ -97,7 +97,9 @@ def placement_annotation(decision: AdmissionDecision) -> str | None:
         return None
     return placement_record(
         {
-            ps.name: [(p.node, ",".join(p.devices)) for p in ps.placement or () for _ in range(p.count)]
+            ps.name: [
+                (p.node, ",".join(p.devices), p.claims) for p in ps.placement or () for _ in range(p.count)
+            ]
             for ps in decision.pod_sets
         }
     )

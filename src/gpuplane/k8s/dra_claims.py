@@ -6,7 +6,9 @@
 * :class:`ClaimWrites`: when a pod of an admitted workload is bound, its ResourceClaims (its own,
   made by kube-controller-manager from a template and named in ``status.resourceClaimStatuses``,
   or a shared one) are allocated on its node by the core
-  (:class:`~gpuplane.core.session.ClaimAllocation`) and written first: the finalizer
+  (:class:`~gpuplane.core.session.ClaimAllocation`), the devices the Workload's placement record
+  planned for them while those still fit (else others, counted as ``replanned_devices``), and
+  written first: the finalizer
   ``resource.kubernetes.io/delete-protection`` (as kube-scheduler sets it), then through the status
   subresource ``status.allocation`` (``devices.results[]`` with request, driver, pool and device,
   and a node selector for the node) with the pod in ``status.reservedFor``; the Binding follows
@@ -36,6 +38,7 @@ from gpuplane.model import labels as keys
 from gpuplane.model.dra import AllocatedDevice
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
+from gpuplane.model.records import recorded_claims
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +181,13 @@ class ClaimWrites:
             if claim is None or model is None:
                 return f"pod claim {name}: its ResourceClaim is not made yet"
             uses.append((name, model, claim))
-        got = alloc.allocate(key, [(n, m) for n, m, _ in uses], node)
+        before = alloc.replanned
+        got = alloc.allocate(key, [(n, m) for n, m, _ in uses], node, self._planned(pod, node))
         if got is None:
             return alloc.why_not
+        if alloc.replanned > before:
+            self.tools.counters.add("replanned_devices")
+            log.info("pod %s: the devices planned for its claims on %s are taken: chosen again", key, node)
         devices = dict(got)
         ref = {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"].get("uid", "")}
         writes = []
@@ -194,6 +201,23 @@ class ClaimWrites:
             status["reservedFor"] = [*reserved, ref]
             writes.append((claim, {**claim, "status": status}))
         return writes
+
+    def _planned(self, pod: dict[str, Any], node: str) -> dict[str, list[tuple[AllocatedDevice, ...]]]:
+        """Per pod claim, the devices the plan recorded for the pods of this pod's pod set on
+        ``node`` (one option per planned pod; the allocator gives the first that is still free)."""
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        workload = labels.get(keys.WORKLOAD_LABEL)
+        wl = self.cache.get("Workload", f"{meta.get('namespace', '')}/{workload}") if workload else None
+        if wl is None:
+            return {}
+        record = (wl["metadata"].get("annotations") or {}).get(keys.PLACEMENT_ANNOTATION)
+        out: dict[str, list[tuple[AllocatedDevice, ...]]] = {}
+        for on, claims in recorded_claims(record).get(labels.get(keys.PODSET_LABEL, "main"), []):
+            if on == node:
+                for name, devices in claims.items():
+                    out.setdefault(name, []).append(devices)
+        return out
 
     def _wait(self, key: str, why: str) -> None:
         self.tools.counters.add("claim_waits")

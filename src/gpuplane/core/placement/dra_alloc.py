@@ -50,6 +50,9 @@ class ClaimNeed:
     spec: ClaimSpec
     shared: str | None = None
     allocated: tuple[AllocatedDevice, ...] | None = None  # a shared claim's allocation in the input
+    # Devices a plan chose for the claim (bind time), one option each: tried first, in order, each
+    # alone; when none still fits, the claim's devices are chosen again. Empty: any.
+    planned: tuple[tuple[AllocatedDevice, ...], ...] = ()
 
 
 def resolve_claims(objects: DraObjects, namespace: str, claims: Sequence[PodClaim]) -> tuple[ClaimNeed, ...]:
@@ -76,12 +79,20 @@ class _Search:
     consumed capacity, result) and the step count; reads the allocator's matching devices and the
     inventory's free state, and takes each choice there (given back when undone)."""
 
-    def __init__(self, alloc: DraAllocator, owner: str, node: str, spec: ClaimSpec) -> None:
+    def __init__(
+        self,
+        alloc: DraAllocator,
+        owner: str,
+        node: str,
+        spec: ClaimSpec,
+        only: frozenset[tuple[str, int]] | None = None,
+    ) -> None:
         self.alloc = alloc
         self.inv = alloc.inventory
         self.owner = owner
         self.node = node
         self.spec = spec
+        self.only = only  # (request, device index) allowed for ExactCount requests; None: any
         self.chosen: list[tuple[ExactRequest, int, Mapping[str, Fraction] | None]] = []
         self.steps = 0
 
@@ -99,6 +110,8 @@ class _Search:
             return True
         for alt in requests[i].alternatives:
             candidates = self.alloc.candidates(alt, self.node)
+            if self.only is not None and alt.mode != ALL:
+                candidates = [d for d in candidates if (alt.name, d) in self.only]
             if alt.mode == ALL:
                 if self._all(alt, candidates, i):
                     return True
@@ -207,6 +220,7 @@ class DraAllocator:
         # By what decides it (class, selectors, capacity, tolerations): claims alike share it.
         self._matching: dict[tuple[object, ...], frozenset[int]] = {}
         self.last_miss = ""
+        self.replanned = 0  # claims whose planned devices no longer fit, so others were chosen
 
     def matching(self, alt: ExactRequest) -> frozenset[int]:
         """Every published device ``alt`` may be given, free or not."""
@@ -291,8 +305,17 @@ class DraAllocator:
                     return None
                 results.append((need.pod_claim, done))
                 continue
-            search = _Search(self, owner, node, need.spec)
-            chosen = search.run()
+            chosen = None
+            for option in need.planned:  # the plan's devices, if they still fit as the claim asks
+                search = _Search(self, owner, node, need.spec, self._planned(option))
+                chosen = search.run()
+                if chosen is not None:
+                    break
+            if chosen is None and need.planned:
+                self.replanned += 1
+            if chosen is None:
+                search = _Search(self, owner, node, need.spec)
+                chosen = search.run()
             if chosen is None:
                 self.last_miss = f"pod claim {need.pod_claim}: no node has free devices for all its requests"
                 self._undo(owner, made, new_shared)
@@ -335,6 +358,14 @@ class DraAllocator:
                 held_takes = inv.owners.get(owner, [])
                 consumed = next((c for i, c in reversed(held_takes) if i == index), None)
                 inv.give_back(owner, index, consumed)
+
+    def _planned(self, devices: Iterable[AllocatedDevice]) -> frozenset[tuple[str, int]]:
+        by_name = self.inventory.by_name
+        return frozenset(
+            (d.request, by_name[(d.driver, d.pool, d.device)])
+            for d in devices
+            if (d.driver, d.pool, d.device) in by_name
+        )
 
     def _reachable(self, devices: Iterable[AllocatedDevice], node: str) -> bool:
         inv = self.inventory
