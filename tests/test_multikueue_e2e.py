@@ -18,6 +18,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from apiserver.errors import ApiError as DoubleError
 from apiserver.fixtures import E2E_KUBECONFIG
 from apiserver.server import ApiServerDouble
 from controller_harness import JobController, gpu_job, install_crds, wait_until
@@ -35,7 +37,7 @@ from gpuplane.model import labels as keys
 from manifests import cluster_queue, local_queue, node, resource_flavor
 
 ROOT = Path(__file__).resolve().parents[1]
-NS = "mk-e2e"
+NS = f"mk-e2e-{os.getpid()}"  # a fresh namespace per run: a real server may still be deleting the last
 MANAGER_NS = "gpuplane-system"
 CHECK = "mk-check"
 MANAGED_BY = keys.MULTIKUEUE_CONTROLLER
@@ -50,6 +52,32 @@ class Member:
     kubeconfig: Path
     api: KubeApi
     stop: list[Any] = field(default_factory=list)
+    double: ApiServerDouble | None = None
+    directory: Path | None = None  # a real control plane's (scripts/kube-up.sh)
+
+    def outage(self, seconds: float) -> None:
+        """The API server answers nothing for ``seconds``: the real kube-apiserver stopped and started
+        again (``scripts/kube-restart.sh``), or every request to the double refused with 503."""
+        if self.double is not None:
+            rule = self.double.faults.intercept(
+                lambda _r: DoubleError(503, "the server is down", "ServiceUnavailable")
+            )
+            time.sleep(seconds)
+            self.double.faults.remove(rule)
+            return
+        assert self.directory is not None
+        subprocess.run(
+            [
+                "bash",
+                str(ROOT / "scripts" / "kube-restart.sh"),
+                str(self.directory),
+                "kube-apiserver",
+                str(seconds),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
 
     def close(self) -> None:
         for thing in reversed(self.stop):
@@ -73,6 +101,7 @@ def _start_plane(directory: Path) -> Path:
 
 def _member(name: str, directory: Path, real: bool) -> Member:
     stop: list[Any] = []
+    double = None
     if real:
         kubeconfig = _start_plane(directory)
         stop.append(
@@ -87,7 +116,8 @@ def _member(name: str, directory: Path, real: bool) -> Member:
         double = ApiServerDouble().start(kubeconfig=directory / "kubeconfig")
         stop.append(double.stop)
         kubeconfig = directory / "kubeconfig"
-    member = Member(name, kubeconfig, KubeApi(load_api_client(str(kubeconfig)), qps=None), stop)
+    api = KubeApi(load_api_client(str(kubeconfig)), qps=None)
+    member = Member(name, kubeconfig, api, stop, double, directory if real else None)
     install_crds(member.api)
     return member
 
@@ -148,6 +178,7 @@ def _setup_worker(member: Member, nodes: int, real: bool) -> None:
 
 def _setup_manager(manager: Member, workers: list[Member]) -> None:
     api = manager.api
+    _clean_manager(api)  # what an earlier run on the same server left
     for ns in (NS, MANAGER_NS):
         try:
             api.create(k8s.NAMESPACES, {"metadata": {"name": ns}})
@@ -155,6 +186,7 @@ def _setup_manager(manager: Member, workers: list[Member]) -> None:
             if not err.conflict:
                 raise
     for worker in workers:
+        _delete_quietly(api, k8s.SECRETS, f"{worker.name}-secret", MANAGER_NS)
         secret = {
             "metadata": {"name": f"{worker.name}-secret", "namespace": MANAGER_NS},
             "data": {"kubeconfig": base64.b64encode(worker.kubeconfig.read_bytes()).decode()},
@@ -213,9 +245,15 @@ class Fleet:
     directory: Path
     manager_process: subprocess.Popen[bytes] | None = None
 
-    def start_manager(self) -> None:
+    def start_manager(self, lost_timeout: float = 60.0) -> None:
         self.manager_process = _controller(
-            self.manager, self.directory, "--multikueue", "--multikueue-gc-interval", "1"
+            self.manager,
+            self.directory,
+            "--multikueue",
+            "--multikueue-gc-interval",
+            "1",
+            "--multikueue-worker-lost-timeout",
+            str(lost_timeout),
         )
 
     def stop_manager(self) -> None:
@@ -275,6 +313,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             install_crds(manager.api)
         else:
             manager = _member("manager", base / "manager", real=False)
+            assert manager.double is not None
         members.append(manager)
         small = _member("small", base / "small", real)
         members.append(small)
@@ -293,6 +332,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             member.close()
         if real and members:
             _clean_manager(members[0].api)
+        _delete_quietly(members[0].api, k8s.NAMESPACES, NS)
+
+
+def _delete_quietly(api: KubeApi, res: k8s.Resource, name: str, ns: str | None = None) -> None:
+    with contextlib.suppress(ApiError):
+        api.delete(res, name, ns)
 
 
 def _clean_manager(api: KubeApi) -> None:
@@ -417,3 +462,42 @@ def test_a_manager_restart_resumes_without_a_requeue(fleet: Fleet) -> None:
     assert not _true(done, "Evicted")
     assert "requeueState" not in done["status"]
     assert all(c["state"] == "Ready" for c in done["status"]["admissionChecks"])
+
+
+def test_a_worker_back_within_the_timeout_keeps_its_job(fleet: Fleet) -> None:
+    fleet.submit("kept", pods=1, gpus=8, seconds=20.0)
+    local = wait_until(lambda: fleet.workload(fleet.manager, "kept"), 60, "the manager's Workload")
+    key = local["metadata"]["name"]
+    where = wait_until(lambda: _dispatched(fleet, key), 120, "dispatched and admitted on a worker")
+    worker = fleet.big if where == "big" else fleet.small
+    wait_until(lambda: _running_pods(worker) > 0, 60, "the job running on its worker")
+    worker.outage(5.0)
+    done = wait_until(lambda: _finished(fleet, key), 240, "finished")
+    assert done["status"]["clusterName"] == where
+    assert not _true(done, "Evicted")
+    assert all(c["state"] == "Ready" for c in done["status"]["admissionChecks"])
+
+
+def test_a_worker_lost_past_the_timeout_gives_its_job_to_another_and_its_duplicate_goes(fleet: Fleet) -> None:
+    fleet.stop_manager()
+    fleet.start_manager(lost_timeout=3.0)
+    fleet.submit("moved", pods=1, gpus=8, seconds=30.0)
+    local = wait_until(lambda: fleet.workload(fleet.manager, "moved"), 60, "the manager's Workload")
+    key = local["metadata"]["name"]
+    first = wait_until(lambda: _dispatched(fleet, key), 120, "dispatched and admitted on a worker")
+    lost, other = (fleet.big, fleet.small) if first == "big" else (fleet.small, fleet.big)
+    wait_until(lambda: _running_pods(lost) > 0, 60, "the job running on its worker")
+    lost.outage(12.0)
+    done = wait_until(lambda: _finished(fleet, key), 300, "finished")
+    assert done["status"]["clusterName"] == other.name
+    # The lost worker's copy, admitted there before the loss, is removed once it answers again.
+    wait_until(
+        lambda: not [w for w in fleet.remote_workloads(lost) if w["metadata"]["name"] == key],
+        120,
+        "the duplicate removed on reconnect",
+    )
+
+
+def _running_pods(member: Member) -> int:
+    pods = member.api.list(k8s.PODS, NS).get("items") or []
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")

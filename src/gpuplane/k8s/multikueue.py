@@ -72,6 +72,8 @@ MULTIKUEUE_CONFIGS = k8s.MULTIKUEUE_CONFIGS
 CLUSTER_SELECTOR_ANNOTATION = "gpuplane.dev/cluster-selector"
 SPILL_ORDER_ANNOTATION = "gpuplane.dev/cluster-order"
 DISPATCH_REASON_ANNOTATION = "gpuplane.dev/dispatch-reason"
+# On a copy: the QuotaReserved time of the manager's reservation it was made for.
+RESERVATION_ANNOTATION = "gpuplane.dev/multikueue-reservation"
 
 # Job template labels the Job controller sets; a copy made from them would not validate.
 _JOB_CONTROLLER_LABELS = (
@@ -256,10 +258,20 @@ class MultiKueue:
         check = str(acs["name"])
         mine = {c: r for c, r in remotes.items() if c in cfg.clusters}
         copies = {c: r.workloads[key] for c, r in mine.items() if r is not None and key in r.workloads}
+        if _true(wl, "Evicted") and not _true(wl, "Finished"):
+            self._stop_local_job(wl)  # it runs nowhere now: the eviction may give its quota back
         if _true(wl, "Finished") or not _true(wl, "QuotaReserved"):
             for cluster in copies:
                 self._delete_remote(cluster, wl)
             return False
+        # A copy made for an earlier reservation (a worker lost past the timeout, then back) is a
+        # duplicate: each copy records the reservation it was made for (the manager's clock only).
+        reserved = _reserved_stamp(wl)
+        for cluster, remote_wl in list(copies.items()):
+            made_for = _annotation(remote_wl, RESERVATION_ANNOTATION)
+            if made_for and made_for != reserved:
+                self._delete_remote(cluster, wl)
+                del copies[cluster]
         done = next(((c, w) for c, w in sorted(copies.items()) if _true(w, "Finished")), None)
         if done is not None:
             cluster, remote = done
@@ -459,6 +471,7 @@ class MultiKueue:
         annotations = dict(meta.get("annotations") or {})
         annotations[keys.MULTIKUEUE_ORIGIN_UID_ANNOTATION] = str(meta.get("uid", ""))
         annotations.pop(DISPATCH_REASON_ANNOTATION, None)
+        annotations[RESERVATION_ANNOTATION] = _reserved_stamp(wl)
         body = {
             "apiVersion": k8s.WORKLOADS.api_version,
             "kind": "Workload",
@@ -563,6 +576,25 @@ class MultiKueue:
             written = self.api.replace(k8s.JOBS, body, sub="status")
         except ApiError as err:
             log.debug("status of job %s not synced from %s: %s", object_key(local), cluster, err)
+            return
+        self.cache.upsert("Job", written)
+
+    def _stop_local_job(self, wl: Mapping[str, Any]) -> None:
+        """The manager's suspended Job of an evicted workload counts no active pods: its pods ran on a
+        worker, and the manager, which manages this Job (``managedBy``), says they stopped here."""
+        local = self._local_job(wl)
+        if local is None or not (local.get("spec") or {}).get("suspend"):
+            return
+        status = local.get("status") or {}
+        if not status.get("active") and not status.get("ready"):
+            return
+        body = copy.deepcopy(local)
+        body["status"]["active"] = 0
+        body["status"].pop("ready", None)
+        try:
+            written = self.api.replace(k8s.JOBS, body, sub="status")
+        except ApiError as err:
+            log.debug("status of job %s not reset: %s", object_key(local), err)
             return
         self.cache.upsert("Job", written)
 
@@ -718,6 +750,13 @@ def _selector(wl: Mapping[str, Any]) -> dict[str, str]:
 
 def _spill_order(wl: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(c.strip() for c in _annotation(wl, SPILL_ORDER_ANNOTATION).split(",") if c.strip())
+
+
+def _reserved_stamp(wl: Mapping[str, Any]) -> str:
+    for cond in (wl.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
+            return str(cond.get("lastTransitionTime", ""))
+    return ""
 
 
 def _pending_since(wl: Mapping[str, Any], check: str, now: float) -> float:
