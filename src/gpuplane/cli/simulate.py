@@ -5,7 +5,9 @@ stderr and exit status 2; nothing else ever prints a traceback.
 
 ``--protocol fgd`` runs the FGD (ATC'23) placement protocol on an openb node list and pod list
 (:func:`gpuplane.sim.fgd.run_fgd_protocol`). Without ``--protocol`` it runs the scenario simulator
-(:mod:`gpuplane.cli.simulate_scenario`): one run, or a load sweep with ``--sweep``.
+(:mod:`gpuplane.cli.simulate_scenario`): one run, or a load sweep with ``--sweep``. ``--clusters N``
+runs N clusters behind one MultiKueue manager under each dispatcher instead
+(:mod:`gpuplane.cli.simulate_clusters`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpuplane.cli.simulate_clusters import FleetOptions, run_clusters
 from gpuplane.cli.simulate_scenario import ScenarioOptions, run_scenario
 from gpuplane.core.session import POLICIES
 from gpuplane.sim.fgd import FgdRun, FgdTraces, ProgressCallback, run_fgd_protocol
@@ -68,8 +71,11 @@ def run_simulate(
     node_rank: Path | None,
     output: OutputFormat,
     scenario_options: ScenarioOptions | None = None,
+    fleet: FleetOptions | None = None,
 ) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if fleet is not None:
+        return run_clusters(fleet, seed=seed, output=output.value)
     if protocol is None:
         return run_scenario(scenario_options or ScenarioOptions(), seed=seed, output=output.value)
     if nodes is None or pods is None:
@@ -176,8 +182,22 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option(help="Runs at once, one process each (configurations, sweep loads); default: CPUs."),
         ] = None,
+        clusters: Annotated[
+            int | None,
+            typer.Option(help="N clusters behind one MultiKueue manager: compare its dispatchers."),
+        ] = None,
+        dispatchers: Annotated[
+            str | None,
+            typer.Option(help="With --clusters: AllAtOnce,Incremental,gpuplane (default: all three)."),
+        ] = None,
     ) -> None:
         """Replay a placement benchmark (--protocol fgd) and print allocation and fragmentation."""
+        fleet = None  # --clusters: the fleet simulator instead
+        if clusters is not None or dispatchers is not None:
+            given: dict[str, object] = {"--protocol": protocol, "--trace": trace, "--compare": compare}
+            given |= {"--report": report, "--sweep": sweep, "--wait-target": wait_target}
+            excluded = tuple(name for name, value in given.items() if value)
+            fleet = FleetOptions(clusters, dispatchers, scenario, days, load, jobs, excluded)
         try:
             code = run_simulate(
                 protocol,
@@ -188,6 +208,7 @@ def register(app: typer.Typer) -> None:
                 arrivals=arrivals,
                 node_rank=node_rank,
                 output=output,
+                fleet=fleet,
                 scenario_options=ScenarioOptions(
                     scenario,
                     trace,
