@@ -12,7 +12,7 @@ driver's domain, as Kubernetes reads it. Capacities and counters are exact quant
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,22 @@ if TYPE_CHECKING:
 
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSION = "v1"
-DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+DEVICE_TAINT_RULE = "DeviceTaintRule"
+DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", DEVICE_TAINT_RULE)
+# DeviceTaintRule is served as v1alpha3 (1.33-1.35), v1beta2 (1.36, feature gate DRADeviceTaintRules)
+# and v1 (1.37); the other kinds as v1 only.
+TAINT_RULE_VERSIONS = ("v1alpha3", "v1beta2", "v1")
+
+
+def version_problem(version: str, kind: str) -> str | None:
+    """Why ``resource.k8s.io/{version}`` is not read for ``kind``, or None."""
+    served = TAINT_RULE_VERSIONS if kind == DEVICE_TAINT_RULE else (DRA_VERSION,)
+    if version in served:
+        return None
+    wanted = " or ".join(f"{DRA_GROUP}/{v}" for v in served)
+    return f"unsupported apiVersion {DRA_GROUP}/{version}; expected {wanted}"
+
+
 EXACT_COUNT = "ExactCount"
 ALL = "All"
 
@@ -60,6 +75,46 @@ class DeviceTaint:
     key: str
     value: str
     effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaintRule:
+    """A DeviceTaintRule: its taint, on every published device its selector matches (a field not
+    set matches any value; ``selects`` False: the rule has no selector and matches nothing)."""
+
+    name: str
+    taint: DeviceTaint
+    selects: bool = True
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+    def matches(self, driver: str, pool: str, device: str) -> bool:
+        return (
+            self.selects
+            and self.driver in (None, driver)
+            and self.pool in (None, pool)
+            and self.device in (None, device)
+        )
+
+
+def with_taint_rules(
+    slices: Sequence[ResourceSlice], rules: Sequence[DeviceTaintRule]
+) -> tuple[ResourceSlice, ...]:
+    """``slices`` with each rule's taint added to the devices it matches, as if their driver
+    published it."""
+    if not rules:
+        return tuple(slices)
+    out = []
+    for s in slices:
+        devices = tuple(
+            replace(d, taints=(*d.taints, *added))
+            if (added := tuple(r.taint for r in rules if r.matches(s.driver, s.pool, d.name)))
+            else d
+            for d in s.devices
+        )
+        out.append(s if devices == s.devices else replace(s, devices=devices))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from gpuplane.model.dra import (
     DeviceConstraint,
     DeviceRequest,
     DeviceTaint,
+    DeviceTaintRule,
     DeviceToleration,
     ExactRequest,
     ResourceClaim,
@@ -224,6 +225,37 @@ def _device(raw: object, path: str, driver: str) -> Device:
         node_name=f.get_str(dev, "nodeName", path),
         node_terms=_node_terms(selector, f.join(path, "nodeSelector")) if selector else None,
         all_nodes=f.get_bool(dev, "allNodes", path, False),
+    )
+
+
+def parse_taint_rule(doc: Doc, version: str) -> DeviceTaintRule:
+    """A DeviceTaintRule (v1alpha3, v1beta2 or v1): a device selector by driver, pool and device
+    name, and one taint. v1alpha3's class and CEL selectors are refused (later versions dropped them)."""
+    name = metadata_name(doc)
+    spec = f.get_map(doc, "spec", "", required=True)
+    raw = f.get_map(spec, "taint", "spec", required=True)
+    here = "spec.taint"
+    effect = f.get_enum(raw, "effect", here, _TAINT_EFFECTS_READ, None)
+    if effect is None:
+        raise InputError("required field is missing", field=f.join(here, "effect"))
+    taint = DeviceTaint(f.req_str(raw, "key", here), f.get_str(raw, "value", here) or "", effect)
+    if spec.get("deviceSelector") is None:
+        return DeviceTaintRule(name, taint, selects=False)
+    selector = f.get_map(spec, "deviceSelector", "spec")
+    spath = "spec.deviceSelector"
+    for dropped in ("deviceClassName", "selectors"):
+        if selector.get(dropped):
+            raise InputError(
+                f"{dropped} is not supported ({version} only; resource.k8s.io/v1beta2 and v1 select "
+                "by driver, pool and device)",
+                field=f.join(spath, dropped),
+            )
+    return DeviceTaintRule(
+        name,
+        taint,
+        driver=f.get_str(selector, "driver", spath),
+        pool=f.get_str(selector, "pool", spath),
+        device=f.get_str(selector, "device", spath),
     )
 
 

@@ -22,7 +22,14 @@ from yaml.resolver import Resolver
 from gpuplane.model import dra_kinds, kinds
 from gpuplane.model import fields as f
 from gpuplane.model.admission_checks import AdmissionCheck, parse_admission_check
-from gpuplane.model.dra import DRA_GROUP, DRA_KINDS, DRA_VERSION, DraObjects
+from gpuplane.model.dra import (
+    DEVICE_TAINT_RULE,
+    DRA_GROUP,
+    DRA_KINDS,
+    DraObjects,
+    with_taint_rules,
+)
+from gpuplane.model.dra import version_problem as dra_version_problem
 from gpuplane.model.dra_extended import extended_resource_claims
 from gpuplane.model.dra_quota import charge_claims
 from gpuplane.model.errors import InputError
@@ -340,6 +347,7 @@ _DRA: dict[str, Parser] = {
     "ResourceSlice": dra_kinds.parse_resource_slice,
     "ResourceClaim": dra_kinds.parse_resource_claim,
     "ResourceClaimTemplate": dra_kinds.parse_claim_template,
+    DEVICE_TAINT_RULE: dra_kinds.parse_taint_rule,
 }
 
 
@@ -365,8 +373,8 @@ def _version_problem(group: str, version: str, kind: str) -> str | None:
         return f"unsupported apiVersion {version!r} for {kind}; expected v1"
     if group == "batch" and version != "v1":
         return f"unsupported apiVersion batch/{version}; expected batch/v1"
-    if group == DRA_GROUP and version != DRA_VERSION:
-        return f"unsupported apiVersion {group}/{version}; expected {DRA_GROUP}/{DRA_VERSION}"
+    if group == DRA_GROUP:
+        return dra_version_problem(version, kind)
     return None
 
 
@@ -428,7 +436,7 @@ class _Parsed:
                 self._add_workload(job_wl, doc)
         elif group == DRA_GROUP:
             obj = _DRA[kind](body, version)
-            key = obj.name if kind in ("DeviceClass", "ResourceSlice") else obj.key
+            key = obj.name if kind in ("DeviceClass", "ResourceSlice", DEVICE_TAINT_RULE) else obj.key
             self.collector.claim(kind, key, doc)
             self.dra[kind][key] = obj
         elif group == kinds.KUEUE_GROUP:
@@ -489,7 +497,9 @@ class _Parsed:
             node_pools=frozen_map(self.node_pools),
             dra=DraObjects(
                 classes=frozen_map(self.dra["DeviceClass"]),
-                slices=tuple(self.dra["ResourceSlice"].values()),
+                slices=with_taint_rules(
+                    tuple(self.dra["ResourceSlice"].values()), tuple(self.dra[DEVICE_TAINT_RULE].values())
+                ),
                 claims=frozen_map(self.dra["ResourceClaim"]),
                 templates=frozen_map(self.dra["ResourceClaimTemplate"]),
             ),
