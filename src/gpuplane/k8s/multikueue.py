@@ -71,7 +71,6 @@ MULTIKUEUE_CONFIGS = k8s.MULTIKUEUE_CONFIGS
 # (``key=value,...``: a worker's MultiKueueCluster must carry these labels) and spill-over order.
 CLUSTER_SELECTOR_ANNOTATION = "gpuplane.dev/cluster-selector"
 SPILL_ORDER_ANNOTATION = "gpuplane.dev/cluster-order"
-DISPATCH_REASON_ANNOTATION = "gpuplane.dev/dispatch-reason"
 # On a copy: the QuotaReserved time of the manager's reservation it was made for.
 RESERVATION_ANNOTATION = "gpuplane.dev/multikueue-reservation"
 
@@ -264,14 +263,7 @@ class MultiKueue:
             for cluster in copies:
                 self._delete_remote(cluster, wl)
             return False
-        # A copy made for an earlier reservation (a worker lost past the timeout, then back) is a
-        # duplicate: each copy records the reservation it was made for (the manager's clock only).
-        reserved = _reserved_stamp(wl)
-        for cluster, remote_wl in list(copies.items()):
-            made_for = _annotation(remote_wl, RESERVATION_ANNOTATION)
-            if made_for and made_for != reserved:
-                self._delete_remote(cluster, wl)
-                del copies[cluster]
+        self._drop_duplicates(wl, copies)
         done = next(((c, w) for c, w in sorted(copies.items()) if _true(w, "Finished")), None)
         if done is not None:
             cluster, remote = done
@@ -314,11 +306,25 @@ class MultiKueue:
             assert objects is not None
             self._ensure_job(admitting, wl, objects)
             self._sync_job(admitting, wl, objects, final=False)
-            self._set_check(
-                wl, check, "Ready", f'The workload was admitted on "{admitting}"', cluster_name=admitting
-            )
+            said = str(acs.get("message") or "")
+            message = f'The workload was admitted on "{admitting}"'
+            if state == "Ready":
+                message = said  # written once; the dispatch reason stays in it
+            elif said.startswith("nominated"):
+                message += f" ({said})"
+            self._set_check(wl, check, "Ready", message, cluster_name=admitting)
             return False
         return state == "Pending"
+
+    def _drop_duplicates(self, wl: Mapping[str, Any], copies: dict[str, dict[str, Any]]) -> None:
+        """Delete (and forget) the copies made for an earlier reservation (a worker lost past the
+        timeout, then back): each copy records the reservation it was made for, on the manager's clock."""
+        reserved = _reserved_stamp(wl)
+        for cluster, remote_wl in list(copies.items()):
+            made_for = _annotation(remote_wl, RESERVATION_ANNOTATION)
+            if made_for and made_for != reserved:
+                self._delete_remote(cluster, wl)
+                del copies[cluster]
 
     def _nominate(
         self,
@@ -354,10 +360,10 @@ class MultiKueue:
                     spill_order=_spill_order(wl),
                 )
             chosen = list(nomination.clusters)
+            said = _check_message(wl, check)
             if (
-                chosen != already
-                or (nomination.reason and nomination.reason != _annotation(wl, DISPATCH_REASON_ANNOTATION))
-            ) and not self._write_nomination(wl, chosen, nomination.reason):
+                chosen != already or (nomination.reason and nomination.reason != said)
+            ) and not self._write_nomination(wl, check, chosen, nomination.reason or said):
                 continue
             for cluster in cfg.clusters:
                 remote = remotes.get(cluster)
@@ -420,22 +426,19 @@ class MultiKueue:
         if state != current.get("state"):
             self.event(written, "Normal" if state == "Ready" else "Warning", "MultiKueue", message)
 
-    def _write_nomination(self, wl: dict[str, Any], chosen: list[str], reason: str) -> bool:
+    def _write_nomination(self, wl: dict[str, Any], check: str, chosen: list[str], reason: str) -> bool:
+        """``status.nominatedClusterNames`` and, as the check's (still Pending) message, why: one write."""
         body = copy.deepcopy(wl)
         status = body.setdefault("status", {})
         if chosen:
             status["nominatedClusterNames"] = chosen
         else:
             status.pop("nominatedClusterNames", None)
+        for entry in status.get("admissionChecks") or []:
+            if entry.get("name") == check:
+                entry["message"] = reason[:32768]
         try:
             written = self.api.replace(k8s.WORKLOADS, body, sub="status")
-            if reason and reason != _annotation(written, DISPATCH_REASON_ANNOTATION):
-                written = self.api.patch(
-                    k8s.WORKLOADS,
-                    written["metadata"]["name"],
-                    {"metadata": {"annotations": {DISPATCH_REASON_ANNOTATION: reason[:1024]}}},
-                    written["metadata"]["namespace"],
-                )
         except ApiError as err:
             log.debug("nomination of %s not written: %s", object_key(wl), err)
             return False
@@ -470,7 +473,6 @@ class MultiKueue:
         labels[keys.MULTIKUEUE_ORIGIN_LABEL] = self.settings.origin
         annotations = dict(meta.get("annotations") or {})
         annotations[keys.MULTIKUEUE_ORIGIN_UID_ANNOTATION] = str(meta.get("uid", ""))
-        annotations.pop(DISPATCH_REASON_ANNOTATION, None)
         annotations[RESERVATION_ANNOTATION] = _reserved_stamp(wl)
         body = {
             "apiVersion": k8s.WORKLOADS.api_version,
@@ -750,6 +752,13 @@ def _selector(wl: Mapping[str, Any]) -> dict[str, str]:
 
 def _spill_order(wl: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(c.strip() for c in _annotation(wl, SPILL_ORDER_ANNOTATION).split(",") if c.strip())
+
+
+def _check_message(wl: Mapping[str, Any], check: str) -> str:
+    for state in (wl.get("status") or {}).get("admissionChecks") or []:
+        if state.get("name") == check:
+            return str(state.get("message") or "")
+    return ""
 
 
 def _reserved_stamp(wl: Mapping[str, Any]) -> str:
