@@ -134,3 +134,49 @@ def test_a_pod_without_a_recorded_plan_gets_devices_as_before() -> None:
     assert before[f"{NS}/a"]()
     assert _devices(api, "a-gpus") == ["gpu-0", "gpu-1"]
     assert claims.tools.counters.extra.get("replanned_devices", 0) == 0
+
+
+ADMITTED = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata:
+  name: planned
+  namespace: team
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations: {gpuplane.dev/placement: '%s'}
+spec:
+  queueName: q
+  podSets:
+  - name: main
+    count: 1
+    template:
+      spec:
+        resourceClaims: [{name: gpu, resourceClaimTemplateName: four}]
+        containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+status:
+  admission:
+    clusterQueue: q
+    podSetAssignments:
+    - {name: main, count: 1, flavors: {cpu: default}, resourceUsage: {cpu: "1"}}
+  conditions:
+  - {type: QuotaReserved, status: "True", reason: QuotaReserved, lastTransitionTime: "2026-01-01T00:00:00Z"}
+  - {type: Admitted, status: "True", reason: Admitted, lastTransitionTime: "2026-01-01T00:00:00Z"}
+"""
+
+
+def test_a_rebuilt_session_holds_the_claim_devices_an_admitted_workload_was_planned() -> None:
+    """An admitted workload whose pods are not bound yet holds the devices its record planned for
+    its claims (gpu-4 to gpu-7 of n1), not the first free ones: the next workload is planned beside
+    them, so the bind of each gets the devices planned."""
+    later_gpus = ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]
+    planned = {"gpu": [["gpus", "gpu.example.com", "n1", d] for d in later_gpus]}
+    record = json.dumps({"main": [["n1", "", planned]]})
+    four = "[{name: gpus, exactly: {deviceClassName: gpu.example.com, count: 4}}]"
+    doc = schedule(
+        template("four", four),
+        ADMITTED % record,
+        workload("next", 1, "[{name: gpu, resourceClaimTemplateName: four}]", at=5),
+    )
+    (pod,) = admitted(doc, "next") or []
+    assert pod["node"] == "n1"  # the tightest node: 4 of its 8 GPUs are planned
+    assert sorted(d["device"] for d in pod["claims"]["gpu"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]

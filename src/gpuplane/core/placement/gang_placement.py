@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import replace
 
 from gpuplane.core.lifecycle import Reason
 from gpuplane.core.placement import engine
@@ -35,8 +36,10 @@ from gpuplane.core.placement.node_holdings import Held, NodeHoldings
 from gpuplane.core.placement.node_order import NodeOrder
 from gpuplane.core.placement.node_scores import NodeScores
 from gpuplane.core.placement.profiles import DEFAULT_PROFILE
-from gpuplane.model.dra import DraObjects
+from gpuplane.model.dra import AllocatedDevice, DraObjects
 from gpuplane.model.objects import Node
+
+ClaimDevices = tuple[AllocatedDevice, ...]  # the devices of one claim
 
 
 class PlacementState:
@@ -214,12 +217,22 @@ class PlacementState:
         for name in self.dra.ordered(ps.claims, allowed, used):
             yield nodes[name]
 
-    def _claims_on(self, owner: str, ps: GangPodSet, node: str) -> tuple[ClaimResult, ...] | None:
-        """The devices of a pod's claims on ``node``, taken (``()`` without claims), or None."""
+    def _claims_on(
+        self,
+        owner: str,
+        ps: GangPodSet,
+        node: str,
+        planned: Mapping[str, Sequence[ClaimDevices]] | None = None,
+    ) -> tuple[ClaimResult, ...] | None:
+        """The devices of a pod's claims on ``node``, taken (``()`` without claims), or None; each
+        claim's ``planned`` devices first, while one of those options still fits."""
         if not ps.claims:
             return ()
         assert self.dra is not None  # _place refuses claims without a DRA inventory
-        return self.dra.allocate(owner, ps.claims, node)
+        needs = ps.claims
+        if planned:
+            needs = tuple(replace(n, planned=tuple(planned.get(n.pod_claim, ()))) for n in needs)
+        return self.dra.allocate(owner, needs, node)
 
     def _too_few_free(self, pod_sets: Sequence[GangPodSet]) -> bool:
         """Whether a gang of one pod set surely has no place (:meth:`surely_no_room`). Then the
@@ -339,14 +352,15 @@ class PlacementState:
         pod_sets: Sequence[GangPodSet],
         planned: Mapping[str, Sequence[tuple[str, str]]],
         ended: Mapping[str, int] | None = None,
+        planned_claims: Mapping[str, Sequence[tuple[str, Mapping[str, ClaimDevices]]]] | None = None,
     ) -> bool:
         """Hold exactly the ``(node, devices)`` a recorded plan gave each pod of an admitted gang
         (:func:`gpuplane.core.plan.recorded_placement`), less what ``owner``'s bound pods hold
         already, and less ``ended[pod set]`` of the slots no bound pod holds (pods that ended and
-        will not run again: their devices are free); all or nothing. A pod's claims (not in the
-        record) are allocated again on its planned node. ``False`` (and nothing taken) when the
-        plan does not match the gang's pod sets or a planned device is no longer free: the world
-        changed."""
+        will not run again: their devices are free); all or nothing. A pod's claims get the devices
+        the record planned for its pod set on that node (``planned_claims``), else others on the
+        node. ``False`` (and nothing taken) when the plan does not match the gang's pod sets or a
+        planned device is no longer free: the world changed."""
         self._scores.record(owner, pod_sets)
         holdings = self._holdings
         held = Counter(
@@ -382,12 +396,19 @@ class PlacementState:
                 grants = recorded_grants(state, devices) if devices else []
                 if grants is None or not state.plain_fits(ps.needs):
                     return undo()
-                # The plan records no claims: they are allocated again on the planned node.
-                claims = self._claims_on(owner, ps, node) if self.dra is not None or not ps.claims else None
-                if claims is None:
+                options: dict[str, list[ClaimDevices]] = {}
+                for on, plan in (planned_claims or {}).get(ps.name, ()):
+                    for name, devices_of in plan.items() if on == node else ():
+                        options.setdefault(name, []).append(devices_of)
+                got = (
+                    self._claims_on(owner, ps, node, options)
+                    if self.dra is not None or not ps.claims
+                    else None
+                )
+                if got is None:
                     return undo()
-                if claims:
-                    claimed.append((ps, claims))
+                if got:
+                    claimed.append((ps, got))
                 holdings.take(owner, state, ps.needs, grants)
                 taken.append((state, ps.needs, grants))
         holdings.record(owner, ((s.name, n, tuple(g)) for s, n, g in taken))

@@ -16,7 +16,7 @@ from gpuplane.core.scheduling.state import (
 )
 from gpuplane.model.labels import DEVICES_ANNOTATION, PLACEMENT_ANNOTATION
 from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
-from gpuplane.model.records import recorded_placement
+from gpuplane.model.records import recorded_claims, recorded_placement
 
 
 class NodePlacer:
@@ -146,7 +146,9 @@ class NodePlacer:
         planned = recorded_placement(wl.annotations.get(PLACEMENT_ANNOTATION))
         if planned is not None:
             try:
-                if self.cluster.hold_planned(wl.key, self.admission_gang(wl), planned, wl.reclaimable):
+                claims = recorded_claims(wl.annotations.get(PLACEMENT_ANNOTATION))
+                gang = self.admission_gang(wl)
+                if self.cluster.hold_planned(wl.key, gang, planned, wl.reclaimable, claims):
                     return
             except ValueError as err:
                 self.notes.append(f"admitted workload {wl.key}: {err}")
