@@ -71,6 +71,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         description="crash safety: 1,000 jobs to completion while replicas are killed 50 times and the API "
         "server restarts twice, on a real control plane",
     ),
+    "multicluster": Benchmark(
+        script="multicluster.py",
+        description="MultiKueue: a manager and two workers on loopback, 1,000 queued jobs: workloads "
+        "dispatched/s and dispatch-to-running p50",
+    ),
     "deep-queue": Benchmark(
         script="deep_queue.py",
         description="5,000 queued jobs of one ClusterQueue admitted on a real API server: admissions/s",

@@ -429,3 +429,58 @@ def test_schedule_command_refuses_a_bad_check_state(tmp_path: Path) -> None:
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1
     assert "status.admissionChecks[0].state" in run.stderr
+
+
+# --- MultiKueue on a manager: quota alone, never the manager's nodes ---------------------------------
+
+MK = "kueue.x-k8s.io/multikueue"
+
+
+def test_a_multikueue_check_admits_on_quota_alone_even_where_the_manager_has_nodes() -> None:
+    objects = [
+        namespace("default"),
+        resource_flavor("h100"),
+        admission_check("mk", MK, active=True),
+        gpu_queue(checks=["mk"], gpus=32),
+        local_queue("gpu", "default", "gpu"),
+        gpu_node("manager-n0"),  # a node the manager happens to have: never the gang's place
+        reserved(gang("train", pods=2, gpus=8), {"mk": "Ready"}),
+        gang("next", pods=1, gpus=8, created=T1),
+    ]
+    plan = decide(objects)
+    admitted = {a["workload"]: a for a in plan["admitted"]}
+    assert set(admitted) == {"default/train", "default/next"}
+    # 16 GPUs on an 8-GPU manager: admitted anyway, with no placement (the worker places it).
+    for decision in admitted.values():
+        assert all(ps.get("placement") is None for ps in decision["podSets"]), decision
+
+
+def test_why_says_where_a_dispatched_workload_waits_and_where_it_runs() -> None:
+    from gpuplane.insight.why import explain  # noqa: PLC0415
+
+    waiting = reserved(gang("train"), {"mk": "Pending"})
+    waiting.set(
+        "status.admissionChecks[0].message", "nominated big: the gang fits there now; small: 8 GPUs short"
+    )
+    running = reserved(gang("done", created=T1), {"mk": "Ready"}, admitted=True).set(
+        "status.clusterName", "big"
+    )
+    objects = [
+        namespace("default"),
+        resource_flavor("h100"),
+        admission_check("mk", MK, active=True),
+        gpu_queue(checks=["mk"]),
+        local_queue("gpu", "default", "gpu"),
+        waiting,
+        running,
+    ]
+    state = load_state([("state.yaml", documents(*objects))])
+    config = config_from_kueue(state.configuration)
+    now = default_now(state)
+    plan = schedule(state, config, now, cycles=1)
+    first = explain(state, plan, now, "default/train", config)
+    assert first.reason == "WaitingForAdmissionChecks"
+    assert "mk Pending (nominated big: the gang fits there now; small: 8 GPUs short)" in first.message
+    second = explain(state, plan, now, "default/done", config)
+    assert second.reason == "Admitted"
+    assert second.message.endswith("runs on worker cluster big (MultiKueue)")

@@ -50,6 +50,7 @@ from gpuplane.insight.queue_eta import (
     node_gang,
 )
 from gpuplane.insight.runtime_history import RuntimeSample
+from gpuplane.insight.why_dispatch import waiting_checks_message, worker_note
 from gpuplane.insight.why_names import QUEUE_NAME_LABEL, NotFoundError, resolve, split_reference
 from gpuplane.model.objects import ClusterState, Node, Workload
 from gpuplane.model.quantity import base_units_per_unit
@@ -260,8 +261,11 @@ def _explain_one(ctx: _Context, key: str) -> Explanation:
     admitted = next((a for a in ctx.plan.admitted if a.workload == key), None)
     cq = admitted.cluster_queue if admitted else (wl.admission.cluster_queue if wl.admission else None)
     lq = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else None
+    waiting = waiting_checks_message(wl, cq) if cq is not None and admitted is None else None
     if wl.finished:
         reason, message = Reason.FINISHED, "the workload has finished"
+    elif waiting is not None:
+        reason, message = Reason.WAITING_FOR_CHECKS, waiting
     elif cq is not None:
         reason, message = Reason.ADMITTED, f"admitted to ClusterQueue {cq}"
     else:
@@ -279,6 +283,8 @@ def _explain_one(ctx: _Context, key: str) -> Explanation:
         return Explanation(
             key, cq, lq, None, None, eta, bypass.BOUND_ELSEWHERE, message, blockers, bypass.WEBHOOK_FIX
         )
+    if reason in (Reason.ADMITTED, Reason.FINISHED):
+        message += worker_note(wl)
     stall = wl.condition(DATA_STALL_CONDITION)
     if reason == Reason.ADMITTED and stall is not None and stall.status:
         # The reaper's data-stall hint (insight.idle): running, but starved of input, not of GPUs.

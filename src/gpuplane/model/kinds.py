@@ -633,6 +633,10 @@ def parse_workload(doc: Doc, version: str, priorities: Mapping[str, int]) -> Wor
         annotations=frozen_map(f.string_map(meta, "annotations", "metadata")),
         check_states=workload_check_states(status),
         reclaimable=frozen_map(_reclaimable(status, pod_sets)),
+        cluster_name=f.get_str(status, "clusterName", "status"),
+        nominated_clusters=tuple(
+            str(c) for c in f.get_list(status, "nominatedClusterNames", "status") if isinstance(c, str)
+        ),
     )
 
 

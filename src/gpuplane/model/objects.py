@@ -249,6 +249,10 @@ class Workload:
     # status.reclaimablePods: pods of a pod set that ended and will not run again (Kueue's field);
     # an admitted workload's quota and devices for them go back before the workload finishes.
     reclaimable: Mapping[str, int] = field(default_factory=lambda: NO_COUNTS)
+    # MultiKueue on a manager: the worker cluster it runs on (status.clusterName), and those it is
+    # nominated to while it is dispatched (status.nominatedClusterNames).
+    cluster_name: str | None = None
+    nominated_clusters: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
