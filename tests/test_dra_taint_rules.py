@@ -5,11 +5,15 @@ DRADeviceTaintRules feature gate) and v1 (1.37)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
+import yaml
 
 from dra_states import CLUSTER, admitted, devices, pending, schedule, template, workload
+from gpuplane.k8s.clusterstate import DRA_READ, state_objects
 from gpuplane.model.errors import InputError
-from gpuplane.model.loader import load_state
+from gpuplane.model.loader import load_state, state_from_objects
 
 CLAIM = "[{name: gpu, resourceClaimTemplateName: %s}]"
 TOLERATE = ", tolerations: [{key: example.com/unhealthy, operator: Exists, effect: NoSchedule}]"
@@ -92,3 +96,17 @@ def test_the_taint_is_on_the_devices_of_the_state() -> None:
 def test_a_bad_rule_is_one_error_naming_it(text: str, says: str) -> None:
     with pytest.raises(InputError, match=says):
         load_state([("state.yaml", CLUSTER.read_text() + "\n---\n" + text)])
+
+
+def test_a_live_clusters_rules_join_its_state() -> None:
+    """The controller, ``schedule --kubeconfig`` and ``why`` list DeviceTaintRules (v1) with the other
+    DRA kinds, and the state built from them carries their taints."""
+    assert "DeviceTaintRule" in {res.kind for res in DRA_READ}
+    text = CLUSTER.read_text() + "\n---\n" + rule("x", "{pool: n2, device: gpu-1}", version="v1")
+    by_kind: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for doc in yaml.safe_load_all(text):
+        if doc:
+            by_kind[doc["kind"]].append(doc)
+    state = state_from_objects(state_objects(lambda kind: by_kind.get(kind, [])))
+    tainted = [(s.pool, d.name) for s in state.dra.slices for d in s.devices if d.taints]
+    assert ("n2", "gpu-1") in tainted

@@ -50,4 +50,6 @@ DEVICE_CLASSES = Resource(DRA, "v1", "deviceclasses", "DeviceClass", namespaced=
 RESOURCE_SLICES = Resource(DRA, "v1", "resourceslices", "ResourceSlice", namespaced=False)
 RESOURCE_CLAIMS = Resource(DRA, "v1", "resourceclaims", "ResourceClaim")
 RESOURCE_CLAIM_TEMPLATES = Resource(DRA, "v1", "resourceclaimtemplates", "ResourceClaimTemplate")
+# Served as v1 from Kubernetes 1.37 (1.36 serves v1beta2 behind a feature gate only, as Kueue reads it).
+DEVICE_TAINT_RULES = Resource(DRA, "v1", "devicetaintrules", "DeviceTaintRule", namespaced=False)
 LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")

@@ -51,13 +51,20 @@ READ = (
     k8s.RESOURCE_SLICES,
     k8s.RESOURCE_CLAIM_TEMPLATES,
     k8s.RESOURCE_CLAIMS,
+    k8s.DEVICE_TAINT_RULES,
     k8s.WORKLOADS,
     k8s.JOBS,
     k8s.PODS,
 )
 # Dynamic Resource Allocation (resource.k8s.io/v1): a cluster that does not serve it lists none;
 # the controller watches them too (gpuplane.k8s.dra_claims.DRA_RESOURCES).
-DRA_READ = (k8s.DEVICE_CLASSES, k8s.RESOURCE_SLICES, k8s.RESOURCE_CLAIM_TEMPLATES, k8s.RESOURCE_CLAIMS)
+DRA_READ = (
+    k8s.DEVICE_CLASSES,
+    k8s.RESOURCE_SLICES,
+    k8s.RESOURCE_CLAIM_TEMPLATES,
+    k8s.RESOURCE_CLAIMS,
+    k8s.DEVICE_TAINT_RULES,
+)
 # What `gpuplane doctor` checks: the nodes and the queueing objects, in the same order.
 CHECKED = tuple(
     res

@@ -42,7 +42,13 @@ from gpuplane.model.records import recorded_claims
 
 log = logging.getLogger(__name__)
 
-DRA_RESOURCES = (k8s.DEVICE_CLASSES, k8s.RESOURCE_SLICES, k8s.RESOURCE_CLAIMS, k8s.RESOURCE_CLAIM_TEMPLATES)
+DRA_RESOURCES = (
+    k8s.DEVICE_CLASSES,
+    k8s.RESOURCE_SLICES,
+    k8s.RESOURCE_CLAIMS,
+    k8s.RESOURCE_CLAIM_TEMPLATES,
+    k8s.DEVICE_TAINT_RULES,
+)
 DRA_KIND_NAMES = tuple(res.kind for res in DRA_RESOURCES)
 PROTECTION = "resource.kubernetes.io/delete-protection"  # kube-scheduler's finalizer on claims it allocates
 ENDED = ("Succeeded", "Failed")

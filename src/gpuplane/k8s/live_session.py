@@ -81,6 +81,7 @@ _STATE_KINDS = frozenset(
         "ResourceSlice",
         "ResourceClaim",
         "ResourceClaimTemplate",
+        "DeviceTaintRule",
         # Kueue's Configuration, from its ConfigMap (device class mappings among others).
         "Configuration",
     )
