@@ -337,9 +337,7 @@ class MultiKueue:
         views: dict[str, dict[str, ClusterView]] = {}
         if self.settings.dispatcher == "gpuplane":
             todo = [wl for wl, _, _ in waiting if not (wl.get("status") or {}).get("nominatedClusterNames")]
-            for name, link in sorted(self.links.items()):
-                if todo:
-                    views[name] = fit_views(link, todo, _labels(self.cluster_objects.get(name)), now)
+            views = self._fit_views(todo, [cfg for _, _, cfg in waiting], now)
         for wl, check, cfg in waiting:
             key = object_key(wl)
             status = wl.get("status") or {}
@@ -374,6 +372,29 @@ class MultiKueue:
                     self._create_remote_workload(cluster, wl)
                 elif cluster not in chosen and present:
                     self._delete_remote(cluster, wl)
+
+    def _fit_views(
+        self, todo: list[dict[str, Any]], configs: list[MultiKueueConfig], now: float
+    ) -> dict[str, dict[str, ClusterView]]:
+        """Where each workload of ``todo`` would be admitted now, packing the batch worker by worker
+        in the configs' order (the most preferred first, as a MultiKueueConfig lists them): each
+        worker is asked about the workloads no earlier worker takes now, in their queue order. A
+        workload that fits nowhere now has its predicted start on every worker it was asked of."""
+        order = list(
+            dict.fromkeys(c for cfg in sorted(set(configs), key=lambda c: c.name) for c in cfg.clusters)
+        )
+        views: dict[str, dict[str, ClusterView]] = {}
+        remaining = list(todo)
+        for name in order:
+            link = self.links.get(name)
+            labels = _labels(self.cluster_objects.get(name))
+            asked = [wl for wl in remaining if _matches(_selector(wl), labels)]
+            if link is None or not asked:
+                continue
+            views[name] = fit_views(link, asked, labels, now)
+            taken = {key for key, view in views[name].items() if view.fits_now}
+            remaining = [wl for wl in remaining if object_key(wl) not in taken]
+        return views
 
     def _plain_view(self, name: str) -> ClusterView:
         link = self.links.get(name)
@@ -748,6 +769,10 @@ def _selector(wl: Mapping[str, Any]) -> dict[str, str]:
     text = _annotation(wl, CLUSTER_SELECTOR_ANNOTATION)
     pairs = [p.split("=", 1) for p in text.split(",") if "=" in p]
     return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
 
 
 def _spill_order(wl: Mapping[str, Any]) -> tuple[str, ...]:

@@ -169,7 +169,7 @@ def fit_views(
     skipped: list[InputError] = []
     state = state_from_objects([*objects, *fresh], source=f"cluster {name}", skipped=skipped)
     config = config_from_kueue(state.configuration)
-    plan = schedule(state, config, now, cycles=1)
+    plan = schedule(state, config, now, cycles=None)  # every candidate that fits now, in queue order
     admitted = {a.workload for a in plan.admitted}
     waits = {e.workload: e for e in explain_all(state, plan, now, config, diagnose=False)}
     refused = {f"{(e.obj or '').split('/', 1)[-1]}": e.message for e in skipped}
