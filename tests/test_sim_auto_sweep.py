@@ -208,3 +208,28 @@ def test_gpus_to_match_ends_when_node_counts_round_to_clusters_already_run() -> 
     assert match["bound"] == "interpolated"
     assert need <= match["gpus"] < need + 8
     assert len({run["gpus"] for run in match["runs"]}) <= gpus_match.MAX_RUNS
+
+
+def test_a_step_up_stops_near_full_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    full = 3.2  # the fake's GPUs are fully allocated at this load (allocation grows with load)
+    ran: list[float] = []
+
+    def run_tasks(
+        _runner: object, inputs: Sequence[SimInput], tasks: Sequence[Task], *_: object
+    ) -> list[RunResult]:
+        out: list[RunResult] = []
+        for task in tasks:
+            load = inputs[task.source].notes["load"]
+            ran.append(load)
+            doc = {
+                "waitP95Seconds": _wait(task.name, load),
+                "wallSeconds": 0.0,
+                "gpuAllocatedShare": load / full,
+            }
+            out.append((None, doc))  # type: ignore[arg-type]
+        return out
+
+    monkeypatch.setattr(auto_sweep, "run_tasks", run_tasks)
+    doc = run_auto_sweep(_sim, ("gpuplane",), wait_target=TARGET, jobs=1).document
+    assert max(ran) <= full * (1 + auto_sweep.ALLOCATION_MARGIN) + 1e-9  # 1.5x steps would have run 3.6
+    assert doc["capacityAtWaitTarget"]["gpuplane"] == pytest.approx(CROSSING["gpuplane"], abs=0.05)

@@ -3,7 +3,8 @@
 ::
 
     1. every configuration at the starting loads (0.6, 1.0, 1.6): the sweep's grid
-    2. up:   a configuration that has not missed the target yet runs at 1.5x its highest load,
+    2. up:   a configuration that has not missed the target yet runs at 1.5x its highest load
+             (at most 1.1x the load where its GPUs would be fully allocated, by proportion),
              until it misses (or reaches MAX_LOAD: then its capacity is a bound)
        down: a configuration that missed at every load runs at half its lowest, until it meets it
     3. bisect each configuration between the highest load that met the target below the lowest that
@@ -40,6 +41,7 @@ from gpuplane.sim.sweep import (
 
 START_LOADS = (0.6, 1.0, 1.6)
 GROWTH = 1.5
+ALLOCATION_MARGIN = 0.1  # how far past full allocation (by proportion) a step up may go
 MAX_LOAD = 8.0
 MIN_LOAD = 0.05
 RESOLUTION = 0.05
@@ -101,6 +103,19 @@ class AutoSweep:
         ]
         return (met[-1] if met else None), high
 
+    def step_up(self, name: str) -> float:
+        """The next load above ``name``'s highest: 1.5x it, but no further than where its GPUs would
+        be fully allocated if allocation grew in proportion to load (its highest load over its
+        allocated share there, plus :data:`ALLOCATION_MARGIN`), so that the first miss is not far
+        above capacity, where a run costs most (the backlog grows for the whole run). Never less
+        than two resolution steps up; a load that still meets the target is stepped up again."""
+        highest = max(self.done[name])
+        step = highest * GROWTH
+        share = self.done[name][highest][1].get("gpuAllocatedShare")
+        if share:
+            step = min(step, highest / float(share) * (1 + ALLOCATION_MARGIN))
+        return max(step, highest + 2 * self.resolution)
+
     def search(self) -> None:
         self.run([(n, load) for load in START_LOADS for n in self.names])
         while True:  # up until each configuration misses, down until each meets
@@ -108,7 +123,7 @@ class AutoSweep:
             for n in self.names:
                 low, high = self.bracket(n)
                 if high is None and max(self.done[n]) < MAX_LOAD:
-                    pairs.append((n, min(MAX_LOAD, max(self.done[n]) * GROWTH)))
+                    pairs.append((n, min(MAX_LOAD, self.step_up(n))))
                 elif low is None and min(self.done[n]) > MIN_LOAD:
                     pairs.append((n, max(MIN_LOAD, min(self.done[n]) / 2)))
             if not pairs:
