@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +100,7 @@ class MultiKueueSettings:
     worker_qps: float = DEFAULT_WORKER_QPS
     worker_burst: int = DEFAULT_WORKER_BURST
     refresh_seconds: float = 5.0  # how often the MultiKueue objects are listed again
+    write_workers: int = 16  # workloads whose steps (writes) run at once
 
 
 class MultiKueue:
@@ -130,11 +133,18 @@ class MultiKueue:
             "requeued": 0,
             "gc_deleted": 0,
         }
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(self.settings.write_workers, thread_name_prefix="multikueue")
         self._listed_at = -1e18
         self._gc_at = -1e18
         self._served = True
 
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.counters[name] += 1
+
     def close(self) -> None:
+        self._pool.shutdown(wait=True)
         for link in self.links.values():
             link.close()
         self.links.clear()
@@ -156,14 +166,20 @@ class MultiKueue:
         }
         self._write_cluster_conditions(wanted)
         self._write_check_conditions(checks)
-        dispatching: list[tuple[dict[str, Any], str, MultiKueueConfig]] = []
+        found: list[tuple[dict[str, Any], Mapping[str, Any], MultiKueueConfig]] = []
         for wl in self.cache.items("Workload"):
             for state in (wl.get("status") or {}).get("admissionChecks") or []:
                 cfg = self.configs.get(checks.get(state.get("name"), "") or "")
                 if cfg is not None:
-                    if self._reconcile_workload(wl, state, cfg, remotes):
-                        dispatching.append((wl, str(state["name"]), cfg))
+                    found.append((wl, state, cfg))
                     break
+        # Workloads are independent: their steps (writes on the manager and the workers) go at once.
+        waits = list(
+            self._pool.map(lambda item: self._reconcile_workload(item[0], item[1], item[2], remotes), found)
+        )
+        dispatching = [
+            (wl, str(state["name"]), cfg) for (wl, state, cfg), w in zip(found, waits, strict=True) if w
+        ]
         if dispatching:
             self._nominate(dispatching, remotes)
         if now - self._gc_at >= self.settings.gc_interval:
@@ -283,7 +299,7 @@ class MultiKueue:
                     "Retry",
                     f"Workload evicted on worker cluster: {evicted!r}, resetting for re-admission",
                 )
-                self.counters["requeued"] += 1
+                self._count("requeued")
                 return False
         admitting = next((c for c, w in sorted(copies.items()) if _true(w, "Admitted")), None)
         if admitting is None and state == "Ready":
@@ -296,7 +312,7 @@ class MultiKueue:
             else:
                 message = "Admitting remote no longer exists"
             self._set_check(wl, check, "Retry", message)
-            self.counters["requeued"] += 1
+            self._count("requeued")
             return False
         if admitting is not None:
             for c in copies:
@@ -338,40 +354,48 @@ class MultiKueue:
         if self.settings.dispatcher == "gpuplane":
             todo = [wl for wl, _, _ in waiting if not (wl.get("status") or {}).get("nominatedClusterNames")]
             views = self._fit_views(todo, [cfg for _, _, cfg in waiting], now)
-        for wl, check, cfg in waiting:
-            key = object_key(wl)
-            status = wl.get("status") or {}
-            already = list(status.get("nominatedClusterNames") or [])
-            if self.settings.dispatcher == "gpuplane" and already:
-                nomination = Nomination(tuple(already), "")
-            else:
-                cluster_views = [
-                    views.get(c, {}).get(key) or self._plain_view(c)
-                    for c in cfg.clusters
-                    if c in self.clusters
-                ]
-                nomination = nominate(
-                    self.settings.dispatcher,
-                    cluster_views,
-                    since_first_nomination_s=max(0.0, now - _pending_since(wl, check, now)),
-                    cluster_selector=_selector(wl),
-                    spill_order=_spill_order(wl),
-                )
-            chosen = list(nomination.clusters)
-            said = _check_message(wl, check)
-            if (
-                chosen != already or (nomination.reason and nomination.reason != said)
-            ) and not self._write_nomination(wl, check, chosen, nomination.reason or said):
+        list(self._pool.map(lambda item: self._nominate_one(item, views, remotes, now), waiting))
+
+    def _nominate_one(
+        self,
+        item: tuple[dict[str, Any], str, MultiKueueConfig],
+        views: Mapping[str, Mapping[str, ClusterView]],
+        remotes: Mapping[str, RemoteObjects | None],
+        now: float,
+    ) -> None:
+        """Nominate one workload's workers (its views given) and copy it there."""
+        wl, check, cfg = item
+        key = object_key(wl)
+        status = wl.get("status") or {}
+        already = list(status.get("nominatedClusterNames") or [])
+        if self.settings.dispatcher == "gpuplane" and already:
+            nomination = Nomination(tuple(already), "")
+        else:
+            cluster_views = [
+                views.get(c, {}).get(key) or self._plain_view(c) for c in cfg.clusters if c in self.clusters
+            ]
+            nomination = nominate(
+                self.settings.dispatcher,
+                cluster_views,
+                since_first_nomination_s=max(0.0, now - _pending_since(wl, check, now)),
+                cluster_selector=_selector(wl),
+                spill_order=_spill_order(wl),
+            )
+        chosen = list(nomination.clusters)
+        said = _check_message(wl, check)
+        if (
+            chosen != already or (nomination.reason and nomination.reason != said)
+        ) and not self._write_nomination(wl, check, chosen, nomination.reason or said):
+            return
+        for cluster in cfg.clusters:
+            remote = remotes.get(cluster)
+            if remote is None:
                 continue
-            for cluster in cfg.clusters:
-                remote = remotes.get(cluster)
-                if remote is None:
-                    continue
-                present = key in remote.workloads
-                if cluster in chosen and not present:
-                    self._create_remote_workload(cluster, wl)
-                elif cluster not in chosen and present:
-                    self._delete_remote(cluster, wl)
+            present = key in remote.workloads
+            if cluster in chosen and not present:
+                self._create_remote_workload(cluster, wl)
+            elif cluster not in chosen and present:
+                self._delete_remote(cluster, wl)
 
     def _fit_views(
         self, todo: list[dict[str, Any]], configs: list[MultiKueueConfig], now: float
@@ -508,7 +532,7 @@ class MultiKueue:
         }
         try:
             self.links[cluster].api.create(k8s.WORKLOADS, body, meta["namespace"])
-            self.counters["dispatched"] += 1
+            self._count("dispatched")
         except ApiError as err:
             if not err.conflict:
                 log.info("copy of %s to %s not created: %s", object_key(wl), cluster, err)
@@ -565,7 +589,7 @@ class MultiKueue:
         try:
             created = self.links[cluster].api.create(k8s.JOBS, body, meta["namespace"])
             remote.jobs[key] = created
-            self.counters["remote_jobs_created"] += 1
+            self._count("remote_jobs_created")
         except ApiError as err:
             if not err.conflict:
                 log.info("job of %s not created on %s: %s", object_key(wl), cluster, err)
@@ -646,7 +670,7 @@ class MultiKueue:
         meta = obj["metadata"]
         try:
             link.api.delete(res, meta["name"], meta["namespace"], propagationPolicy="Background")
-            self.counters["gc_deleted"] += 1
+            self._count("gc_deleted")
             log.info(
                 "orphan %s %s/%s deleted on %s", res.kind, meta["namespace"], meta["name"], link.cluster.name
             )
