@@ -14,6 +14,7 @@ from gpuplane.insight.runtime_predictor import (
     PSEUDO_SAMPLES,
     Prediction,
     RuntimePredictor,
+    learn_into,
 )
 
 TRAIN = JobFeatures("ml", "train", "gpus", "", "4x nvidia.com/gpu=1")
@@ -140,6 +141,20 @@ def test_incremental_add_equals_batch() -> None:
         for elapsed in (0.0, 500.0, 3000.0, 50000.0):
             assert one_by_one.predict(f, elapsed) == batch.predict(f, elapsed)
     assert len(batch) == len(samples)
+
+
+def test_learning_into_the_runs_of_features_equals_adding() -> None:
+    rng = random.Random(3)
+    added, learned = RuntimePredictor(), RuntimePredictor()
+    for i in range(200):
+        features = rng.choice([TRAIN, TRAIN_8, EVAL])
+        seconds = rng.lognormvariate(7, 1)
+        added.add(RuntimeSample(features, seconds, float(i)))
+        learn_into(learned.runs_of(features), seconds)
+    for f in (TRAIN, TRAIN_8, EVAL, OTHER_TEAM):
+        for elapsed in (0.0, 900.0, 4000.0):
+            assert learned.predict(f, elapsed) == added.predict(f, elapsed)
+    assert learned.predict(TRAIN).median == added.predict(TRAIN).quantiles[PSEUDO_SAMPLES // 2]
 
 
 def test_bad_input_is_refused() -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from gpuplane.insight.eta import Gang, NodeFree, NodeReplay
 from gpuplane.sim import ranges
-from gpuplane.sim.forecast import RuntimeHistory, features_of, shape_of
+from gpuplane.sim.forecast import GANG_DRAWS, Forecaster, RuntimeHistory, features_of, shape_of
 from gpuplane.sim.metrics import GroupStats, basis_document
 from gpuplane.sim.ranges import StartRanges
+from gpuplane.sim.runs import JobRun
 from gpuplane.sim.workloads import Job, Request
 
 
@@ -29,6 +33,18 @@ def test_range_reads_the_10th_and_90th_percentile_of_the_learned_ratios() -> Non
     assert r.range("gang", 0.0, 1000.0) == (500.0, 2000.0)  # each kind learns apart
     inside = sum(low <= 20.0 * k <= high for k in range(1, 101))
     assert inside == 81
+
+
+def test_a_short_predicted_wait_is_centred_on_the_real_waits_of_such_predictions() -> None:
+    r = StartRanges()
+    assert r.centre("queue", 0.0, 30.0) == 30.0  # nothing learned: the replay's own
+    for k in range(1, 41):  # predicted to start at once; started after 10 .. 400 s
+        r.learn("queue", 0.0, 0.0, 10.0 * k)
+    assert r.centre("queue", 0.0, 0.0) == pytest.approx(210.0)  # the median real wait
+    assert r.centre("queue", 100.0, 130.0) == pytest.approx(310.0)
+    low, high = r.range("queue", 0.0, 0.0)
+    assert low <= r.centre("queue", 0.0, 0.0) <= high
+    assert r.centre("gang", 0.0, 0.0) == 0.0  # each kind learns apart
 
 
 def test_range_forgets_past_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,3 +114,22 @@ def test_errors_by_basis() -> None:
     assert doc["name"]["etaRangeCoverage"] == 0.5
     assert doc["class"]["etaWaitedCount"] == 1
     assert doc["team"]["runtimeRelativeErrorP50"] == 0.2
+
+
+def test_a_gangs_eta_is_the_median_start_over_draws_of_the_holders_ends() -> None:
+    history = RuntimeHistory()
+    for i in range(20):  # runs of 100 .. 2000 s
+        history.record(_job(i, "resnet", 100.0), 100.0 * (i + 1))
+    holder = JobRun(_job(99, "resnet", 100.0), GroupStats(), 8.0, 8.0, 0, running_since=0.0)
+    known = history.known_of(holder.job, 0.0)
+    level = 0.5
+    first = NodeFree(history.remaining_of(known, 0.0, level), "p", "a", 8.0)
+    world = NodeReplay(free={}, releases=[first], queued=[], usage={}, nominal={}, node_size=8.0)
+    gang = Gang("a", ("p",), 1, 0, 1.0, 100.0)
+    forecaster = SimpleNamespace(runtimes=history)
+    median = Forecaster._median_start(forecaster, 0.0, gang, world, [(0, holder, known, 0.0, level)])  # type: ignore[arg-type]
+    draws = sorted(
+        history.remaining_of(known, 0.0, (level + k / GANG_DRAWS) % 1.0) for k in range(GANG_DRAWS)
+    )
+    assert median == pytest.approx(draws[GANG_DRAWS // 2])
+    assert Forecaster._median_start(forecaster, 0.0, gang, world, []) == first.end  # type: ignore[arg-type]

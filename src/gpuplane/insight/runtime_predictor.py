@@ -247,18 +247,27 @@ def checked_runtime(seconds: float) -> float:
     return value
 
 
+def learn_into(holders: Iterable[Runs], seconds: float) -> None:
+    """Learn one run of ``seconds`` (checked by the caller) into each of ``holders`` (the
+    :meth:`RuntimePredictor.runs_of` of its features): :meth:`Runs.add` for each, in one call."""
+    for runs in holders:
+        runs.runtimes.append(seconds)
+        runs.ordered = False
+
+
 def _quantiles(runtimes: Sequence[float], first: int, elapsed: float, basis: str, samples: int) -> Prediction:
     """What is left of ``runtimes[first:]`` (sorted, all longer than ``elapsed``) at each level:
     :data:`PSEUDO_SAMPLES` reads of the list, whatever its length."""
     last = len(runtimes) - 1
     span = last - first
-    values = []
-    for u in _LEVELS:
-        pos = first + u * span
-        lo = int(pos)
-        low = runtimes[lo]
-        values.append(low - elapsed if lo >= last else low + (runtimes[lo + 1] - low) * (pos - lo) - elapsed)
-    return Prediction(tuple(values), basis, samples)
+    places = [(pos, int(pos)) for pos in [first + u * span for u in _LEVELS]]
+    values = tuple(
+        runtimes[lo] - elapsed
+        if lo >= last
+        else runtimes[lo] + (runtimes[lo + 1] - runtimes[lo]) * (pos - lo) - elapsed
+        for pos, lo in places
+    )
+    return Prediction(values, basis, samples)
 
 
 def _tail(elapsed: float, basis: str, samples: int) -> Prediction:

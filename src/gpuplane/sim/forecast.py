@@ -17,7 +17,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpuplane.insight.eta import (
@@ -42,6 +42,7 @@ from gpuplane.insight.runtime_predictor import (
     Runs,
     RuntimePredictor,
     checked_runtime,
+    learn_into,
 )
 from gpuplane.sim.ranges import StartRanges
 from gpuplane.sim.runs import JobRun
@@ -97,6 +98,11 @@ class Known:
         if self.curve is None:
             self.curve = runtime_curve(self.prediction(predictor).quantiles, ())
         return self.curve
+
+    def median(self, predictor: RuntimePredictor) -> float:
+        """The median runtime of a run not started yet (:meth:`prediction`'s middle quantile:
+        ``Prediction.median``, read without the checks of ``Prediction.at``)."""
+        return self.prediction(predictor).quantiles[PSEUDO_SAMPLES // 2]
 
     def prediction(self, predictor: RuntimePredictor) -> Prediction:
         """The prediction of a run not started yet, made when first asked for: what
@@ -190,8 +196,7 @@ class RuntimeHistory:
         """``job`` finished after running ``seconds``."""
         _, _, entries, holders, _ = self._of(job)
         seconds = checked_runtime(seconds)
-        for runs in holders:
-            runs.add(seconds)
+        learn_into(holders, seconds)
         self.learned += 1
         for _, found in entries:
             found[0] += seconds
@@ -322,6 +327,7 @@ _UNIT_TAIL_MEAN = sum(_UNIT_TAIL.quantiles) / len(_UNIT_TAIL.quantiles)
 RELEARN = 1.05  # look at a set of features' mean again when the runs behind it grew by 5 %
 REMAKE, REMAKE_LEAST = 2.0, 10  # make its quantiles again when their runs doubled (10 at least)
 OVERDUE_LEFT = math.ceil(OVERDUE_SHARE * PSEUDO_SAMPLES)  # fewer quantiles past a run's age: overdue
+GANG_DRAWS = 5  # node replays of a whole-node gang, its holders' ends drawn apart: the ETA is their median
 
 
 GroupKey = tuple[frozenset[str], str, int, float]  # (pools, team, priority, what one pod asks)
@@ -547,7 +553,7 @@ class Forecaster:
         run.basis = known.basis
         run.expected_end = now + max(job.startup, known.mean - run.progress)
         if run.progress == 0:
-            run.predicted_runtime = known.prediction(self.runtimes.predictor).median
+            run.predicted_runtime = known.median(self.runtimes.predictor)
             run.learning_since = now
             self.runtimes.run_started(job, now)
         self.book.add_running(run)
@@ -630,7 +636,9 @@ class Forecaster:
         work only, when the last of it is expected to end (the scheduler keeps placing small work
         on partly used nodes, so these seldom free before). Queued gangs of the same node size
         that may use these pools are replayed with their queues, each run drawn from its class's
-        runtime curve once it is learned.
+        runtime curve once it is learned. The replay is played :data:`GANG_DRAWS` times, each
+        whole-node holder's end drawn at its level shifted by ``k / GANG_DRAWS``, and the ETA is
+        the median of their starts: what the holders' runtimes call for, not one draw of them.
         """
         floor = run.priority if capacity.preemption else -(2**31)
         pools = tuple(p for p in capacity.pools if p in nodes)
@@ -640,6 +648,8 @@ class Forecaster:
         down = self.down
         node_gpus = self.model.node_gpus
         asked = _Asked(self.runtimes, now)  # each features' runtimes, asked once for the whole prediction
+        # Per whole-node holder that runs: its release's index, the holder, its runtimes, age and level.
+        wholes: list[tuple[int, JobRun, Known, float, float]] = []
         for pool, on_nodes in nodes.items():
             for node, ids in on_nodes:
                 if node in down:
@@ -657,6 +667,10 @@ class Forecaster:
                     holders.append(h)
                 if whole is not None:
                     end = self.likely_end(whole, now, asked)
+                    if whole.running_since is not None:
+                        age = now - whole.running_since + whole.progress
+                        level = van_der_corput(whole.job.id + 1)
+                        wholes.append((len(releases), whole, asked.of(whole.job), age, level))
                     releases.append(NodeFree(end, pool, whole.job.team, whole.per_pod))
                 elif holders:
                     last = max([self.expected_end(h, now, asked) for h in holders])
@@ -679,7 +693,29 @@ class Forecaster:
             node_size=run.per_pod,
             capacity={p: capacity.pools[p] for p in pools} if capacity.preemption else None,
         )
-        return gang_start(now, gang, world)
+        return self._median_start(now, gang, world, wholes)
+
+    def _median_start(
+        self, now: float, gang: Gang, world: NodeReplay, wholes: list[tuple[int, JobRun, Known, float, float]]
+    ) -> float | None:
+        """The median start over :data:`GANG_DRAWS` node replays of ``world``: in the ``k``-th,
+        each whole-node holder of ``wholes`` (its release's index in ``world.releases``, the
+        holder, its runtimes, its age and its level) ends at its level shifted by
+        ``k / GANG_DRAWS`` (a rotation of the low-discrepancy levels; the first replay is
+        ``world`` itself). Which of the holders' heavy-tailed runs end first decides the start,
+        and one draw per holder leaves the ETA as spread as that one draw."""
+        found = [gang_start(now, gang, world)]
+        if wholes:
+            releases = world.releases
+            for k in range(1, GANG_DRAWS):
+                shifted = list(releases)
+                for i, holder, known, age, level in wholes:
+                    left = self.runtimes.remaining_of(known, age, (level + k / GANG_DRAWS) % 1.0)
+                    was = releases[i]
+                    shifted[i] = NodeFree(now + max(0.0, left), was.pool, holder.job.team, holder.per_pod)
+                found.append(gang_start(now, gang, replace(world, releases=shifted)))
+        starts = sorted(start for start in found if start is not None)
+        return starts[len(starts) // 2] if starts else None
 
     def _queued_gangs(
         self, run: JobRun, pools: tuple[str, ...], floor: int, mine: int, asked: _Asked

@@ -7,7 +7,8 @@ predictions that met their start, the real wait over the predicted wait (a wait 
 :data:`SHORT` seconds: the real wait itself), and reads the range of a new ETA from their 10th and
 90th percentiles (split conformal prediction, online): over the predictions it learned from, eight
 in ten real starts fell inside. Until :data:`LEAST` have been learned, the range is half to twice
-the predicted wait. Each kind of prediction (the queue replay, the node replay of whole-node
+the predicted wait. The ETA itself is the median of the same spread (:meth:`StartRanges.centre`).
+Each kind of prediction (the queue replay, the node replay of whole-node
 gangs) learns apart: their errors differ.
 """
 
@@ -57,10 +58,16 @@ class StartRanges:
 
     def centre(self, kind: str, now: float, predicted: float) -> float:
         """The median start of a job predicted at ``now`` to start at ``predicted`` by the replay:
-        the predicted wait times the median ratio learned (the replay's own bias taken out), or
-        ``predicted`` itself for a short wait or before enough are learned."""
+        the predicted wait times the median ratio learned (the replay's own bias taken out); for
+        a wait predicted shorter than :data:`SHORT`, the median real wait of such predictions
+        when longer (a replay that sees room now, where the nodes' fragments or the work that
+        arrives later keep the job waiting); ``predicted`` itself before enough are learned."""
         wait = max(0.0, predicted - now)
-        spread = self.ratios.get(kind) if wait >= SHORT else None
+        if wait < SHORT:
+            short = self.short.get(kind)
+            middle = short.at(0.5) if short is not None else None
+            return predicted if middle is None else now + max(wait, middle)
+        spread = self.ratios.get(kind)
         middle = spread.at(0.5) if spread is not None else None
         return predicted if middle is None else now + wait * middle
 
