@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ MULTIKUEUE_CONFIGS = k8s.MULTIKUEUE_CONFIGS
 CLUSTER_SELECTOR_ANNOTATION = "gpuplane.dev/cluster-selector"
 SPILL_ORDER_ANNOTATION = "gpuplane.dev/cluster-order"
 # On a copy: the QuotaReserved time of the manager's reservation it was made for.
+SLOW_PASS_SECONDS = 1.0  # a pass longer than this is logged with where its time went
 RESERVATION_ANNOTATION = "gpuplane.dev/multikueue-reservation"
 
 # Job template labels the Job controller sets; a copy made from them would not validate.
@@ -161,9 +163,11 @@ class MultiKueue:
             self._listed_at = now
         wanted = {c for cfg in self.configs.values() for c in cfg.clusters}
         self._connect(wanted)
+        started = time.monotonic()
         remotes = {
             name: link.observe(self.settings.origin) for name, link in self.links.items() if name in wanted
         }
+        observed = time.monotonic()
         self._write_cluster_conditions(wanted)
         self._write_check_conditions(checks)
         found: list[tuple[dict[str, Any], Mapping[str, Any], MultiKueueConfig]] = []
@@ -180,8 +184,20 @@ class MultiKueue:
         dispatching = [
             (wl, str(state["name"]), cfg) for (wl, state, cfg), w in zip(found, waits, strict=True) if w
         ]
+        stepped = time.monotonic()
         if dispatching:
             self._nominate(dispatching, remotes)
+        done = time.monotonic()
+        if done - started > SLOW_PASS_SECONDS:
+            log.info(
+                "multikueue pass: %d workloads (%d to nominate): workers read in %.2fs, steps %.2fs, "
+                "nominations %.2fs",
+                len(found),
+                len(dispatching),
+                observed - started,
+                stepped - observed,
+                done - stepped,
+            )
         if now - self._gc_at >= self.settings.gc_interval:
             self._gc_at = now
             self._collect_orphans(remotes)
