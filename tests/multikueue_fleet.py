@@ -232,7 +232,10 @@ def _setup_manager(manager: Member, workers: list[Member], gpus: int) -> None:
     api.create(k8s.RESOURCE_FLAVORS, resource_flavor("gpu").to_dict())
     api.create(
         k8s.CLUSTER_QUEUES,
-        cluster_queue("cq").flavor("gpu", cpu="100000", gpu=gpus).set("spec.admissionChecks", [CHECK]).to_dict(),
+        cluster_queue("cq")
+        .flavor("gpu", cpu="100000", gpu=gpus)
+        .set("spec.admissionChecks", [CHECK])
+        .to_dict(),
     )
     api.create(k8s.LOCAL_QUEUES, local_queue("queue", NS, "cq").to_dict(), NS)
 

@@ -39,7 +39,15 @@ from gpuplane.k8s import clusterstate as k8s_clusterstate
 from gpuplane.k8s import controller as k8s_controller
 from gpuplane.k8s import creating as k8s_creating
 from gpuplane.k8s import dra_claims as k8s_dra_claims
-from gpuplane.k8s import eta_writer, integrations, leader, visibility
+from gpuplane.k8s import (
+    eta_writer,
+    integrations,
+    leader,
+    multikueue_dispatch,
+    multikueue_flow,
+    multikueue_status,
+    visibility,
+)
 from gpuplane.k8s import evicting as k8s_evicting
 from gpuplane.k8s import finishing as k8s_finishing
 from gpuplane.k8s import informer as k8s_informer
@@ -268,7 +276,13 @@ def test_status_subresource_wherever_the_controller_writes_status() -> None:
     # Built-in kinds serve their status subresource already; the CRDs must declare theirs.
     assert {r for g, r in status_writes if g != k8s_api.KUEUE} == {"resourceclaims", "jobs"}
     writes_status = {r for g, r in status_writes if g == k8s_api.KUEUE}
-    assert writes_status == {"workloads", "clusterqueues", "localqueues", "multikueueclusters", "admissionchecks"}
+    assert writes_status == {
+        "workloads",
+        "clusterqueues",
+        "localqueues",
+        "multikueueclusters",
+        "admissionchecks",
+    }
     for crd in _crds():
         if crd["spec"]["names"]["plural"] in writes_status:
             for version in crd["spec"]["versions"]:
@@ -358,6 +372,7 @@ CONTROLLER_WRITES: set[Perm] = {
     # MultiKueue on a manager (--multikueue): its objects, their Active conditions, the Jobs' status
     (k8s_api.KUEUE, "multikueueclusters", "list"),
     (k8s_api.KUEUE, "multikueueconfigs", "list"),
+    (k8s_api.KUEUE, "multikueueclusters", "patch"),  # each worker's summary, an annotation
     (k8s_api.KUEUE, "multikueueclusters/status", "update"),
     (k8s_api.KUEUE, "admissionchecks/status", "update"),
     ("batch", "jobs/status", "update"),  # a worker Job's status copied to the manager's Job
@@ -373,7 +388,12 @@ RUNTIME_HISTORY: set[Perm] = {("", "configmaps", v) for v in ("get", "create", "
 WARM_BUFFER: set[Perm] = {("", "pods", "create"), ("", "pods", "delete")}
 # The workers' kubeconfigs of MultiKueue, Secrets in gpuplane's namespace (its own Role).
 MULTIKUEUE_SECRETS: set[Perm] = {("", "secrets", "get")}
-ROLES = ("gpuplane-leader-election", "gpuplane-runtime-history", "gpuplane-warm-buffer", "gpuplane-multikueue")
+ROLES = (
+    "gpuplane-leader-election",
+    "gpuplane-runtime-history",
+    "gpuplane-warm-buffer",
+    "gpuplane-multikueue",
+)
 # A Workload's owner reference to its job sets blockOwnerDeletion; with the
 # OwnerReferencesPermissionEnforcement admission plugin that needs update on <owner>/finalizers.
 OWNER_FINALIZERS: set[Perm] = {
@@ -474,6 +494,9 @@ def _code_perms() -> set[Perm]:
         k8s_warm,
         k8s_runtime_store,
         k8s_multikueue,
+        multikueue_flow,
+        multikueue_dispatch,
+        multikueue_status,
     )
     return {p for module in modules for p in _api_calls(module)}
 

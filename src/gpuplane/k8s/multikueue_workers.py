@@ -33,6 +33,7 @@ from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
 from gpuplane.model.multikueue import KUBECONFIG_SECRET_KEY, LocationType, WorkerCluster
+from gpuplane.model.quantity import format_quantity, parse_resource_quantity
 
 log = logging.getLogger(__name__)
 
@@ -192,3 +193,87 @@ def _finished(wl: Mapping[str, Any]) -> bool:
         c.get("type") == "Finished" and c.get("status") == "True"
         for c in (wl.get("status") or {}).get("conditions") or []
     )
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """What a manager shows of one worker (kueue #9988): reachable or not, and its ClusterQueues'
+    nominal quota, admitted usage and workload counts, summed over its queues, per resource."""
+
+    cluster: str
+    active: bool
+    message: str
+    quota: Mapping[str, str]
+    usage: Mapping[str, str]
+    pending_workloads: int
+    admitted_workloads: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "active": self.active,
+            "message": self.message,
+            "quota": dict(self.quota),
+            "usage": dict(self.usage),
+            "pendingWorkloads": self.pending_workloads,
+            "admittedWorkloads": self.admitted_workloads,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> WorkerSummary:
+        return WorkerSummary(
+            str(data.get("cluster", "")),
+            bool(data.get("active")),
+            str(data.get("message", "")),
+            {str(k): str(v) for k, v in (data.get("quota") or {}).items()},
+            {str(k): str(v) for k, v in (data.get("usage") or {}).items()},
+            int(data.get("pendingWorkloads") or 0),
+            int(data.get("admittedWorkloads") or 0),
+        )
+
+
+def summarize(link: WorkerLink) -> WorkerSummary:
+    """The worker's summary from its ClusterQueues (one list); an unreachable worker shows its error."""
+    name = link.cluster.name
+    if not link.connected:
+        return WorkerSummary(name, False, link.message, {}, {}, 0, 0)
+    try:
+        queues = link.api.list(k8s.CLUSTER_QUEUES).get("items") or []
+    except Exception as err:
+        link.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
+        return WorkerSummary(name, False, link.message, {}, {}, 0, 0)
+    quota: dict[str, int] = {}
+    usage: dict[str, int] = {}
+    pending = admitted = 0
+    for cq in queues:
+        for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for res in flavor.get("resources") or []:
+                    _add(quota, res.get("name"), res.get("nominalQuota"))
+        status = cq.get("status") or {}
+        for flavor in status.get("flavorsUsage") or []:
+            for res in flavor.get("resources") or []:
+                _add(usage, res.get("name"), res.get("total"))
+        pending += int(status.get("pendingWorkloads") or 0)
+        admitted += int(status.get("admittedWorkloads") or 0)
+    return WorkerSummary(
+        name,
+        True,
+        "connected",
+        {r: format_quantity(r, v) for r, v in sorted(quota.items())},
+        {r: format_quantity(r, v) for r, v in sorted(usage.items())},
+        pending,
+        admitted,
+    )
+
+
+def _add(totals: dict[str, int], resource: object, amount: object) -> None:
+    if not isinstance(resource, str) or amount is None:
+        return
+    try:
+        value = parse_resource_quantity(
+            resource, amount if isinstance(amount, (str, int, float)) else str(amount)
+        )
+    except (InputError, ValueError):
+        return
+    totals[resource] = totals.get(resource, 0) + value

@@ -1,0 +1,131 @@
+"""MultiKueue on a manager: which workers each waiting workload is nominated to, and its copies
+there (the gpuplane dispatcher asks each worker about the whole batch at once)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpuplane.insight.dispatch import ClusterView, Nomination, nominate
+from gpuplane.k8s.informer import object_key
+from gpuplane.k8s.multikueue_fleet import (
+    Fleet,
+    check_message,
+    cluster_selector,
+    labels_of,
+    pending_since,
+    selector_matches,
+    spill_order,
+)
+from gpuplane.k8s.multikueue_flow import WorkloadFlow
+from gpuplane.k8s.multikueue_workers import RemoteObjects, fit_views
+from gpuplane.model.multikueue import MultiKueueConfig
+
+log = logging.getLogger(__name__)
+
+
+class Nominations:
+    """Nominates the waiting workloads' workers and copies them there (owns its pool of writers;
+    the copies are written by the :class:`~gpuplane.k8s.multikueue_flow.WorkloadFlow` it is given)."""
+
+    def __init__(self, fleet: Fleet, flow: WorkloadFlow, pool: ThreadPoolExecutor) -> None:
+        self.fleet = fleet
+        self.api = fleet.api
+        self.cache = fleet.cache
+        self.clock = fleet.clock
+        self.monotonic = fleet.monotonic
+        self.event = fleet.event
+        self.settings = fleet.settings
+        self.flow = flow
+        self._pool = pool
+
+    def nominate(
+        self,
+        waiting: list[tuple[dict[str, Any], str, MultiKueueConfig]],
+        remotes: Mapping[str, RemoteObjects | None],
+    ) -> None:
+        """Nominate the waiting workloads' workers and copy them there (the gpuplane dispatcher asks
+        each worker about the whole batch at once)."""
+        now = self.clock()
+        views: dict[str, dict[str, ClusterView]] = {}
+        if self.settings.dispatcher == "gpuplane":
+            todo = [wl for wl, _, _ in waiting if not (wl.get("status") or {}).get("nominatedClusterNames")]
+            views = self._fit_views(todo, [cfg for _, _, cfg in waiting], now)
+        list(self._pool.map(lambda item: self._nominate_one(item, views, remotes, now), waiting))
+
+    def _nominate_one(
+        self,
+        item: tuple[dict[str, Any], str, MultiKueueConfig],
+        views: Mapping[str, Mapping[str, ClusterView]],
+        remotes: Mapping[str, RemoteObjects | None],
+        now: float,
+    ) -> None:
+        """Nominate one workload's workers (its views given) and copy it there."""
+        wl, check, cfg = item
+        key = object_key(wl)
+        status = wl.get("status") or {}
+        already = list(status.get("nominatedClusterNames") or [])
+        if self.settings.dispatcher == "gpuplane" and already:
+            nomination = Nomination(tuple(already), "")
+        else:
+            cluster_views = [
+                views.get(c, {}).get(key) or self._plain_view(c)
+                for c in cfg.clusters
+                if c in self.fleet.clusters
+            ]
+            nomination = nominate(
+                self.settings.dispatcher,
+                cluster_views,
+                since_first_nomination_s=max(0.0, now - pending_since(wl, check, now)),
+                cluster_selector=cluster_selector(wl),
+                spill_order=spill_order(wl),
+            )
+        chosen = list(nomination.clusters)
+        said = check_message(wl, check)
+        if (
+            chosen != already or (nomination.reason and nomination.reason != said)
+        ) and not self.flow.write_nomination(wl, check, chosen, nomination.reason or said):
+            return
+        for cluster in cfg.clusters:
+            remote = remotes.get(cluster)
+            if remote is None:
+                continue
+            present = key in remote.workloads
+            if cluster in chosen and not present:
+                self.flow.create_remote_workload(cluster, wl)
+            elif cluster not in chosen and present:
+                self.flow.delete_remote(cluster, wl)
+
+    def _fit_views(
+        self, todo: list[dict[str, Any]], configs: list[MultiKueueConfig], now: float
+    ) -> dict[str, dict[str, ClusterView]]:
+        """Where each workload of ``todo`` would be admitted now, packing the batch worker by worker
+        in the configs' order (the most preferred first, as a MultiKueueConfig lists them): each
+        worker is asked about the workloads no earlier worker takes now, in their queue order. A
+        workload that fits nowhere now has its predicted start on every worker it was asked of."""
+        order = list(
+            dict.fromkeys(c for cfg in sorted(set(configs), key=lambda c: c.name) for c in cfg.clusters)
+        )
+        views: dict[str, dict[str, ClusterView]] = {}
+        remaining = list(todo)
+        for name in order:
+            link = self.fleet.links.get(name)
+            labels = labels_of(self.fleet.cluster_objects.get(name))
+            asked = [wl for wl in remaining if selector_matches(cluster_selector(wl), labels)]
+            if link is None or not asked:
+                continue
+            views[name] = fit_views(link, asked, labels, now)
+            taken = {key for key, view in views[name].items() if view.fits_now}
+            remaining = [wl for wl in remaining if object_key(wl) not in taken]
+        return views
+
+    def _plain_view(self, name: str) -> ClusterView:
+        link = self.fleet.links.get(name)
+        return ClusterView(
+            name,
+            labels_of(self.fleet.cluster_objects.get(name)),
+            active=link is not None and link.connected,
+            note="" if link is None else link.message,
+        )

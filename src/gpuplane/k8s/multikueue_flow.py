@@ -1,0 +1,371 @@
+"""MultiKueue on a manager, one workload at a time: the steps of Kueue's flow (the table in
+:mod:`gpuplane.k8s.multikueue`) and their writes, on the manager and on the workers."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from gpuplane.k8s import api as k8s
+from gpuplane.k8s.api import ApiError
+from gpuplane.k8s.informer import object_key
+from gpuplane.k8s.leader import micro_time
+from gpuplane.k8s.multikueue_fleet import (
+    JOB_CONTROLLER_LABELS,
+    RESERVATION_ANNOTATION,
+    Fleet,
+    annotation_of,
+    condition_true,
+    owner_job_name,
+    reserved_stamp,
+)
+from gpuplane.k8s.multikueue_workers import RemoteObjects, WorkerLink
+from gpuplane.model import labels as keys
+from gpuplane.model.conditions import ConditionType, condition, with_conditions
+from gpuplane.model.multikueue import MultiKueueConfig
+
+log = logging.getLogger(__name__)
+
+
+class WorkloadFlow:
+    """Carries each dispatched workload's flow a step per pass (owns no state: what it reads is the
+    cache and the workers' objects, what it keeps is in the shared :class:`Fleet`)."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.api = fleet.api
+        self.cache = fleet.cache
+        self.clock = fleet.clock
+        self.monotonic = fleet.monotonic
+        self.event = fleet.event
+        self.settings = fleet.settings
+
+    def reconcile_workload(  # noqa: PLR0911, PLR0912 - one return per step of Kueue's flow
+        self,
+        wl: dict[str, Any],
+        acs: Mapping[str, Any],
+        cfg: MultiKueueConfig,
+        remotes: Mapping[str, RemoteObjects | None],
+    ) -> bool:
+        """Carry one workload's flow a step (module docstring); True when it waits for nomination."""
+        key = object_key(wl)
+        check = str(acs["name"])
+        mine = {c: r for c, r in remotes.items() if c in cfg.clusters}
+        copies = {c: r.workloads[key] for c, r in mine.items() if r is not None and key in r.workloads}
+        if condition_true(wl, "Evicted") and not condition_true(wl, "Finished"):
+            self._stop_local_job(wl)  # it runs nowhere now: the eviction may give its quota back
+        if condition_true(wl, "Finished") or not condition_true(wl, "QuotaReserved"):
+            for cluster in copies:
+                self.delete_remote(cluster, wl)
+            return False
+        self._drop_duplicates(wl, copies)
+        done = next(((c, w) for c, w in sorted(copies.items()) if condition_true(w, "Finished")), None)
+        if done is not None:
+            cluster, remote = done
+            self._sync_job(cluster, wl, mine[cluster], final=True)
+            self._finish_local(wl, remote, cluster)
+            for c in copies:
+                self.delete_remote(c, wl)
+            return False
+        state = acs.get("state")
+        cluster_name = (wl.get("status") or {}).get("clusterName")
+        if state == "Ready":
+            evicted = next((c for c, w in copies.items() if condition_true(w, "Evicted")), None)
+            if evicted is not None:
+                self._set_check(
+                    wl,
+                    check,
+                    "Retry",
+                    f"Workload evicted on worker cluster: {evicted!r}, resetting for re-admission",
+                )
+                self.fleet.count("requeued")
+                return False
+        admitting = next((c for c, w in sorted(copies.items()) if condition_true(w, "Admitted")), None)
+        if admitting is None and state == "Ready":
+            link = self.fleet.links.get(str(cluster_name or ""))
+            if cluster_name and link is not None and not link.connected:
+                lost_for = self.monotonic() - (link.lost_since or self.monotonic())
+                if lost_for < self.settings.worker_lost_timeout:
+                    return False  # keep it: the worker may be back before the timeout
+                message = f"Admitting remote lost: {cluster_name} unreachable for {lost_for:.0f}s"
+            else:
+                message = "Admitting remote no longer exists"
+            self._set_check(wl, check, "Retry", message)
+            self.fleet.count("requeued")
+            return False
+        if admitting is not None:
+            for c in copies:
+                if c != admitting:
+                    self.delete_remote(c, wl)
+            objects = mine[admitting]
+            assert objects is not None
+            self._ensure_job(admitting, wl, objects)
+            self._sync_job(admitting, wl, objects, final=False)
+            said = str(acs.get("message") or "")
+            message = f'The workload was admitted on "{admitting}"'
+            if state == "Ready":
+                message = said  # written once; the dispatch reason stays in it
+            elif said.startswith("nominated"):
+                message += f" ({said})"
+            self._set_check(wl, check, "Ready", message, cluster_name=admitting)
+            return False
+        return state == "Pending"
+
+    def _drop_duplicates(self, wl: Mapping[str, Any], copies: dict[str, dict[str, Any]]) -> None:
+        """Delete (and forget) the copies made for an earlier reservation (a worker lost past the
+        timeout, then back): each copy records the reservation it was made for, on the manager's clock."""
+        reserved = reserved_stamp(wl)
+        for cluster, remote_wl in list(copies.items()):
+            made_for = annotation_of(remote_wl, RESERVATION_ANNOTATION)
+            if made_for and made_for != reserved:
+                self.delete_remote(cluster, wl)
+                del copies[cluster]
+
+    def _set_check(
+        self, wl: dict[str, Any], check: str, state: str, message: str, *, cluster_name: str | None = None
+    ) -> None:
+        status = wl.get("status") or {}
+        current: Mapping[str, Any] = next(
+            (s for s in status.get("admissionChecks") or [] if s.get("name") == check), {}
+        )
+        if (
+            current.get("state") == state
+            and current.get("message") == message
+            and (cluster_name is None or status.get("clusterName") == cluster_name)
+        ):
+            return
+        body = copy.deepcopy(wl)
+        new_status = body.setdefault("status", {})
+        entry = {
+            "name": check,
+            "state": state,
+            "message": message[:32768],
+            "lastTransitionTime": current.get("lastTransitionTime")
+            if current.get("state") == state
+            else micro_time(self.clock()),
+        }
+        new_status["admissionChecks"] = [
+            entry if s.get("name") == check else s for s in new_status.get("admissionChecks") or []
+        ]
+        if cluster_name is not None and state == "Ready":
+            new_status["clusterName"] = cluster_name
+            new_status.pop("nominatedClusterNames", None)
+        if state == "Retry":
+            new_status.pop("nominatedClusterNames", None)
+        try:
+            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
+        except ApiError as err:
+            log.debug("check %s of %s not written: %s", check, object_key(wl), err)
+            return
+        self.cache.upsert("Workload", written)
+        if state != current.get("state"):
+            self.event(written, "Normal" if state == "Ready" else "Warning", "MultiKueue", message)
+
+    def write_nomination(self, wl: dict[str, Any], check: str, chosen: list[str], reason: str) -> bool:
+        """``status.nominatedClusterNames`` and, as the check's (still Pending) message, why: one write."""
+        body = copy.deepcopy(wl)
+        status = body.setdefault("status", {})
+        if chosen:
+            status["nominatedClusterNames"] = chosen
+        else:
+            status.pop("nominatedClusterNames", None)
+        for entry in status.get("admissionChecks") or []:
+            if entry.get("name") == check:
+                entry["message"] = reason[:32768]
+        try:
+            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
+        except ApiError as err:
+            log.debug("nomination of %s not written: %s", object_key(wl), err)
+            return False
+        self.cache.upsert("Workload", written)
+        return True
+
+    def _finish_local(self, wl: dict[str, Any], remote: Mapping[str, Any], cluster: str) -> None:
+        done = next(c for c in remote["status"]["conditions"] if c.get("type") == "Finished")
+        body = copy.deepcopy(wl)
+        status = body.setdefault("status", {})
+        status["conditions"] = with_conditions(
+            status.get("conditions", []),
+            condition(
+                ConditionType.FINISHED,
+                str(done.get("reason") or "Succeeded"),
+                micro_time(self.clock()),
+                f"From {cluster}: {done.get('message', '')}"[:32768],
+            ),
+        )
+        try:
+            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
+        except ApiError as err:
+            log.debug("finish of %s not written: %s", object_key(wl), err)
+            return
+        self.cache.upsert("Workload", written)
+
+    def create_remote_workload(self, cluster: str, wl: Mapping[str, Any]) -> None:
+        meta = wl["metadata"]
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != keys.JOB_UID_LABEL}
+        labels[keys.MULTIKUEUE_ORIGIN_LABEL] = self.settings.origin
+        annotations = dict(meta.get("annotations") or {})
+        annotations[keys.MULTIKUEUE_ORIGIN_UID_ANNOTATION] = str(meta.get("uid", ""))
+        annotations[RESERVATION_ANNOTATION] = reserved_stamp(wl)
+        body = {
+            "apiVersion": k8s.WORKLOADS.api_version,
+            "kind": "Workload",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "labels": labels,
+                "annotations": annotations,
+            },
+            "spec": copy.deepcopy(wl.get("spec") or {}),
+        }
+        try:
+            self.fleet.links[cluster].api.create(k8s.WORKLOADS, body, meta["namespace"])
+            self.fleet.count("dispatched")
+        except ApiError as err:
+            if not err.conflict:
+                log.info("copy of %s to %s not created: %s", object_key(wl), cluster, err)
+        except Exception as err:
+            self.fleet.links[cluster].lost(str(err).splitlines()[0][:300])
+
+    def delete_remote(self, cluster: str, wl: Mapping[str, Any]) -> None:
+        link = self.fleet.links.get(cluster)
+        if link is None:
+            return
+        meta = wl["metadata"]
+        for res, name in ((k8s.JOBS, owner_job_name(wl)), (k8s.WORKLOADS, meta["name"])):
+            if name is None:
+                continue
+            try:
+                link.api.delete(res, name, meta["namespace"], propagationPolicy="Background")
+            except ApiError as err:
+                if not err.not_found:
+                    log.info("copy of %s on %s not deleted: %s", object_key(wl), cluster, err)
+            except Exception as err:
+                link.lost(str(err).splitlines()[0][:300])
+                return
+
+    def _ensure_job(self, cluster: str, wl: Mapping[str, Any], remote: RemoteObjects) -> None:
+        local = self._local_job(wl)
+        if local is None:
+            return
+        key = object_key(local)
+        if key in remote.jobs:
+            return
+        meta = local["metadata"]
+        labels = dict(meta.get("labels") or {})
+        labels[keys.PREBUILT_WORKLOAD_LABEL] = wl["metadata"]["name"]
+        labels[keys.MULTIKUEUE_ORIGIN_LABEL] = self.settings.origin
+        annotations = dict(meta.get("annotations") or {})
+        annotations[keys.MULTIKUEUE_ORIGIN_UID_ANNOTATION] = str(meta.get("uid", ""))
+        spec = copy.deepcopy(local.get("spec") or {})
+        spec.pop("selector", None)
+        spec.pop("managedBy", None)
+        template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        for label in JOB_CONTROLLER_LABELS:
+            template_labels.pop(label, None)
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "labels": labels,
+                "annotations": annotations,
+            },
+            "spec": spec,
+        }
+        try:
+            created = self.fleet.links[cluster].api.create(k8s.JOBS, body, meta["namespace"])
+            remote.jobs[key] = created
+            self.fleet.count("remote_jobs_created")
+        except ApiError as err:
+            if not err.conflict:
+                log.info("job of %s not created on %s: %s", object_key(wl), cluster, err)
+        except Exception as err:
+            self.fleet.links[cluster].lost(str(err).splitlines()[0][:300])
+
+    def _sync_job(
+        self, cluster: str, wl: Mapping[str, Any], remote: RemoteObjects | None, *, final: bool
+    ) -> None:
+        """Copy the worker Job's status to the local Job: while the local one runs (unsuspended),
+        and once the remote one has finished (Kueue's rule: never a running status on a suspended Job)."""
+        local = self._local_job(wl)
+        if local is None or remote is None:
+            return
+        theirs = remote.jobs.get(object_key(local))
+        if theirs is None:
+            return
+        suspended = bool((local.get("spec") or {}).get("suspend"))
+        finished = any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            for c in (theirs.get("status") or {}).get("conditions") or []
+        )
+        if suspended and not (final and finished):
+            return
+        status = copy.deepcopy(theirs.get("status") or {})
+        if status == (local.get("status") or {}):
+            return
+        body = copy.deepcopy(local)
+        body["status"] = status
+        try:
+            written = self.api.replace(k8s.JOBS, body, sub="status")
+        except ApiError as err:
+            log.debug("status of job %s not synced from %s: %s", object_key(local), cluster, err)
+            return
+        self.cache.upsert("Job", written)
+
+    def _stop_local_job(self, wl: Mapping[str, Any]) -> None:
+        """The manager's suspended Job of an evicted workload counts no active pods: its pods ran on a
+        worker, and the manager, which manages this Job (``managedBy``), says they stopped here."""
+        local = self._local_job(wl)
+        if local is None or not (local.get("spec") or {}).get("suspend"):
+            return
+        status = local.get("status") or {}
+        if not status.get("active") and not status.get("ready"):
+            return
+        body = copy.deepcopy(local)
+        body["status"]["active"] = 0
+        body["status"].pop("ready", None)
+        try:
+            written = self.api.replace(k8s.JOBS, body, sub="status")
+        except ApiError as err:
+            log.debug("status of job %s not reset: %s", object_key(local), err)
+            return
+        self.cache.upsert("Job", written)
+
+    def _local_job(self, wl: Mapping[str, Any]) -> dict[str, Any] | None:
+        name = owner_job_name(wl)
+        if name is None:
+            return None
+        return self.cache.get("Job", f"{wl['metadata']['namespace']}/{name}")
+
+    def collect_orphans(self, remotes: Mapping[str, RemoteObjects | None]) -> None:
+        """Delete the copies on workers whose local Workload is gone (Kueue's gcInterval)."""
+        for cluster, remote in sorted(remotes.items()):
+            if remote is None:
+                continue
+            link = self.fleet.links[cluster]
+            for key, obj in sorted(remote.workloads.items()):
+                if self.cache.get("Workload", key) is None:
+                    self._delete(link, k8s.WORKLOADS, obj)
+            for _key, job in sorted(remote.jobs.items()):
+                prebuilt = (job["metadata"].get("labels") or {}).get(keys.PREBUILT_WORKLOAD_LABEL)
+                ns = job["metadata"]["namespace"]
+                if prebuilt and self.cache.get("Workload", f"{ns}/{prebuilt}") is None:
+                    self._delete(link, k8s.JOBS, job)
+
+    def _delete(self, link: WorkerLink, res: k8s.Resource, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        try:
+            link.api.delete(res, meta["name"], meta["namespace"], propagationPolicy="Background")
+            self.fleet.count("gc_deleted")
+            log.info(
+                "orphan %s %s/%s deleted on %s", res.kind, meta["namespace"], meta["name"], link.cluster.name
+            )
+        except ApiError as err:
+            if not err.not_found:
+                log.info("orphan %s/%s not deleted: %s", meta["namespace"], meta["name"], err)
+        except Exception as err:
+            link.lost(str(err).splitlines()[0][:300])
