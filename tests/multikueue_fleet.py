@@ -35,6 +35,7 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi, load_api_client
 from gpuplane.model import labels as keys
 from manifests import cluster_queue, local_queue, node, resource_flavor
+from prometheus import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = f"mk-e2e-{os.getpid()}"  # a fresh namespace per run: a real server may still be deleting the last
@@ -247,11 +248,15 @@ class Fleet:
     big: Member
     directory: Path
     manager_process: subprocess.Popen[bytes] | None = None
+    metrics_port: int = 0  # the manager's /metrics, once started
 
     def start_manager(self, lost_timeout: float = 60.0) -> None:
+        self.metrics_port = free_port()
         self.manager_process = _controller(
             self.manager,
             self.directory,
+            "--metrics-port",
+            str(self.metrics_port),
             "--multikueue",
             "--multikueue-gc-interval",
             "1",

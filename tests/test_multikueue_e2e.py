@@ -6,8 +6,11 @@ a worker lost within and past ``workerLostTimeout``. On the double by default; w
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -35,6 +38,33 @@ def test_the_check_and_the_workers_turn_active(fleet: Fleet) -> None:
         "workers Active",
     )
     wait_until(lambda: active(k8s.ADMISSION_CHECKS, CHECK), 30, "the MultiKueue check Active")
+
+
+def test_the_manager_shows_each_workers_health_quota_and_usage(fleet: Fleet) -> None:
+    def summary(name: str) -> dict[str, Any] | None:
+        obj = fleet.manager.api.get(k8s.MULTIKUEUE_CLUSTERS, name)
+        text = (obj["metadata"].get("annotations") or {}).get("gpuplane.dev/worker-summary")
+        return json.loads(text) if text else None
+
+    big = wait_until(lambda: summary("big"), 60, "the summary of worker big")
+    assert big["active"] is True
+    assert big["quota"]["nvidia.com/gpu"] == "16"  # two nodes of 8: its ClusterQueue's quota
+    assert summary("small")["quota"]["nvidia.com/gpu"] == "8"
+
+    def scraped() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{fleet.metrics_port}/metrics", timeout=5) as reply:
+            return str(reply.read().decode())
+
+    def has_worker_series() -> str | None:
+        try:
+            text = scraped()
+        except OSError:
+            return None
+        return text if 'gpuplane_multikueue_worker_active{cluster="big"} 1.0' in text else None
+
+    text = wait_until(has_worker_series, 60, "the manager's MultiKueue metrics")
+    assert 'gpuplane_multikueue_worker_quota{cluster="big",resource="nvidia.com/gpu"} 16.0' in text
+    assert 'gpuplane_multikueue_worker_pending_workloads{cluster="small"}' in text
 
 
 def test_a_gang_goes_where_it_fits_runs_and_its_status_comes_back(fleet: Fleet) -> None:

@@ -20,6 +20,7 @@ from wsgiref.simple_server import WSGIServer
 
 from gpuplane.core.session import Plan
 from gpuplane.exporter.metrics import SchedulerMetrics
+from gpuplane.exporter.multikueue_metrics import MultiKueueMetrics
 from gpuplane.exporter.server import serve_metrics
 from gpuplane.k8s.controller import Controller
 from gpuplane.k8s.eta_writer import EtaWriter
@@ -139,6 +140,9 @@ def attach(controller: Controller, options: InsightOptions) -> Attached:
 
     controller.observers.append(observe)
     metrics_server = None
+    if metrics is not None and controller.multikueue is not None:
+        multikueue = controller.multikueue
+        metrics.registry.register(MultiKueueMetrics(multikueue.snapshot))
     if metrics is not None and options.metrics_port is not None:
         metrics_server, _ = serve_metrics(metrics.registry, options.metrics_port, options.host)
     visibility_server = None

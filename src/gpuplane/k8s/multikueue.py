@@ -47,7 +47,7 @@ from gpuplane.k8s.multikueue_fleet import (
 )
 from gpuplane.k8s.multikueue_flow import WorkloadFlow
 from gpuplane.k8s.multikueue_status import FleetStatus
-from gpuplane.k8s.multikueue_workers import WorkerLink, kubeconfig_text
+from gpuplane.k8s.multikueue_workers import WorkerLink, WorkerSummary, kubeconfig_text
 from gpuplane.model.errors import InputError
 from gpuplane.model.multikueue import (
     MULTIKUEUE_CONTROLLER,
@@ -91,6 +91,11 @@ class MultiKueue:
         self._listed_at = -1e18
         self._gc_at = -1e18
         self._served = True
+
+    def snapshot(self) -> tuple[dict[str, WorkerSummary], dict[str, int]]:
+        """Each worker's last summary and the counters, copied (for the metrics, at scrape time)."""
+        with self.fleet.lock:
+            return dict(self.fleet.summaries), dict(self.fleet.counters)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
