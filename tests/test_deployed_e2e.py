@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -126,7 +127,13 @@ def finish(process: subprocess.Popen[str]) -> tuple[str, str]:
 
 
 def refusals(log: str) -> list[str]:
-    return [line for line in log.splitlines() if "403" in line or "forbidden" in line.lower()]
+    """The log lines that tell of a refused request: an HTTP 403 or "forbidden" (not a timestamp's
+    milliseconds that happen to read 403)."""
+    return [
+        line
+        for line in log.splitlines()
+        if re.search(r"(?<![,.\d])403(?!\d)", line) or "forbidden" in line.lower()
+    ]
 
 
 class IdlePrometheus:
