@@ -90,21 +90,21 @@ def test_a_gang_goes_where_it_fits_runs_and_its_status_comes_back(fleet: Fleet) 
 
 
 def test_a_selector_keeps_the_job_in_its_region(fleet: Fleet) -> None:
-    # One GPU fits both workers; the data sits in "us", which only "small" has.
-    fleet.submit("local", pods=1, gpus=1, seconds=1.0, annotations={})
+    # One GPU fits both workers, and "small" comes first in the MultiKueueConfig; but the data sits in
+    # "eu", which only "big" has. The user says so on the Job.
+    fleet.submit(
+        "local", pods=1, gpus=1, seconds=1.0, annotations={"gpuplane.dev/cluster-selector": "region=eu"}
+    )
     wl = wait_until(lambda: fleet.workload(fleet.manager, "local"), 60, "the manager's Workload")
-    fleet.manager.api.patch(
-        k8s.WORKLOADS,
-        wl["metadata"]["name"],
-        {"metadata": {"annotations": {"gpuplane.dev/cluster-selector": "region=us"}}},
-        NS,
-    )
-    done = wait_until(
-        lambda: finished(fleet, wl["metadata"]["name"]),
-        180,
-        "finished",
-    )
-    assert done["status"]["clusterName"] == "small"
+    done = wait_until(lambda: finished(fleet, wl["metadata"]["name"]), 180, "finished")
+    assert done["status"]["clusterName"] == "big"
+
+
+def test_without_a_selector_the_first_worker_that_fits_takes_it(fleet: Fleet) -> None:
+    fleet.submit("anywhere", pods=1, gpus=1, seconds=1.0)
+    wl = wait_until(lambda: fleet.workload(fleet.manager, "anywhere"), 60, "the manager's Workload")
+    done = wait_until(lambda: finished(fleet, wl["metadata"]["name"]), 180, "finished")
+    assert done["status"]["clusterName"] == "small"  # first in the MultiKueueConfig, and it fits
 
 
 def test_orphans_on_a_worker_are_collected(fleet: Fleet) -> None:

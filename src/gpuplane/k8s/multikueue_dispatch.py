@@ -79,8 +79,8 @@ class Nominations:
                 self.settings.dispatcher,
                 cluster_views,
                 since_first_nomination_s=max(0.0, now - pending_since(wl, check, now)),
-                cluster_selector=cluster_selector(wl),
-                spill_order=spill_order(wl),
+                cluster_selector=self._selector(wl),
+                spill_order=spill_order(wl) or spill_order(self.flow.local_job(wl) or {}),
             )
         chosen = list(nomination.clusters)
         said = check_message(wl, check)
@@ -113,13 +113,17 @@ class Nominations:
         for name in order:
             link = self.fleet.links.get(name)
             labels = labels_of(self.fleet.cluster_objects.get(name))
-            asked = [wl for wl in remaining if selector_matches(cluster_selector(wl), labels)]
+            asked = [wl for wl in remaining if selector_matches(self._selector(wl), labels)]
             if link is None or not asked:
                 continue
             views[name] = fit_views(link, asked, labels, now)
             taken = {key for key, view in views[name].items() if view.fits_now}
             remaining = [wl for wl in remaining if object_key(wl) not in taken]
         return views
+
+    def _selector(self, wl: Mapping[str, Any]) -> dict[str, str]:
+        """The workload's cluster selector: its own annotation, else its Job's (where users put it)."""
+        return cluster_selector(wl) or cluster_selector(self.flow.local_job(wl) or {})
 
     def _plain_view(self, name: str) -> ClusterView:
         link = self.fleet.links.get(name)

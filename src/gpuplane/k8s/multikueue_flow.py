@@ -247,7 +247,7 @@ class WorkloadFlow:
                 return
 
     def _ensure_job(self, cluster: str, wl: Mapping[str, Any], remote: RemoteObjects) -> None:
-        local = self._local_job(wl)
+        local = self.local_job(wl)
         if local is None:
             return
         key = object_key(local)
@@ -291,7 +291,7 @@ class WorkloadFlow:
     ) -> None:
         """Copy the worker Job's status to the local Job: while the local one runs (unsuspended),
         and once the remote one has finished (Kueue's rule: never a running status on a suspended Job)."""
-        local = self._local_job(wl)
+        local = self.local_job(wl)
         if local is None or remote is None:
             return
         theirs = remote.jobs.get(object_key(local))
@@ -319,7 +319,7 @@ class WorkloadFlow:
     def _stop_local_job(self, wl: Mapping[str, Any]) -> None:
         """The manager's suspended Job of an evicted workload counts no active pods: its pods ran on a
         worker, and the manager, which manages this Job (``managedBy``), says they stopped here."""
-        local = self._local_job(wl)
+        local = self.local_job(wl)
         if local is None or not (local.get("spec") or {}).get("suspend"):
             return
         status = local.get("status") or {}
@@ -335,7 +335,7 @@ class WorkloadFlow:
             return
         self.cache.upsert("Job", written)
 
-    def _local_job(self, wl: Mapping[str, Any]) -> dict[str, Any] | None:
+    def local_job(self, wl: Mapping[str, Any]) -> dict[str, Any] | None:
         name = owner_job_name(wl)
         if name is None:
             return None
