@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -27,6 +27,9 @@ from gpuplane.model.errors import InputError
 from gpuplane.model.fields import timestamp
 from gpuplane.model.loader import load_files
 from gpuplane.model.objects import ClusterState, Workload
+
+if TYPE_CHECKING:
+    from gpuplane.web.fleet import FleetWorker
 
 
 def _read(path: str) -> bytes:
@@ -53,6 +56,55 @@ def _cluster_history(kubeconfig: str, context: str | None) -> tuple[RuntimeSampl
     from gpuplane.k8s.state import read_runtime_history  # noqa: PLC0415
 
     return read_runtime_history(KubeApi(load_api_client(kubeconfig, context)))
+
+
+def _cluster_fleet(kubeconfig: str, context: str | None, err: Console) -> tuple[FleetWorker, ...]:
+    """The MultiKueue workers, when the cluster is a manager: none where these credentials may not
+    list MultiKueueClusters or the kind is not installed; another failure is a note on stderr (the
+    answer stands without the fleet)."""
+    from gpuplane.k8s.api import KubeApi, load_api_client  # noqa: PLC0415 - the client loads only when asked
+    from gpuplane.web.fleet import read_fleet  # noqa: PLC0415
+
+    try:
+        return read_fleet(KubeApi(load_api_client(kubeconfig, context)))
+    except Exception as problem:  # the fleet is extra: any failure is one line
+        err.print(f"note: the MultiKueue fleet cannot be read: {problem}".splitlines()[0], markup=False)
+        return ()
+
+
+def fleet_json(fleet: tuple[FleetWorker, ...], wl: Workload) -> dict[str, object]:
+    """``"fleet"`` (each worker's summary) and ``"runsOn"`` for ``--output json``; nothing without
+    a fleet."""
+    from gpuplane.web.fleet import placement_of  # noqa: PLC0415
+
+    if not fleet:
+        return {}
+    return {"fleet": [worker.to_json() for worker in fleet], "runsOn": placement_of(wl)}
+
+
+def print_fleet(
+    fleet: tuple[FleetWorker, ...], wl: Workload, gpu_resources: tuple[str, ...], console: Console
+) -> None:
+    """The Fleet section: one line per worker (health, GPUs used/quota, pending/admitted), and
+    where this workload runs. Nothing without a fleet."""
+    from gpuplane.web.fleet import count, placement_of  # noqa: PLC0415
+
+    if not fleet:
+        return
+    table = Table(title="Fleet (MultiKueue workers)", title_justify="left")
+    for col in ("worker", "health", "GPUs used/quota", "pending/admitted"):
+        table.add_column(col, overflow="fold")
+    for worker in fleet:
+        gpus = worker.gpus(gpu_resources)
+        table.add_row(
+            worker.name,
+            worker.health,
+            "-" if gpus is None else f"{count(gpus[0])}/{count(gpus[1])}",
+            "-" if worker.summary is None else f"{worker.pending}/{worker.admitted}",
+        )
+    console.print(table)
+    where = placement_of(wl)
+    console.print(f"{wl.key} runs on: {where}" if where else f"{wl.key} is not dispatched to a worker")
 
 
 def _resolve(
@@ -186,6 +238,7 @@ def run_why(
         found = explain(state, plan, at, wl.key, config, history=history)
         if BLIND_WITHOUT & set(unreadable):
             found = as_recorded(wl, found)
+        fleet = _cluster_fleet(kubeconfig, context, err) if kubeconfig else ()
     except (InputError, NotFoundError, OSError) as problem:
         err.print(f"error: {problem}", markup=False)
         return 2
@@ -202,9 +255,12 @@ def run_why(
             answer[field] = _from_one(answer[field])
         if unreadable:
             answer["unreadable"] = unreadable
+        answer.update(fleet_json(fleet, wl))
         sys.stdout.write(json.dumps(answer, indent=1) + "\n")
     else:
-        print_explanation(found, Console(highlight=False))
+        out = Console(highlight=False)
+        print_explanation(found, out)
+        print_fleet(fleet, wl, config.devices.whole_resources, out)
     return 0
 
 
