@@ -6,7 +6,8 @@ cookie that the login page sets in the browser). An :class:`Authenticator` turns
 
 * :class:`KubeAuthenticator` asks the API server: a ``TokenReview`` says who the token belongs
   to, then ``SubjectAccessReview``s say whether that user may ``list`` Workloads
-  (``kueue.x-k8s.io``) cluster-wide or in each namespace, and ``list`` Nodes. Kubernetes RBAC
+  (``kueue.x-k8s.io``) cluster-wide or in each namespace, ``list`` Nodes, and ``list``
+  MultiKueueClusters (the Fleet panel of a MultiKueue manager). Kubernetes RBAC
   alone decides. Answers are cached per token for ``ttl`` seconds, so a page view costs no API
   call once warm, and a revoked grant stops working within ``ttl``.
 * :class:`TokenFileAuthenticator` reads kube-apiserver's static token file format
@@ -23,7 +24,7 @@ import hmac
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -38,12 +39,15 @@ COOKIE = "gpuplane_token"
 
 @dataclass(frozen=True, slots=True)
 class Viewer:
-    """An authenticated user and what they may see. ``namespaces`` is ``None`` for all of them."""
+    """An authenticated user and what they may see. ``namespaces`` is ``None`` for all of them;
+    ``sees_fleet``: whether they may list MultiKueueClusters (the Fleet panel), which says what they
+    may see, not who they are, so viewers compare without it."""
 
     name: str
     groups: tuple[str, ...] = ()
     namespaces: frozenset[str] | None = None
     sees_nodes: bool = True
+    sees_fleet: bool = field(default=True, compare=False)
 
     def sees(self, namespace: str) -> bool:
         return self.namespaces is None or namespace in self.namespaces
@@ -161,12 +165,13 @@ class KubeAuthenticator:
             return bool(answer.get("status", {}).get("allowed"))
 
         sees_nodes = allowed("list", "nodes", "")
+        sees_fleet = allowed("list", "multikueueclusters", "kueue.x-k8s.io")
         if allowed("list", "workloads", "kueue.x-k8s.io"):
-            return Viewer(name, groups, None, sees_nodes)
+            return Viewer(name, groups, None, sees_nodes, sees_fleet)
         visible = frozenset(
             ns for ns in self.namespaces() if allowed("list", "workloads", "kueue.x-k8s.io", ns)
         )
-        return Viewer(name, groups, visible, sees_nodes)
+        return Viewer(name, groups, visible, sees_nodes, sees_fleet)
 
 
 def bearer_token(authorization: str | None, cookie: str | None) -> str | None:

@@ -23,6 +23,7 @@ from gpuplane.model.objects import ClusterQueue, Workload
 from gpuplane.model.quantity import base_units_per_unit, format_quantity
 from gpuplane.web import charts
 from gpuplane.web.auth import Viewer
+from gpuplane.web.fleet import FleetWorker, count, placement_of
 from gpuplane.web.prometheus import GpuHistory
 from gpuplane.web.snapshot import ConsoleSnapshot, Holder, NodeCell, PendingRow
 
@@ -117,6 +118,38 @@ def _nominal_gpus(cq: ClusterQueue, gpu_resources: Iterable[str]) -> float:
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class FleetRow:
+    """One worker on the Fleet panel: the worker, and its GPUs used/quota as shown."""
+
+    worker: FleetWorker
+    gpus: str  # "12/16", or "-" without a summary
+
+
+def fleet(snap: ConsoleSnapshot, viewer: Viewer) -> list[FleetRow]:
+    """The Fleet panel of a MultiKueue manager: one row per worker; none for a cluster without
+    MultiKueueClusters, or for a viewer who may not list them."""
+    if not viewer.sees_fleet:
+        return []
+    names = (snap.config or SchedulerConfig()).devices.whole_resources
+    rows = []
+    for worker in snap.fleet:
+        used = worker.gpus(names)
+        rows.append(FleetRow(worker, "-" if used is None else f"{count(used[0])}/{count(used[1])}"))
+    return rows
+
+
+def placements(snap: ConsoleSnapshot, viewer: Viewer) -> dict[str, str]:
+    """Where each visible workload of a MultiKueue manager runs (its worker, or ``nominated: a, b``
+    while it is dispatched), by key; empty on a cluster that dispatches nothing."""
+    out = {}
+    for wl in snap.state.workloads:
+        where = placement_of(wl)
+        if where and viewer.sees(wl.namespace):
+            out[wl.key] = where
+    return out
+
+
 def overview(snap: ConsoleSnapshot, viewer: Viewer, history: GpuHistory | None) -> dict[str, Any]:
     rows = visible_pending(snap, viewer)
     by_reason: dict[str, list[float]] = {}
@@ -168,6 +201,8 @@ def overview(snap: ConsoleSnapshot, viewer: Viewer, history: GpuHistory | None) 
         "team_history_chart": None,
         "idle_holders": [],
         "namespaces_busy": [],
+        "fleet": fleet(snap, viewer),
+        "placements": placements(snap, viewer),
     }
     if history is not None:
         context["history"] = history
@@ -337,7 +372,13 @@ def queues(snap: ConsoleSnapshot, viewer: Viewer) -> dict[str, Any]:
         ordered = sorted(local[key], key=lambda r: (r.local_position or 1 << 30, r.workload))
         local_queues.append((key, spec.cluster_queue if spec else "-", ordered))
     etas = {r.workload: eta_range(snap, r.workload) for r in rows}
-    return {"roots": roots, "local_queues": local_queues, "pending_count": len(rows), "etas": etas}
+    return {
+        "roots": roots,
+        "local_queues": local_queues,
+        "pending_count": len(rows),
+        "etas": etas,
+        "placements": placements(snap, viewer),
+    }
 
 
 def workload(snap: ConsoleSnapshot, key: str, viewer: Viewer) -> dict[str, Any] | None:
@@ -409,6 +450,7 @@ def workload(snap: ConsoleSnapshot, key: str, viewer: Viewer) -> dict[str, Any] 
         "admitted": admitted,
         "preempted": preempted,
         "cluster_queue": _team_of(wl, snap),
+        "runs_on": placement_of(wl),
         "state": _state(wl, pending, admitted, preempted is not None),
         "requests": requests,
         "pods": pods,

@@ -33,6 +33,7 @@ from gpuplane.insight.why import Explanation, explain_all
 from gpuplane.model import labels as keys
 from gpuplane.model.gpu_share import MILLI
 from gpuplane.model.objects import ClusterState, Workload
+from gpuplane.web.fleet import FleetWorker
 
 # Label keys that group nodes on the node map when no Topology object names its levels.
 TOPOLOGY_LABELS = (
@@ -144,6 +145,9 @@ class ConsoleSnapshot:
     # takes longer than the plan on a large cluster and so may arrive in a later version.
     explanations: Mapping[str, Explanation] | None = None
     config: SchedulerConfig | None = None
+    # A MultiKueue manager's workers (its MultiKueueClusters), kept apart from the plan: the hub
+    # swaps them in as they change, without planning again.
+    fleet: tuple[FleetWorker, ...] = ()
 
     @property
     def installed_gpus(self) -> int:

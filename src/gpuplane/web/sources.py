@@ -6,7 +6,8 @@ Two sources publish into one :class:`SnapshotHub`:
   reloads them when a file changes on disk;
 * :class:`KubeSource` keeps informers (list, then watch) on every kind the scheduler reads,
   plus Events, in the controller's cache, and rebuilds the snapshot after each burst of
-  changes.
+  changes. One more informer follows the MultiKueueClusters of a MultiKueue manager (the
+  Fleet panel); a change of them is swapped into the current snapshot without planning again.
 
 Pages read the hub's current snapshot; the server-sent-event stream tells open pages when
 its version moves. No browser request ever reaches the API server: one set of watches
@@ -28,42 +29,62 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi
 from gpuplane.k8s.clusterstate import STATE_RESOURCES
 from gpuplane.k8s.informer import Cache, Informer
+from gpuplane.k8s.multikueue_fleet import MULTIKUEUE_CLUSTERS
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import lenient_timestamp
 from gpuplane.model.loader import load_files, state_from_objects
 from gpuplane.model.objects import ClusterState
+from gpuplane.web.fleet import FleetWorker, fleet_of
 from gpuplane.web.snapshot import ConsoleSnapshot, EventRecord, build_snapshot, explained, latest_time
 
 log = logging.getLogger(__name__)
 
 
 class SnapshotHub:
-    """The latest snapshot, replaced whole; readers never see a half-built one.
+    """The latest snapshot, replaced whole; readers never see a half-built one (owns it, the
+    version counter, and the fleet that every published snapshot carries).
 
     Every publish numbers the snapshot with the next version, so the event stream notices any
     change by comparing one integer. Reading needs no lock (one reference); publishing takes one,
-    so a late explanation never replaces a newer plan (:meth:`publish_if_current`).
+    so a late explanation never replaces a newer plan (:meth:`publish_if_current`). The fleet
+    (a MultiKueue manager's workers) changes apart from the plan: :meth:`publish_fleet` swaps it
+    into the current snapshot, and every later snapshot carries it.
     """
 
     def __init__(self) -> None:
         self._snapshot: ConsoleSnapshot | None = None
         self._lock = threading.Lock()
         self._versions = 0
+        self._fleet: tuple[FleetWorker, ...] | None = None  # None: no source follows a fleet
+
+    def _set(self, snapshot: ConsoleSnapshot) -> ConsoleSnapshot:
+        self._versions += 1
+        fleet = snapshot.fleet if self._fleet is None else self._fleet
+        self._snapshot = replace(snapshot, version=self._versions, fleet=fleet)
+        return self._snapshot
 
     def publish(self, snapshot: ConsoleSnapshot) -> ConsoleSnapshot:
         with self._lock:
-            self._versions += 1
-            self._snapshot = replace(snapshot, version=self._versions)
-            return self._snapshot
+            return self._set(snapshot)
 
     def publish_if_current(self, base: ConsoleSnapshot, snapshot: ConsoleSnapshot) -> bool:
-        """Publish ``snapshot`` only while ``base`` is still the current one."""
+        """Publish ``snapshot`` only while ``base``'s plan is still the current one (a new fleet
+        swapped in meanwhile does not count as a new plan)."""
         with self._lock:
-            if self._snapshot is not base:
+            if self._snapshot is None or self._snapshot.plan is not base.plan:
                 return False
-            self._versions += 1
-            self._snapshot = replace(snapshot, version=self._versions)
+            self._set(snapshot)
             return True
+
+    def publish_fleet(self, fleet: tuple[FleetWorker, ...]) -> None:
+        """The fleet as now listed: swapped into the current snapshot (a new version when it
+        differs) and carried by every later one."""
+        with self._lock:
+            if fleet == self._fleet:
+                return
+            self._fleet = fleet
+            if self._snapshot is not None and self._snapshot.fleet != fleet:
+                self._set(self._snapshot)
 
     def current(self) -> ConsoleSnapshot | None:
         return self._snapshot
@@ -239,8 +260,16 @@ class KubeSource:
             Informer(api, res, self.cache, watch_timeout=watch_timeout)
             for res in (*STATE_RESOURCES, k8s.EVENTS)
         ]
+        # The fleet has a cache of its own: its changes (every few seconds on a manager) swap the
+        # fleet in, not plan again. Nothing waits for it: a console whose identity may not list
+        # MultiKueueClusters (403, retried with back-off) shows no fleet.
+        self.fleet_cache = Cache()
+        self.fleet_informer = Informer(
+            api, MULTIKUEUE_CLUSTERS, self.fleet_cache, watch_timeout=watch_timeout
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._fleet_thread: threading.Thread | None = None
         self.explainer = Explainer(hub)
 
     def namespaces(self) -> list[str]:
@@ -260,8 +289,25 @@ class KubeSource:
         self.explainer.submit()
         return snap
 
+    def publish_fleet(self) -> None:
+        self.hub.publish_fleet(fleet_of(self.fleet_cache.items(MULTIKUEUE_CLUSTERS.kind)))
+
+    def _follow_fleet(self) -> None:
+        while not self._stop.is_set():
+            if not self.fleet_cache.changed.wait(1.0):
+                continue
+            self.fleet_cache.changed.clear()
+            try:
+                self.publish_fleet()
+            except Exception:  # a bad object must not end live updates
+                log.exception("console fleet update failed")
+
     def start(self, wait: float = 30.0) -> None:
         """Start the informers, wait until each has listed once, publish, then follow changes."""
+        self.hub.publish_fleet(())
+        self.fleet_informer.start()
+        self._fleet_thread = threading.Thread(target=self._follow_fleet, name="console-fleet", daemon=True)
+        self._fleet_thread.start()
         for informer in self.informers:
             informer.start()
         deadline = time.monotonic() + wait
@@ -290,5 +336,6 @@ class KubeSource:
     def stop(self) -> None:
         self._stop.set()
         self.explainer.stop()
+        self.fleet_informer.stop()
         for informer in self.informers:
             informer.stop()
