@@ -75,8 +75,8 @@ class FleetWorker:
 
     def gpus(self, gpu_resources: Iterable[str]) -> tuple[float, float] | None:
         """GPUs used and nominal, summed over ``gpu_resources`` (whole-GPU resource names); ``None``
-        without a summary."""
-        if self.summary is None:
+        without a summary, or with one that knows no quota (a worker not reached)."""
+        if self.summary is None or not (self.summary.quota or self.summary.usage):
             return None
         names = set(gpu_resources)
         return _total(self.summary.usage, names), _total(self.summary.quota, names)
