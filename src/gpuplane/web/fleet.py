@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplane.k8s.api import ApiError, KubeApi
-from gpuplane.k8s.multikueue_fleet import MULTIKUEUE_CLUSTERS, SUMMARY_ANNOTATION
+from gpuplane.k8s.api import MULTIKUEUE_CLUSTERS, ApiError, KubeApi
+from gpuplane.k8s.multikueue_fleet import SUMMARY_ANNOTATION
 from gpuplane.k8s.multikueue_workers import WorkerSummary
 from gpuplane.model.objects import Workload
 from gpuplane.model.quantity import QuantityError, base_units_per_unit, parse_resource_quantity

@@ -10,6 +10,10 @@ Data flow::
 
     ClusterState --Scheduler cycles--> Plan + node inventories --> ConsoleSnapshot (frozen)
 
+The one exception is a MultiKueue manager's fleet (its workers, :mod:`gpuplane.web.fleet`): it
+changes every few seconds and takes no planning, so the hub swaps it into the current snapshot
+(``ConsoleSnapshot.fleet``) apart from the plan.
+
 GPU amounts are GPU-equivalents: whole GPUs count 1, fractions their share, MIG instances
 their compute slices out of 7 (the core's ``PodNeeds.gpu_milli``).
 """

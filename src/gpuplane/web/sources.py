@@ -26,10 +26,9 @@ from typing import Any
 
 from gpuplane.core.session import config_from_kueue
 from gpuplane.k8s import api as k8s
-from gpuplane.k8s.api import KubeApi
+from gpuplane.k8s.api import MULTIKUEUE_CLUSTERS, KubeApi
 from gpuplane.k8s.clusterstate import STATE_RESOURCES
 from gpuplane.k8s.informer import Cache, Informer
-from gpuplane.k8s.multikueue_fleet import MULTIKUEUE_CLUSTERS
 from gpuplane.model.errors import InputError
 from gpuplane.model.fields import lenient_timestamp
 from gpuplane.model.loader import load_files, state_from_objects
