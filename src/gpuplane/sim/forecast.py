@@ -327,7 +327,7 @@ _UNIT_TAIL_MEAN = sum(_UNIT_TAIL.quantiles) / len(_UNIT_TAIL.quantiles)
 RELEARN = 1.05  # look at a set of features' mean again when the runs behind it grew by 5 %
 REMAKE, REMAKE_LEAST = 2.0, 10  # make its quantiles again when their runs doubled (10 at least)
 OVERDUE_LEFT = math.ceil(OVERDUE_SHARE * PSEUDO_SAMPLES)  # fewer quantiles past a run's age: overdue
-GANG_DRAWS = 5  # node replays of a whole-node gang, its holders' ends drawn apart: the ETA is their median
+GANG_DRAWS = 3  # node replays of a whole-node gang, its holders' ends drawn apart: the ETA is their median
 
 
 GroupKey = tuple[frozenset[str], str, int, float]  # (pools, team, priority, what one pod asks)
