@@ -126,8 +126,18 @@ def _member(name: str, directory: Path, real: bool) -> Member:
 def _controller(member: Member, directory: Path, *extra: str) -> subprocess.Popen[bytes]:
     with (directory / f"controller-{member.name}.log").open("ab") as log:
         process = _popen(member, log, extra)
-    member.stop.append(lambda: (process.terminate(), process.wait(10)))
+    member.stop.append(lambda: _stop_process(process))
     return process
+
+
+def _stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within 30 s (a busy machine is slow to let go)."""
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
 
 
 def _popen(member: Member, log: Any, extra: tuple[str, ...]) -> subprocess.Popen[bytes]:
