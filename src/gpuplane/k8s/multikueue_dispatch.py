@@ -26,6 +26,9 @@ from gpuplane.model.multikueue import MultiKueueConfig
 log = logging.getLogger(__name__)
 
 
+RECHECK_SECONDS = 30.0  # how often gpuplane's dispatcher looks again at copies still waiting
+
+
 class Nominations:
     """Nominates the waiting workloads' workers and copies them there (owns its pool of writers;
     the copies are written by the :class:`~gpuplane.k8s.multikueue_flow.WorkloadFlow` it is given)."""
@@ -40,6 +43,7 @@ class Nominations:
         self.settings = fleet.settings
         self.flow = flow
         self._pool = pool
+        self._rechecked_at = -1e18  # monotonic time of the last look at nominated workloads
 
     def nominate(
         self,
@@ -50,38 +54,41 @@ class Nominations:
         each worker about the whole batch at once)."""
         now = self.clock()
         views: dict[str, dict[str, ClusterView]] = {}
+        asked: set[str] = set()
         if self.settings.dispatcher == "gpuplane":
-            todo = [wl for wl, _, _ in waiting if not (wl.get("status") or {}).get("nominatedClusterNames")]
+            # New workloads every pass; those nominated already (their copy waits on its worker) again
+            # every RECHECK_SECONDS, in case another worker takes them now.
+            recheck = self.monotonic() - self._rechecked_at >= RECHECK_SECONDS
+            todo = [wl for wl, _, _ in waiting if recheck or not _nominated(wl)]
+            if recheck and any(_nominated(wl) for wl in todo):
+                self._rechecked_at = self.monotonic()
+            asked = {object_key(wl) for wl in todo}
             views = self._fit_views(todo, [cfg for _, _, cfg in waiting], now)
-        list(self._pool.map(lambda item: self._nominate_one(item, views, remotes, now), waiting))
+        list(self._pool.map(lambda item: self._nominate_one(item, views, asked, remotes, now), waiting))
 
     def _nominate_one(
         self,
         item: tuple[dict[str, Any], str, MultiKueueConfig],
         views: Mapping[str, Mapping[str, ClusterView]],
+        asked: set[str],
         remotes: Mapping[str, RemoteObjects | None],
         now: float,
     ) -> None:
-        """Nominate one workload's workers (its views given) and copy it there."""
+        """Nominate one workload's workers (its views given) and copy it there. gpuplane's dispatcher
+        moves a waiting copy only to a worker that takes it now."""
         wl, check, cfg = item
         key = object_key(wl)
         status = wl.get("status") or {}
         already = list(status.get("nominatedClusterNames") or [])
         if self.settings.dispatcher == "gpuplane" and already:
             nomination = Nomination(tuple(already), "")
+            moved = self._nomination(wl, check, cfg, views, now) if key in asked else None
+            if moved is not None and list(moved.clusters) != already:
+                target = views.get(moved.clusters[0], {}).get(key) if moved.clusters else None
+                if target is not None and target.fits_now:
+                    nomination = moved
         else:
-            cluster_views = [
-                views.get(c, {}).get(key) or self._plain_view(c)
-                for c in cfg.clusters
-                if c in self.fleet.clusters
-            ]
-            nomination = nominate(
-                self.settings.dispatcher,
-                cluster_views,
-                since_first_nomination_s=max(0.0, now - pending_since(wl, check, now)),
-                cluster_selector=self._selector(wl),
-                spill_order=spill_order(wl) or spill_order(self.flow.local_job(wl) or {}),
-            )
+            nomination = self._nomination(wl, check, cfg, views, now)
         chosen = list(nomination.clusters)
         said = check_message(wl, check)
         if (
@@ -97,6 +104,26 @@ class Nominations:
                 self.flow.create_remote_workload(cluster, wl)
             elif cluster not in chosen and present:
                 self.flow.delete_remote(cluster, wl)
+
+    def _nomination(
+        self,
+        wl: dict[str, Any],
+        check: str,
+        cfg: MultiKueueConfig,
+        views: Mapping[str, Mapping[str, ClusterView]],
+        now: float,
+    ) -> Nomination:
+        key = object_key(wl)
+        cluster_views = [
+            views.get(c, {}).get(key) or self._plain_view(c) for c in cfg.clusters if c in self.fleet.clusters
+        ]
+        return nominate(
+            self.settings.dispatcher,
+            cluster_views,
+            since_first_nomination_s=max(0.0, now - pending_since(wl, check, now)),
+            cluster_selector=self._selector(wl),
+            spill_order=spill_order(wl) or spill_order(self.flow.local_job(wl) or {}),
+        )
 
     def _fit_views(
         self, todo: list[dict[str, Any]], configs: list[MultiKueueConfig], now: float
@@ -133,3 +160,7 @@ class Nominations:
             active=link is not None and link.connected,
             note="" if link is None else link.message,
         )
+
+
+def _nominated(wl: Mapping[str, Any]) -> bool:
+    return bool((wl.get("status") or {}).get("nominatedClusterNames"))
