@@ -12,6 +12,7 @@ from gpuplane.insight.dispatch import ClusterView, Nomination, nominate
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.multikueue_fleet import (
     Fleet,
+    FleetPart,
     check_message,
     cluster_selector,
     labels_of,
@@ -29,18 +30,12 @@ log = logging.getLogger(__name__)
 RECHECK_SECONDS = 30.0  # how often gpuplane's dispatcher looks again at copies still waiting
 
 
-class Nominations:
+class Nominations(FleetPart):
     """Nominates the waiting workloads' workers and copies them there (owns its pool of writers;
     the copies are written by the :class:`~gpuplane.k8s.multikueue_flow.WorkloadFlow` it is given)."""
 
     def __init__(self, fleet: Fleet, flow: WorkloadFlow, pool: ThreadPoolExecutor) -> None:
-        self.fleet = fleet
-        self.api = fleet.api
-        self.cache = fleet.cache
-        self.clock = fleet.clock
-        self.monotonic = fleet.monotonic
-        self.event = fleet.event
-        self.settings = fleet.settings
+        super().__init__(fleet)
         self.flow = flow
         self._pool = pool
         self._rechecked_at = -1e18  # monotonic time of the last look at nominated workloads

@@ -91,6 +91,20 @@ class Fleet:
             self.counters[name] += 1
 
 
+class FleetPart:
+    """A part of MultiKueue (owns nothing itself): the shared :class:`Fleet`, and for short its
+    client (``self.api``: the manager's), cache, clocks, Event recorder and settings."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.api = fleet.api
+        self.cache = fleet.cache
+        self.clock = fleet.clock
+        self.monotonic = fleet.monotonic
+        self.event = fleet.event
+        self.settings = fleet.settings
+
+
 def condition_true(obj: Mapping[str, Any], ctype: str) -> bool:
     return any(
         c.get("type") == ctype and c.get("status") == "True"

@@ -15,7 +15,7 @@ from gpuplane.k8s.leader import micro_time
 from gpuplane.k8s.multikueue_fleet import (
     JOB_CONTROLLER_LABELS,
     RESERVATION_ANNOTATION,
-    Fleet,
+    FleetPart,
     annotation_of,
     condition_true,
     owner_job_name,
@@ -29,18 +29,9 @@ from gpuplane.model.multikueue import MultiKueueConfig
 log = logging.getLogger(__name__)
 
 
-class WorkloadFlow:
+class WorkloadFlow(FleetPart):
     """Carries each dispatched workload's flow a step per pass (owns no state: what it reads is the
     cache and the workers' objects, what it keeps is in the shared :class:`Fleet`)."""
-
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
-        self.api = fleet.api
-        self.cache = fleet.cache
-        self.clock = fleet.clock
-        self.monotonic = fleet.monotonic
-        self.event = fleet.event
-        self.settings = fleet.settings
 
     def reconcile_workload(  # noqa: PLR0911, PLR0912 - one return per step of Kueue's flow
         self,

@@ -16,7 +16,7 @@ from gpuplane.k8s.leader import micro_time
 from gpuplane.k8s.multikueue_fleet import (
     MULTIKUEUE_CLUSTERS,
     SUMMARY_ANNOTATION,
-    Fleet,
+    FleetPart,
     annotation_of,
 )
 from gpuplane.k8s.multikueue_workers import WorkerSummary, summarize
@@ -24,18 +24,9 @@ from gpuplane.k8s.multikueue_workers import WorkerSummary, summarize
 log = logging.getLogger(__name__)
 
 
-class FleetStatus:
+class FleetStatus(FleetPart):
     """Writes the Active conditions and the workers' summaries (owns no state: the summaries are
     kept in the shared :class:`Fleet`)."""
-
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
-        self.api = fleet.api
-        self.cache = fleet.cache
-        self.clock = fleet.clock
-        self.monotonic = fleet.monotonic
-        self.event = fleet.event
-        self.settings = fleet.settings
 
     def summarize(self, wanted: set[str]) -> None:
         """Each worker's summary (health, quota, usage, workloads), kept for the metrics and written
