@@ -22,28 +22,11 @@ from gpuplane.k8s.api import KubeApi, load_api_client
 from gpuplane.k8s.multikueue_fleet import SUMMARY_ANNOTATION
 from gpuplane.model.objects import Workload
 from gpuplane.web.fleet import fleet_worker, placement_of, read_fleet
+from web_fleet_scene import BIG as BIG_LOST
+from web_fleet_scene import SMALL
 from why_cases import base, holder
 
 pytestmark = pytest.mark.timeout(120)
-
-SMALL = {
-    "cluster": "small",
-    "active": True,
-    "message": "connected",
-    "quota": {"cpu": "64", "nvidia.com/gpu": "16"},
-    "usage": {"cpu": "4", "nvidia.com/gpu": "12"},
-    "pendingWorkloads": 3,
-    "admittedWorkloads": 2,
-}
-BIG_LOST = {
-    "cluster": "big",
-    "active": False,
-    "message": "ConnectionRefusedError: connection refused",
-    "quota": {},
-    "usage": {},
-    "pendingWorkloads": 0,
-    "admittedWorkloads": 0,
-}
 
 
 def worker_cluster(name: str, summary: dict[str, Any] | None) -> dict[str, Any]:
