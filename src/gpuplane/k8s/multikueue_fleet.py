@@ -34,14 +34,6 @@ SUMMARY_ANNOTATION = "gpuplane.dev/worker-summary"
 # On a copy: the QuotaReserved time of the manager's reservation it was made for.
 RESERVATION_ANNOTATION = "gpuplane.dev/multikueue-reservation"
 
-# Job template labels the Job controller sets; a copy made from them would not validate.
-JOB_CONTROLLER_LABELS = (
-    "controller-uid",
-    "batch.kubernetes.io/controller-uid",
-    "job-name",
-    "batch.kubernetes.io/job-name",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class MultiKueueSettings:
@@ -59,6 +51,7 @@ class MultiKueueSettings:
     worker_burst: int = DEFAULT_WORKER_BURST
     refresh_seconds: float = 5.0  # how often the MultiKueue objects are listed again
     write_workers: int = 16  # workloads whose steps (writes) run at once
+    watch_workers: bool = True  # keep the workers' objects by watches (else list them every pass)
 
 
 @dataclass
@@ -110,13 +103,6 @@ def condition_true(obj: Mapping[str, Any], ctype: str) -> bool:
         c.get("type") == ctype and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
     )
-
-
-def owner_job_name(wl: Mapping[str, Any]) -> str | None:
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Job":
-            return str(ref["name"])
-    return None
 
 
 def labels_of(obj: Mapping[str, Any] | None) -> dict[str, str]:

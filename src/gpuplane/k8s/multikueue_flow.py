@@ -13,14 +13,13 @@ from gpuplane.k8s.api import ApiError
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.leader import micro_time
 from gpuplane.k8s.multikueue_fleet import (
-    JOB_CONTROLLER_LABELS,
     RESERVATION_ANNOTATION,
     FleetPart,
     annotation_of,
     condition_true,
-    owner_job_name,
     reserved_stamp,
 )
+from gpuplane.k8s.multikueue_jobs import KINDS, JobKind, owner_of
 from gpuplane.k8s.multikueue_workers import RemoteObjects, WorkerLink
 from gpuplane.model import labels as keys
 from gpuplane.model.conditions import ConditionType, condition, with_conditions
@@ -225,9 +224,9 @@ class WorkloadFlow(FleetPart):
         if link is None:
             return
         meta = wl["metadata"]
-        for res, name in ((k8s.JOBS, owner_job_name(wl)), (k8s.WORKLOADS, meta["name"])):
-            if name is None:
-                continue
+        owner = owner_of(wl)
+        targets = [(owner[0].resource, owner[1])] if owner is not None else []
+        for res, name in (*targets, (k8s.WORKLOADS, meta["name"])):
             try:
                 link.api.delete(res, name, meta["namespace"], propagationPolicy="Background")
             except ApiError as err:
@@ -238,102 +237,82 @@ class WorkloadFlow(FleetPart):
                 return
 
     def _ensure_job(self, cluster: str, wl: Mapping[str, Any], remote: RemoteObjects) -> None:
-        local = self.local_job(wl)
-        if local is None:
+        """Create the job on the worker whose copy of ``wl`` was admitted, once (any kind in
+        :data:`~gpuplane.k8s.multikueue_jobs.KINDS`)."""
+        found = self._local_owner(wl)
+        if found is None:
             return
+        kind, local = found
         key = object_key(local)
-        if key in remote.jobs:
+        theirs = remote.owners.setdefault(kind.kind, {})
+        if key in theirs:
             return
-        meta = local["metadata"]
-        labels = dict(meta.get("labels") or {})
-        labels[keys.PREBUILT_WORKLOAD_LABEL] = wl["metadata"]["name"]
-        labels[keys.MULTIKUEUE_ORIGIN_LABEL] = self.settings.origin
-        annotations = dict(meta.get("annotations") or {})
-        annotations[keys.MULTIKUEUE_ORIGIN_UID_ANNOTATION] = str(meta.get("uid", ""))
-        spec = copy.deepcopy(local.get("spec") or {})
-        spec.pop("selector", None)
-        spec.pop("managedBy", None)
-        template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        for label in JOB_CONTROLLER_LABELS:
-            template_labels.pop(label, None)
-        body = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "labels": labels,
-                "annotations": annotations,
-            },
-            "spec": spec,
-        }
+        body = kind.remote_copy(local, wl["metadata"]["name"], self.settings.origin)
         try:
-            created = self.fleet.links[cluster].api.create(k8s.JOBS, body, meta["namespace"])
-            remote.jobs[key] = created
+            created = self.fleet.links[cluster].api.create(kind.resource, body, body["metadata"]["namespace"])
+            theirs[key] = created
             self.fleet.count("remote_jobs_created")
         except ApiError as err:
             if not err.conflict:
-                log.info("job of %s not created on %s: %s", object_key(wl), cluster, err)
+                log.info("%s of %s not created on %s: %s", kind.kind, object_key(wl), cluster, err)
         except Exception as err:
             self.fleet.links[cluster].lost(str(err).splitlines()[0][:300])
 
     def _sync_job(
         self, cluster: str, wl: Mapping[str, Any], remote: RemoteObjects | None, *, final: bool
     ) -> None:
-        """Copy the worker Job's status to the local Job: while the local one runs (unsuspended),
-        and once the remote one has finished (Kueue's rule: never a running status on a suspended Job)."""
-        local = self.local_job(wl)
-        if local is None or remote is None:
+        """Copy the worker job's status to the local job: while the local one runs (unsuspended),
+        and once the remote one has finished (Kueue's rule: never a running status on a suspended job)."""
+        found = self._local_owner(wl)
+        if found is None or remote is None:
             return
-        theirs = remote.jobs.get(object_key(local))
+        kind, local = found
+        theirs = remote.owners.get(kind.kind, {}).get(object_key(local))
         if theirs is None:
             return
-        suspended = bool((local.get("spec") or {}).get("suspend"))
-        finished = any(
-            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-            for c in (theirs.get("status") or {}).get("conditions") or []
-        )
-        if suspended and not (final and finished):
-            return
-        status = copy.deepcopy(theirs.get("status") or {})
-        if status == (local.get("status") or {}):
-            return
-        body = copy.deepcopy(local)
-        body["status"] = status
-        try:
-            written = self.api.replace(k8s.JOBS, body, sub="status")
-        except ApiError as err:
-            log.debug("status of job %s not synced from %s: %s", object_key(local), cluster, err)
-            return
-        self.cache.upsert("Job", written)
+        status = kind.synced_status(local, theirs, final=final)
+        if status is not None:
+            self._write_status(kind, local, status, f"synced from {cluster}")
 
     def _stop_local_job(self, wl: Mapping[str, Any]) -> None:
-        """The manager's suspended Job of an evicted workload counts no active pods: its pods ran on a
-        worker, and the manager, which manages this Job (``managedBy``), says they stopped here."""
-        local = self.local_job(wl)
-        if local is None or not (local.get("spec") or {}).get("suspend"):
+        """The manager's suspended job of an evicted workload counts no active pods (or Jobs): they
+        ran on a worker, and the manager, which manages this job (``managedBy``), says they stopped."""
+        found = self._local_owner(wl)
+        if found is None:
             return
-        status = local.get("status") or {}
-        if not status.get("active") and not status.get("ready"):
-            return
-        body = copy.deepcopy(local)
-        body["status"]["active"] = 0
-        body["status"].pop("ready", None)
+        kind, local = found
+        status = kind.stopped_status(local)
+        if status is not None:
+            self._write_status(kind, local, status, "reset")
+
+    def _write_status(
+        self, kind: JobKind, local: Mapping[str, Any], status: dict[str, Any], what: str
+    ) -> None:
+        body = copy.deepcopy(dict(local))
+        body["status"] = status
         try:
-            written = self.api.replace(k8s.JOBS, body, sub="status")
+            written = self.api.replace(kind.resource, body, sub="status")
         except ApiError as err:
-            log.debug("status of job %s not reset: %s", object_key(local), err)
+            log.debug("status of %s %s not %s: %s", kind.kind, object_key(local), what, err)
             return
-        self.cache.upsert("Job", written)
+        self.cache.upsert(kind.kind, written)
+
+    def _local_owner(self, wl: Mapping[str, Any]) -> tuple[JobKind, dict[str, Any]] | None:
+        owner = owner_of(wl)
+        if owner is None:
+            return None
+        kind, name = owner
+        local = self.cache.get(kind.kind, f"{wl['metadata']['namespace']}/{name}")
+        return None if local is None else (kind, local)
 
     def local_job(self, wl: Mapping[str, Any]) -> dict[str, Any] | None:
-        name = owner_job_name(wl)
-        if name is None:
-            return None
-        return self.cache.get("Job", f"{wl['metadata']['namespace']}/{name}")
+        """The manager's job that owns ``wl`` (a batch Job or a JobSet), as cached; None if none."""
+        found = self._local_owner(wl)
+        return None if found is None else found[1]
 
     def collect_orphans(self, remotes: Mapping[str, RemoteObjects | None]) -> None:
-        """Delete the copies on workers whose local Workload is gone (Kueue's gcInterval)."""
+        """Delete the copies on workers whose local Workload is gone (Kueue's gcInterval): Workloads by
+        their origin label, jobs of every kind by their prebuilt-workload label."""
         for cluster, remote in sorted(remotes.items()):
             if remote is None:
                 continue
@@ -341,11 +320,15 @@ class WorkloadFlow(FleetPart):
             for key, obj in sorted(remote.workloads.items()):
                 if self.cache.get("Workload", key) is None:
                     self._delete(link, k8s.WORKLOADS, obj)
-            for _key, job in sorted(remote.jobs.items()):
-                prebuilt = (job["metadata"].get("labels") or {}).get(keys.PREBUILT_WORKLOAD_LABEL)
-                ns = job["metadata"]["namespace"]
-                if prebuilt and self.cache.get("Workload", f"{ns}/{prebuilt}") is None:
-                    self._delete(link, k8s.JOBS, job)
+            for kind_name, owners in sorted(remote.owners.items()):
+                kind = KINDS.get(kind_name)
+                if kind is None:
+                    continue
+                for _key, job in sorted(owners.items()):
+                    prebuilt = (job["metadata"].get("labels") or {}).get(keys.PREBUILT_WORKLOAD_LABEL)
+                    ns = job["metadata"]["namespace"]
+                    if prebuilt and self.cache.get("Workload", f"{ns}/{prebuilt}") is None:
+                        self._delete(link, kind.resource, job)
 
     def _delete(self, link: WorkerLink, res: k8s.Resource, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]

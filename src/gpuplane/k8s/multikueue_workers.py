@@ -29,6 +29,7 @@ from gpuplane.insight.why import explain_all
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi, load_api_client
 from gpuplane.k8s.clusterstate import read_cluster, typed
+from gpuplane.k8s.multikueue_jobs import REMOTE_OWNER_RESOURCES
 from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
@@ -43,10 +44,12 @@ DEFAULT_WORKER_BURST = 200
 
 @dataclass
 class RemoteObjects:
-    """What one worker holds of this manager's (by origin label): Workloads and Jobs, by key."""
+    """What one worker holds of this manager's (by origin label): Workloads by key, and the jobs of
+    each kind MultiKueue carries (:data:`~gpuplane.k8s.multikueue_jobs.REMOTE_OWNER_RESOURCES`),
+    by kind, then key."""
 
     workloads: dict[str, dict[str, Any]]
-    jobs: dict[str, dict[str, Any]]
+    owners: dict[str, dict[str, dict[str, Any]]]
 
 
 class WorkerLink:
@@ -86,7 +89,15 @@ class WorkerLink:
         selector = f"{keys.MULTIKUEUE_ORIGIN_LABEL}={origin}"
         try:
             wls = self.api.list(k8s.WORKLOADS, labelSelector=selector).get("items") or []
-            jobs = self.api.list(k8s.JOBS, labelSelector=selector).get("items") or []
+            owners: dict[str, dict[str, dict[str, Any]]] = {}
+            for res in REMOTE_OWNER_RESOURCES:
+                try:
+                    items = self.api.list(res, labelSelector=selector).get("items") or []
+                except ApiError as err:
+                    if not err.not_found:
+                        raise
+                    items = []  # the worker does not serve this kind (no JobSet CRD): it holds none
+                owners[res.kind] = {_key(o): o for o in items}
         except (ApiError, OSError, ValueError) as err:
             self.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
             return None
@@ -94,10 +105,7 @@ class WorkerLink:
             self.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
             return None
         self.connected, self.lost_since, self.message = True, None, "connected"
-        return RemoteObjects(
-            {_key(w): w for w in wls},
-            {_key(j): j for j in jobs},
-        )
+        return RemoteObjects({_key(w): w for w in wls}, owners)
 
     def lost(self, message: str) -> None:
         if self.connected or self.lost_since is None:
