@@ -9,7 +9,9 @@ control plane for the manager, the two workers are real control planes of their 
 Worker ``small`` has ``small_nodes`` nodes of 8 GPUs, worker ``big`` ``big_nodes``. The manager's
 ClusterQueue has a MultiKueue AdmissionCheck whose MultiKueueConfig lists both (kubeconfigs in Secrets,
 as Kueue documents it). A user submits a plain suspended Job with ``spec.managedBy:
-kueue.x-k8s.io/multikueue``.
+kueue.x-k8s.io/multikueue``, or a JobSet so managed (:meth:`Fleet.submit_jobset`); the tests' JobSet
+controller (tests/jobset_controller.py) runs on each worker, the JobSet CRD is installed on every
+cluster.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from fake_kubelet import FakeKubelet, run_annotations
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi, load_api_client
 from gpuplane.model import labels as keys
-from manifests import cluster_queue, local_queue, node, resource_flavor
+from jobset_controller import JobSetController, install_jobset_crd
+from manifests import GPU, cluster_queue, local_queue, node, pod_spec, resource_flavor
 from prometheus import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +123,7 @@ def _member(name: str, directory: Path, real: bool) -> Member:
     api = KubeApi(load_api_client(str(kubeconfig)), qps=None)
     member = Member(name, kubeconfig, api, stop, double, directory if real else None)
     install_crds(member.api)
+    install_jobset_crd(member.api)
     return member
 
 
@@ -184,6 +188,7 @@ def _setup_worker(member: Member, nodes: int, real: bool) -> None:
     api.create(k8s.LOCAL_QUEUES, local_queue("queue", NS, "cq").to_dict(), NS)
     if not real:
         member.stop.append(JobController(api, NS).start().stop)
+    member.stop.append(JobSetController(api, NS).start().stop)  # no real one on either kind of plane
     member.stop.append(FakeKubelet(api, [NS], speedup=1.0).start().stop)
 
 
@@ -290,6 +295,31 @@ class Fleet:
             body["metadata"].setdefault("annotations", {}).update(annotations)
         self.manager.api.create(k8s.JOBS, body, NS)
 
+    def submit_jobset(self, name: str, replicated: dict[str, tuple[int, int]], *, seconds: float) -> None:
+        """A suspended, queued JobSet managed by MultiKueue: per replicated job (by name), its replicas
+        (one pod each) and the GPUs of each pod."""
+        jobs = []
+        for rjob, (replicas, gpus) in replicated.items():
+            limits = {GPU: gpus}
+            spec = pod_spec().container(limits=limits, cpu="100m", **limits).to_dict()
+            spec["restartPolicy"] = "Never"
+            spec["terminationGracePeriodSeconds"] = 0
+            template = {"metadata": {"annotations": run_annotations(seconds)}, "spec": spec}
+            jobs.append(
+                {
+                    "name": rjob,
+                    "replicas": replicas,
+                    "template": {"spec": {"parallelism": 1, "completions": 1, "template": template}},
+                }
+            )
+        body = {
+            "apiVersion": k8s.JOBSETS.api_version,
+            "kind": "JobSet",
+            "metadata": {"name": name, "namespace": NS, "labels": {keys.QUEUE_NAME_LABEL: "queue"}},
+            "spec": {"managedBy": MANAGED_BY, "suspend": True, "replicatedJobs": jobs},
+        }
+        self.manager.api.create(k8s.JOBSETS, body, NS)
+
     def workload(self, member: Member, job: str) -> dict[str, Any] | None:
         for wl in member.api.list(k8s.WORKLOADS, NS).get("items") or []:
             owners = [r.get("name") for r in wl["metadata"].get("ownerReferences") or []]
@@ -333,6 +363,7 @@ def build_fleet(
             assert given is not None
             manager = Member("manager", Path(given), KubeApi(load_api_client(given), qps=None))
             install_crds(manager.api)
+            install_jobset_crd(manager.api)
         else:
             manager = _member("manager", base / "manager", real=False)
             assert manager.double is not None

@@ -45,6 +45,7 @@ from gpuplane.k8s import (
     leader,
     multikueue_dispatch,
     multikueue_flow,
+    multikueue_jobs,
     multikueue_status,
     visibility,
 )
@@ -273,8 +274,9 @@ def test_crd_is_consistent_and_structural(resource: Resource) -> None:
 
 def test_status_subresource_wherever_the_controller_writes_status() -> None:
     status_writes = {(g, r.split("/")[0]) for g, r, _ in _required_cluster_perms() if r.endswith("/status")}
-    # Built-in kinds serve their status subresource already; the CRDs must declare theirs.
-    assert {r for g, r in status_writes if g != k8s_api.KUEUE} == {"resourceclaims", "jobs"}
+    # Built-in kinds serve their status subresource already, and so does the JobSet project's own CRD
+    # (a MultiKueue manager copies a worker JobSet's status back); gpuplane's CRDs must declare theirs.
+    assert {r for g, r in status_writes if g != k8s_api.KUEUE} == {"resourceclaims", "jobs", "jobsets"}
     writes_status = {r for g, r in status_writes if g == k8s_api.KUEUE}
     assert writes_status == {
         "workloads",
@@ -376,6 +378,7 @@ CONTROLLER_WRITES: set[Perm] = {
     (k8s_api.KUEUE, "multikueueclusters/status", "update"),
     (k8s_api.KUEUE, "admissionchecks/status", "update"),
     ("batch", "jobs/status", "update"),  # a worker Job's status copied to the manager's Job
+    ("jobset.x-k8s.io", "jobsets/status", "update"),  # the same for a JobSet
 } | {
     # stamp templates + unsuspend on admission; suspend on preemption
     (i.resource.group, i.resource.plural, "update")
@@ -436,6 +439,8 @@ def _resources_named(node: ast.expr) -> list[Resource]:
         return [k8s_api.PODS, *(i.resource for i in integrations.INTEGRATIONS.values())]
     if text == "res":  # Provisioner._make: a ProvisioningRequest or its PodTemplate
         return [k8s_api.PROVISIONING_REQUESTS, k8s_api.POD_TEMPLATES]
+    if text == "kind.resource":  # MultiKueue's flow: a job kind it carries to workers
+        return list(multikueue_jobs.REMOTE_OWNER_RESOURCES)
     if isinstance(node, ast.Attribute) and node.attr == "resource":  # jobs.INTEGRATIONS[kind].resource
         return [i.resource for i in integrations.INTEGRATIONS.values()]
     name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""

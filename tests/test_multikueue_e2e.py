@@ -1,5 +1,5 @@
-"""MultiKueue end to end (tests/multikueue_fleet.py builds the fleet): a gang dispatched where it fits
-and completed with its status synced back, data locality, orphans collected, a manager restart, and
+"""MultiKueue end to end (tests/multikueue_fleet.py builds the fleet): a gang, and a JobSet, dispatched
+where it fits and completed with its status synced back, data locality, orphans collected, a manager restart, and
 a worker lost within and past ``workerLostTimeout``. On the double by default; with
 ``GPUPLANE_E2E_KUBECONFIG`` on three real control planes.
 """
@@ -86,6 +86,57 @@ def test_a_gang_goes_where_it_fits_runs_and_its_status_comes_back(fleet: Fleet) 
     assert job["status"].get("succeeded") == 2
     # The worker's copies are gone, and "small" never had one.
     wait_until(lambda: fleet.workload(fleet.big, "gang") is None, 60, "copies deleted on big")
+    assert not [w for w in fleet.remote_workloads(fleet.small) if w["metadata"]["name"] == key]
+
+
+def test_a_jobset_goes_where_it_fits_runs_and_its_status_comes_back(fleet: Fleet) -> None:
+    # A leader and two workers, 4 GPUs each: 12 GPUs, which only "big" (two nodes of 8) has.
+    fleet.submit_jobset("js", {"leader": (1, 4), "workers": (2, 4)}, seconds=3.0)
+    local = wait_until(lambda: fleet.workload(fleet.manager, "js"), 60, "the manager's Workload")
+    key = local["metadata"]["name"]
+    assert [r["kind"] for r in local["metadata"]["ownerReferences"]] == ["JobSet"]
+    assert [(p["name"], p["count"]) for p in local["spec"]["podSets"]] == [("leader", 1), ("workers", 2)]
+
+    def copied() -> dict[str, Any] | None:
+        try:
+            return fleet.big.api.get(k8s.JOBSETS, "js", NS)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
+
+    remote = wait_until(copied, 120, "the JobSet created on big")
+    labels = remote["metadata"]["labels"]
+    assert labels[keys.PREBUILT_WORKLOAD_LABEL] == key
+    assert labels[keys.MULTIKUEUE_ORIGIN_LABEL] == "multikueue"
+    assert "managedBy" not in remote["spec"]
+
+    done = wait_until(lambda: finished(fleet, key), 180, "the manager's Workload finished")
+    assert done["status"]["clusterName"] == "big"
+    ended = next(c for c in done["status"]["conditions"] if c["type"] == "Finished")
+    assert ended["reason"] == "Succeeded", ended
+    assert ended["message"].startswith("From big"), ended  # the worker's Workload, not the copied status
+    check = next(c for c in done["status"]["admissionChecks"] if c["name"] == CHECK)
+    assert check["state"] == "Ready"
+    # The manager's JobSet carries the worker JobSet's final status, its Jobs' counts included.
+    jobset = fleet.manager.api.get(k8s.JOBSETS, "js", NS)
+    assert true(jobset, "Completed"), jobset.get("status")
+    counts = {r["name"]: r["succeeded"] for r in jobset["status"]["replicatedJobsStatus"]}
+    assert counts == {"leader": 1, "workers": 2}
+    # No pod and no Job of it ran on the manager (managedBy), and the worker's copies are gone.
+    assert not [
+        j
+        for j in fleet.manager.api.list(k8s.JOBS, NS).get("items") or []
+        if j["metadata"]["name"].startswith("js-")
+    ]
+    wait_until(
+        lambda: (
+            copied() is None
+            and not [w for w in fleet.remote_workloads(fleet.big) if w["metadata"]["name"] == key]
+        ),
+        60,
+        "copies deleted on big",
+    )
     assert not [w for w in fleet.remote_workloads(fleet.small) if w["metadata"]["name"] == key]
 
 

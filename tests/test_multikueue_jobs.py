@@ -104,6 +104,9 @@ def test_a_running_jobset_shows_the_workers_whole_status() -> None:
     assert status == remote["status"]
     local["status"] = status
     assert KINDS["JobSet"].synced_status(local, remote, final=False) is None  # already shown
+    done = _jobset(conditions=[{"type": "Completed", "status": "True"}])
+    assert KINDS["JobSet"].synced_status(local, done, final=False) is None  # its Workload has not finished
+    assert KINDS["JobSet"].synced_status(local, done, final=True) == done["status"]
 
 
 def test_a_suspended_jobset_shows_only_the_final_status() -> None:

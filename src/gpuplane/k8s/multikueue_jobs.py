@@ -12,7 +12,8 @@ For each kind an adapter says:
   template labels the Job controller adds);
 - when the worker's copy has ended, and what the manager's object shows meanwhile: the worker's
   status, whole (Kueue copies it whole for both kinds), but never a running status on a suspended
-  object, only the final one;
+  object, and a finished status only once the worker's Workload has finished too (then the local
+  Workload finishes from the worker's, "From <worker>: ...", not from its job's copied status);
 - what an evicted (suspended) object of the kind says once it runs nowhere: a Job no active pods,
   a JobSet no active or ready Jobs.
 
@@ -82,10 +83,13 @@ class JobKind:
         """The status the manager's object should show, from its worker copy's; None to leave it.
 
         While the local object runs (unsuspended) it shows the worker's status; a suspended one
-        shows it only once the worker's copy has ended (``final``: its Workload finished there)."""
+        shows it only once the worker's copy has ended (``final``: its Workload finished there). A
+        finished status is shown only then, whether suspended or not."""
         suspended = bool((local.get("spec") or {}).get("suspend"))
         if suspended and not (final and self.finished(remote)):
             return None
+        if self.finished(remote) and not final:
+            return None  # the local Workload finishes from the worker's first ("From <worker>: ...")
         status = copy.deepcopy(dict(remote.get("status") or {}))
         return None if status == (local.get("status") or {}) else status
 
