@@ -91,7 +91,7 @@ if bash scripts/kube-up.sh "${kube_dir}" >/dev/null; then
             tests/test_job_life_e2e.py tests/test_partial_admission_e2e.py tests/test_sim_vs_real.py \
             tests/test_webhook_jobs_e2e.py tests/test_why_bypass.py tests/test_doctor_webhook.py tests/test_deploy.py \
             tests/test_runtime_history_e2e.py tests/test_eta_live_e2e.py tests/test_chaos_e2e.py \
-            tests/test_deployed_e2e.py tests/test_dra_e2e.py tests/test_multikueue_e2e.py || e2e_status=$?
+            tests/test_deployed_e2e.py tests/test_dra_e2e.py tests/test_multikueue_e2e.py tests/test_multikueue_watch.py || e2e_status=$?
 else
     echo "the real control plane did not start" >&2
     e2e_status=1

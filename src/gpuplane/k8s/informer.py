@@ -210,7 +210,8 @@ class Cache:
 
 
 class Informer:
-    """Keeps ``cache`` in sync with one resource until stopped."""
+    """Keeps ``cache`` in sync with one resource (the objects ``label_selector`` selects, all by
+    default) until stopped."""
 
     def __init__(  # noqa: PLR0913 - keyword-only: the watch's timeout, back-off and sleep
         self,
@@ -221,8 +222,10 @@ class Informer:
         watch_timeout: int = 30,
         max_backoff: float = 5.0,
         sleep: Callable[[float], object] | None = None,
+        label_selector: str = "",
     ) -> None:
         self.api = api
+        self.label_selector = label_selector
         self.resource = resource
         self.cache = cache
         self.watch_timeout = watch_timeout
@@ -244,7 +247,8 @@ class Informer:
         return self.resource.kind
 
     def list(self) -> None:
-        result = self.api.list(self.resource)
+        query = {"labelSelector": self.label_selector} if self.label_selector else {}
+        result = self.api.list(self.resource, **query)
         self.resource_version = str(result.get("metadata", {}).get("resourceVersion", ""))
         self.cache.replace_all(self.kind, list(result.get("items", [])), self.resource_version)
         self.relists += 1
@@ -263,7 +267,12 @@ class Informer:
             watcher = self._watcher = k8s_watch.Watch()  # type: ignore[no-untyped-call]  # no annotations
             self._watch_stop = stop
         events = self.api.watch(
-            self.resource, self.resource_version, self.watch_timeout, watcher=watcher, stop=stop
+            self.resource,
+            self.resource_version,
+            self.watch_timeout,
+            watcher=watcher,
+            stop=stop,
+            label_selector=self.label_selector,
         )
         try:
             for event in events:

@@ -217,6 +217,8 @@ class MultiKueue:
                     qps=self.settings.worker_qps,
                     burst=self.settings.worker_burst,
                     clock=self.monotonic,
+                    origin=self.settings.origin,
+                    wake=self.cache.changed if self.settings.watch_workers else None,
                 )
                 self.fleet.problems.pop(f"MultiKueueCluster/{name}", None)
             except InputError as err:

@@ -126,22 +126,37 @@ class Nominations(FleetPart):
         """Where each workload of ``todo`` would be admitted now, packing the batch worker by worker
         in the configs' order (the most preferred first, as a MultiKueueConfig lists them): each
         worker is asked about the workloads no earlier worker takes now, in their queue order. A
-        workload that fits nowhere now has its predicted start on every worker it was asked of."""
+        workload that fits nowhere now is then asked of every worker again, for its predicted start
+        there (the costly question, so only for those)."""
         order = list(
             dict.fromkeys(c for cfg in sorted(set(configs), key=lambda c: c.name) for c in cfg.clusters)
         )
         views: dict[str, dict[str, ClusterView]] = {}
         remaining = list(todo)
         for name in order:
-            link = self.fleet.links.get(name)
-            labels = labels_of(self.fleet.cluster_objects.get(name))
-            asked = [wl for wl in remaining if selector_matches(self._selector(wl), labels)]
-            if link is None or not asked:
+            asked = self._asked(name, remaining)
+            if not asked:
                 continue
-            views[name] = fit_views(link, asked, labels, now)
+            views[name] = fit_views(self.fleet.links[name], asked, self._labels(name), now, eta=False)
             taken = {key for key, view in views[name].items() if view.fits_now}
             remaining = [wl for wl in remaining if object_key(wl) not in taken]
+        for name in order:
+            asked = self._asked(name, remaining)
+            if asked:
+                link = self.fleet.links[name]
+                views.setdefault(name, {}).update(fit_views(link, asked, self._labels(name), now))
         return views
+
+    def _labels(self, name: str) -> dict[str, str]:
+        return labels_of(self.fleet.cluster_objects.get(name))
+
+    def _asked(self, name: str, workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Those of ``workloads`` whose cluster selector lets them go to worker ``name`` (none when
+        there is no link to it)."""
+        if name not in self.fleet.links:
+            return []
+        labels = self._labels(name)
+        return [wl for wl in workloads if selector_matches(self._selector(wl), labels)]
 
     def _selector(self, wl: Mapping[str, Any]) -> dict[str, str]:
         """The workload's cluster selector: its own annotation, else its Job's (where users put it)."""

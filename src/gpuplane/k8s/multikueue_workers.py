@@ -18,6 +18,7 @@ import binascii
 import copy
 import logging
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi, load_api_client
 from gpuplane.k8s.clusterstate import read_cluster, typed
 from gpuplane.k8s.multikueue_jobs import REMOTE_OWNER_RESOURCES
+from gpuplane.k8s.multikueue_watch import WorkerWatch
 from gpuplane.model import labels as keys
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
@@ -56,7 +58,7 @@ class WorkerLink:
     """One worker cluster's client and connection state (owns the client; the manager owns the
     links). ``lost_since``: the monotonic time of the first failure since the last success."""
 
-    def __init__(  # noqa: PLR0913 - keyword-only: the rate limits and the clock
+    def __init__(  # noqa: PLR0913 - keyword-only: the rate limits, the clock and the watch's
         self,
         cluster: WorkerCluster,
         kubeconfig: str,
@@ -65,6 +67,8 @@ class WorkerLink:
         burst: int = DEFAULT_WORKER_BURST,
         clock: Callable[[], float],
         timeout: float = 5.0,
+        origin: str = "multikueue",
+        wake: threading.Event | None = None,
     ) -> None:
         self.cluster = cluster
         self.kubeconfig = kubeconfig
@@ -79,13 +83,22 @@ class WorkerLink:
         self.connected = False
         self.lost_since: float | None = clock()  # not reached yet
         self.message = "not contacted yet"
+        # With ``wake`` (the manager's cache's change event), the worker is watched, not listed.
+        self.watch = (
+            WorkerWatch(self.api, origin, REMOTE_OWNER_RESOURCES, wake).start() if wake is not None else None
+        )
 
     def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         self.api.close()
 
     def observe(self, origin: str) -> RemoteObjects | None:
-        """List this manager's Workloads and Jobs on the worker; None (and the link marked lost)
-        when the worker does not answer."""
+        """This manager's Workloads and jobs on the worker; None (and the link marked lost) when the
+        worker does not answer. A watched worker answers a probe, and its objects come from the
+        watch once it has listed (before that: None, the link not yet connected)."""
+        if self.watch is not None:
+            return self._watched()
         selector = f"{keys.MULTIKUEUE_ORIGIN_LABEL}={origin}"
         try:
             wls = self.api.list(k8s.WORKLOADS, labelSelector=selector).get("items") or []
@@ -106,6 +119,19 @@ class WorkerLink:
             return None
         self.connected, self.lost_since, self.message = True, None, "connected"
         return RemoteObjects({_key(w): w for w in wls}, owners)
+
+    def _watched(self) -> RemoteObjects | None:
+        assert self.watch is not None
+        try:
+            self.api.request("GET", "/version")
+        except Exception as err:
+            self.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
+            return None
+        if not self.watch.synced():
+            self.connected, self.message = False, "reading the worker's objects"
+            return None
+        self.connected, self.lost_since, self.message = True, None, "connected"
+        return RemoteObjects(*self.watch.copies())
 
     def lost(self, message: str) -> None:
         if self.connected or self.lost_since is None:
@@ -160,19 +186,29 @@ def candidate_copy(wl: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def fit_views(
-    link: WorkerLink, candidates: Sequence[Mapping[str, Any]], labels: Mapping[str, str], now: float
+    link: WorkerLink,
+    candidates: Sequence[Mapping[str, Any]],
+    labels: Mapping[str, str],
+    now: float,
+    *,
+    eta: bool = True,
 ) -> dict[str, ClusterView]:
-    """Per candidate (``namespace/name``), how it would fare on ``link``'s worker now."""
+    """Per candidate (``namespace/name``), how it would fare on ``link``'s worker now; with
+    ``eta=False`` only whether it is admitted now (no predicted start for the others: the cheap
+    question, asked first)."""
     name = link.cluster.name
     if not link.connected:
         return {_key(c): ClusterView(name, labels, active=False, note=link.message) for c in candidates}
-    try:
-        listed = read_cluster(link.api)
-    except Exception as err:
-        link.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
-        return {_key(c): ClusterView(name, labels, active=False, note=link.message) for c in candidates}
-    objects = [typed(o, kind) for kind, items in listed.items() if kind != "Job" for o in items]
-    objects = [o for o in objects if not (o["kind"] == "Workload" and _finished(o))]
+    if link.watch is not None and link.watch.synced(state=True):
+        objects = link.watch.objects()
+    else:
+        try:
+            listed = read_cluster(link.api)
+        except Exception as err:
+            link.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
+            return {_key(c): ClusterView(name, labels, active=False, note=link.message) for c in candidates}
+        objects = [typed(o, kind) for kind, items in listed.items() if kind != "Job" for o in items]
+        objects = [o for o in objects if not (o["kind"] == "Workload" and _finished(o))]
     present = {_key(o) for o in objects if o["kind"] == "Workload"}
     fresh = [candidate_copy(c) for c in candidates if _key(c) not in present]
     skipped: list[InputError] = []
@@ -180,7 +216,7 @@ def fit_views(
     config = config_from_kueue(state.configuration)
     plan = schedule(state, config, now, cycles=None)  # every candidate that fits now, in queue order
     admitted = {a.workload for a in plan.admitted}
-    waits = {e.workload: e for e in explain_all(state, plan, now, config, diagnose=False)}
+    waits = {e.workload: e for e in explain_all(state, plan, now, config, diagnose=False)} if eta else {}
     refused = {f"{(e.obj or '').split('/', 1)[-1]}": e.message for e in skipped}
     out: dict[str, ClusterView] = {}
     for c in candidates:
@@ -190,9 +226,10 @@ def fit_views(
         elif key in waits:
             e = waits[key]
             out[key] = ClusterView(name, labels, start_in_seconds=e.eta.seconds, note=e.message or e.reason)
+        elif key in refused or eta:
+            out[key] = ClusterView(name, labels, note=refused.get(key) or "the worker cannot take it")
         else:
-            note = refused.get(key) or "the worker cannot take it"
-            out[key] = ClusterView(name, labels, note=note)
+            out[key] = ClusterView(name, labels, note="not admitted there now")
     return out
 
 
@@ -241,12 +278,17 @@ class WorkerSummary:
 
 
 def summarize(link: WorkerLink) -> WorkerSummary:
-    """The worker's summary from its ClusterQueues (one list); an unreachable worker shows its error."""
+    """The worker's summary from its ClusterQueues (watched, or one list); an unreachable worker shows
+    its error. A watched worker's Kueue Configuration is read again here too."""
     name = link.cluster.name
     if not link.connected:
         return WorkerSummary(name, False, link.message, {}, {}, 0, 0)
     try:
-        queues = link.api.list(k8s.CLUSTER_QUEUES).get("items") or []
+        if link.watch is not None and link.watch.synced(state=True):
+            queues = link.watch.state.items("ClusterQueue")
+            link.watch.refresh_kueue_config(link.api, link.clock())
+        else:
+            queues = link.api.list(k8s.CLUSTER_QUEUES).get("items") or []
     except Exception as err:
         link.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
         return WorkerSummary(name, False, link.message, {}, {}, 0, 0)

@@ -254,6 +254,7 @@ class KubeApi:
         timeout_seconds: int = 60,
         allow_watch_bookmarks: bool = True,
         stop: WatchStop | None = None,
+        label_selector: str = "",
         **client_flags: bool,
     ) -> urllib3.BaseHTTPResponse:
         """Open a watch of ``res``: the list call that ``kubernetes.watch.Watch.stream`` drives.
@@ -272,6 +273,8 @@ class KubeApi:
             "allowWatchBookmarks": allow_watch_bookmarks,
             "timeoutSeconds": timeout_seconds,
         }
+        if label_selector:
+            query["labelSelector"] = label_selector
         response = self._call("GET", res.path(namespace), query, timeout=(10.0, timeout_seconds + 10.0))
         raw: urllib3.BaseHTTPResponse = response.response
         if response.status >= 400:
@@ -293,6 +296,7 @@ class KubeApi:
         *,
         watcher: k8s_watch.Watch | None = None,
         stop: WatchStop | None = None,
+        label_selector: str = "",
     ) -> Generator[dict[str, Any], None, None]:
         """Watch events from ``resource_version`` (with bookmarks) until the server ends the stream.
 
@@ -301,6 +305,7 @@ class KubeApi:
         Gone`` for a version the server no longer has, raises :class:`ApiError` (the client does
         not retry a watch that has a timeout). ``stop.stop()`` from another thread ends the stream
         at once, whenever it comes (``watcher.stop()`` does too, once the stream has opened).
+        ``label_selector``: only the objects it selects.
         """
         watcher = watcher or k8s_watch.Watch()  # type: ignore[no-untyped-call]  # the client ships no annotations here
         stream = watcher.stream(  # type: ignore[no-untyped-call]
@@ -311,6 +316,7 @@ class KubeApi:
             timeout_seconds=timeout_seconds,
             allow_watch_bookmarks=True,
             stop=stop,
+            label_selector=label_selector,
         )
         try:
             for event in stream:
