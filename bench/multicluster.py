@@ -13,6 +13,13 @@ the workers' nodes hold them all, so what is measured is dispatch:
 
 The ceiling, in the same run: the same number of Workload copies created on one worker's API server
 from 16 client threads, nothing else (``ceiling.workloadsPerSecond``), and the share of it reached.
+What the machine allows (``cpu``): from the last job created to the last dispatch, the CPU each
+process of the run spent per dispatched workload (the three control planes' API servers, etcds,
+controller managers and schedulers, the three gpuplane controllers, and this process, which runs the
+fake kubelets, the test's JobSet controller and the measuring watches), how busy the machine was
+(``machineBusyShare``), the rate every core would allow at that cost
+(``workloadsPerSecondAtThisCost``), and gpuplane's processes' share of the CPU.
+The measuring reads watches, not lists, so it loads no API server.
 Kueue's figure (kueue #8564): 1.3 workloads/s at 5 QPS per worker, about 100/s at 1,000 QPS.
 Target (issue: many clusters): at least 50 workloads/s at our defaults.
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -41,7 +49,8 @@ from rich.progress import Progress
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "bench")]
 
-from vs_cluster import control_plane, log  # noqa: E402 (after the path set-up)
+from processes import CpuMeter, control_plane_pids  # noqa: E402 (after the path set-up)
+from vs_cluster import Watched, control_plane, log  # noqa: E402
 
 from gpuplane.k8s import api as k8s  # noqa: E402
 from gpuplane.model.fields import lenient_timestamp  # noqa: E402
@@ -52,10 +61,13 @@ THREADS = 16
 
 
 class Clock:
-    """First time each job was seen reserved on the manager, admitted on a worker, running there."""
+    """First time each job was seen reserved on the manager, admitted on a worker, running there; kept
+    by watches (the manager's Workloads, the workers' pods), so the measuring loads no API server with
+    lists."""
 
     def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
+        self.manager = Watched(str(fleet.manager.kubeconfig), NS, k8s.WORKLOADS)
+        self.workers = [Watched(str(w.kubeconfig), NS, k8s.PODS) for w in (fleet.small, fleet.big)]
         self.reserved: dict[str, float] = {}
         self.dispatched: dict[str, float] = {}
         self.running: dict[str, float] = {}
@@ -63,19 +75,26 @@ class Clock:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def start(self) -> Clock:
+        for watched in (self.manager, *self.workers):
+            watched.__enter__()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
+        for watched in (self.manager, *self.workers):
+            watched.__exit__()
 
     def _loop(self) -> None:
-        while not self._stop.wait(0.25):
+        while not self._stop.wait(0.05):
             now = time.time()
-            for wl in self.fleet.manager.api.list(k8s.WORKLOADS, NS).get("items") or []:
-                job = next((r["name"] for r in wl["metadata"].get("ownerReferences") or []), None)
-                if job is None:
+            for key in self.manager.cache.take_changes().get("Workload", ()):
+                wl = self.manager.cache.get("Workload", key)
+                job = next(
+                    (r["name"] for r in (wl or {}).get("metadata", {}).get("ownerReferences") or []), None
+                )
+                if wl is None or job is None:
                     continue
                 for cond in (wl.get("status") or {}).get("conditions") or []:
                     if cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
@@ -83,12 +102,59 @@ class Clock:
                         self.reserved.setdefault(job, at)
                 if (wl.get("status") or {}).get("clusterName"):
                     self.dispatched.setdefault(job, now)
-            for worker in (self.fleet.small, self.fleet.big):
-                for pod in worker.api.list(k8s.PODS, NS).get("items") or []:
-                    if (pod.get("status") or {}).get("phase") == "Running":
+            for worker in self.workers:
+                for key in worker.cache.take_changes().get("Pod", ()):
+                    pod = worker.cache.get("Pod", key)
+                    if pod is not None and (pod.get("status") or {}).get("phase") == "Running":
                         job = (pod["metadata"].get("labels") or {}).get("job-name")
                         if job:
                             self.running.setdefault(job, now)
+
+
+def cpu_meter(fleet: Fleet) -> CpuMeter:
+    """The CPU of every process of the run, from now: each control plane's (``scripts/kube-up.sh``'s
+    list), each gpuplane controller's, and this process (the fake kubelets, the test's JobSet
+    controller and the measuring watches)."""
+    meter = CpuMeter({"benchmark": os.getpid()})
+    for member in (fleet.manager, fleet.small, fleet.big):
+        directory = member.directory or member.kubeconfig.parent
+        for name, pid in control_plane_pids(directory).items():
+            meter.add(f"{member.name}/{name}", pid)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"controller" not in args or b"gpuplane" not in args or b"--kubeconfig" not in args:
+            continue
+        kubeconfig = args[args.index(b"--kubeconfig") + 1].decode()
+        for member in (fleet.manager, fleet.small, fleet.big):
+            if kubeconfig == str(member.kubeconfig):
+                meter.add(f"{member.name}/gpuplane", int(proc.name))
+    return meter
+
+
+def cpu_report(spent: dict[str, float], workloads: int, seconds: float) -> dict[str, Any]:
+    """CPU milliseconds per workload by process, and the share of the machine's CPU they used."""
+    total = sum(spent.values())
+    cores = os.cpu_count() or 1
+    return {
+        "cpuMsPerWorkload": {
+            name: round(1000 * s / max(1, workloads), 1) for name, s in sorted(spent.items())
+        },
+        "cpuMsPerWorkloadTotal": round(1000 * total / max(1, workloads), 1),
+        "machineBusyShare": round(total / (cores * seconds), 3) if seconds > 0 else None,
+        "cpus": cores,
+        # What the machine allows at this cost: every core busy, nothing else running.
+        "workloadsPerSecondAtThisCost": round(1000 * cores / (1000 * total / workloads), 1)
+        if total > 0 and workloads > 0
+        else None,
+        "gpuplaneShare": round(sum(v for k, v in spent.items() if k.endswith("/gpuplane")) / total, 3)
+        if total > 0
+        else None,
+    }
 
 
 def ceiling(fleet: Fleet, count: int) -> float:
@@ -140,6 +206,7 @@ def run(jobs: int, kubeconfig: str | None, console: Console) -> dict[str, Any]:
         with ThreadPoolExecutor(THREADS) as pool:
             list(pool.map(lambda n: fleet.submit(n, pods=1, gpus=1, seconds=3600.0), names))
         created = time.time()
+        meter = cpu_meter(fleet)
         log(console, f"{jobs} jobs created on the manager")
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("dispatched", total=jobs)
@@ -147,6 +214,7 @@ def run(jobs: int, kubeconfig: str | None, console: Console) -> dict[str, Any]:
             while len(clock.dispatched) < jobs and time.monotonic() < deadline:
                 progress.update(task, completed=len(clock.dispatched))
                 time.sleep(0.5)
+            spent = meter.spent()
             while len(clock.running) < jobs and time.monotonic() < deadline:
                 time.sleep(0.5)
         clock.stop()
@@ -167,6 +235,7 @@ def run(jobs: int, kubeconfig: str | None, console: Console) -> dict[str, Any]:
         else None,
         "seconds": round(last - created, 1),
         "ceiling": {"workloadsPerSecond": round(raw, 1)},
+        "cpu": cpu_report(spent, len(clock.dispatched), last - created),
         "shareOfCeiling": round(rate / raw, 3) if raw else None,
         "target": TARGET,
         "met": rate >= TARGET,
