@@ -1,7 +1,7 @@
 """A MultiKueue manager's watch of a worker (gpuplane.k8s.multikueue_watch): an informer that lists and
 watches only what a label selector selects; the worker's copies read from the watch, not listed each pass;
-nothing read before every informer has listed; a worker that serves no JobSets holds none; a change on the
-worker wakes the manager; and the worker's state as a scheduling pass reads it.
+nothing read before every informer has listed; a change on the worker wakes the manager; the worker's state
+as a scheduling pass reads it; and a workload stepped again only when what it reads changed.
 
 On the API-server double, and with ``GPUPLANE_E2E_KUBECONFIG`` on a real cluster.
 """
@@ -12,6 +12,8 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -19,9 +21,12 @@ from apiserver.fixtures import Cluster
 from controller_harness import gpu_job, install_crds, wait_until
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.informer import Cache, Informer
+from gpuplane.k8s.multikueue import MultiKueue
 from gpuplane.k8s.multikueue_jobs import REMOTE_OWNER_RESOURCES
 from gpuplane.k8s.multikueue_watch import WorkerWatch
+from gpuplane.k8s.multikueue_workers import RemoteObjects, WorkerLink
 from gpuplane.model import labels as keys
+from gpuplane.model.multikueue import MultiKueueConfig
 from manifests import cluster_queue, local_queue, node, resource_flavor
 
 pytestmark = pytest.mark.timeout(120)
@@ -165,3 +170,38 @@ def test_the_watched_state_is_what_a_scheduling_pass_reads(api: k8s.KubeApi, nam
             (k8s.NODES, f"{namespace}-n0"),
         ):
             api.delete(res, name)
+
+
+def test_a_workload_is_stepped_again_only_when_what_it_reads_changed() -> None:
+    """The manager's pass carries a workload's flow a step only when the Workload, its job, or its
+    copy or job on a worker changed, or while one of its workers is lost (time counts then)."""
+    mk = MultiKueue(
+        cast(k8s.KubeApi, None), Cache(), clock=lambda: 0.0, monotonic=lambda: 0.0, event=lambda *_: None
+    )
+    steps: list[str] = []
+
+    def step(wl: dict[str, Any], *_: object) -> bool:
+        steps.append(wl["metadata"]["resourceVersion"])
+        return True
+
+    mk.flow.reconcile_workload = step  # type: ignore[method-assign]
+    link = SimpleNamespace(connected=True, close=lambda: None)
+    mk.fleet.links = {"w1": cast(WorkerLink, link)}
+    cfg = MultiKueueConfig("cfg", ("w1",))
+    remote = RemoteObjects({}, {"Job": {}})
+    wl: dict[str, Any] = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"}}
+
+    assert mk._step(wl, {}, cfg, {"w1": remote}) is True
+    assert mk._step(wl, {}, cfg, {"w1": remote}) is True  # the last answer, not a second step
+    assert steps == ["1"]
+    wl["metadata"]["resourceVersion"] = "2"
+    mk._step(wl, {}, cfg, {"w1": remote})
+    assert steps == ["1", "2"]
+    remote.workloads["ns/a"] = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7"}}
+    mk._step(wl, {}, cfg, {"w1": remote})
+    assert steps == ["1", "2", "2"]
+    link.connected = False
+    mk._step(wl, {}, cfg, {"w1": remote})
+    mk._step(wl, {}, cfg, {"w1": remote})
+    assert len(steps) == 5
+    mk.close()

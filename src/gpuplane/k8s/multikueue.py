@@ -37,7 +37,7 @@ from typing import Any
 
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError, KubeApi
-from gpuplane.k8s.informer import Cache
+from gpuplane.k8s.informer import Cache, object_key
 from gpuplane.k8s.multikueue_dispatch import Nominations
 from gpuplane.k8s.multikueue_fleet import (
     MULTIKUEUE_CLUSTERS,
@@ -46,8 +46,9 @@ from gpuplane.k8s.multikueue_fleet import (
     MultiKueueSettings,
 )
 from gpuplane.k8s.multikueue_flow import WorkloadFlow
+from gpuplane.k8s.multikueue_jobs import owner_of
 from gpuplane.k8s.multikueue_status import FleetStatus
-from gpuplane.k8s.multikueue_workers import WorkerLink, WorkerSummary, kubeconfig_text
+from gpuplane.k8s.multikueue_workers import RemoteObjects, WorkerLink, WorkerSummary, kubeconfig_text
 from gpuplane.model.errors import InputError
 from gpuplane.model.multikueue import (
     MULTIKUEUE_CONTROLLER,
@@ -89,6 +90,9 @@ class MultiKueue:
         self.nominations = Nominations(self.fleet, self.flow, self._pool)
         self.status = FleetStatus(self.fleet)
         self._listed_at = -1e18
+        # Per workload: the versions of what its last step read, and whether it then waited for a
+        # nomination (see _step); cleared every refresh_seconds.
+        self._stepped: dict[str, tuple[tuple[str, ...], bool]] = {}
         self._gc_at = -1e18
         self._served = True
 
@@ -134,12 +138,12 @@ class MultiKueue:
                 if cfg is not None:
                     found.append((wl, state, cfg))
                     break
+        if refresh:
+            self._stepped.clear()  # every workload stepped again now and then: a write that failed is retried
         # Workloads are independent: their steps (writes on the manager and the workers) go at once.
-        waits = list(
-            self._pool.map(
-                lambda item: self.flow.reconcile_workload(item[0], item[1], item[2], remotes), found
-            )
-        )
+        waits = list(self._pool.map(lambda item: self._step(item[0], item[1], item[2], remotes), found))
+        for key in set(self._stepped) - {object_key(wl) for wl, _, _ in found}:
+            del self._stepped[key]
         dispatching = [
             (wl, str(state["name"]), cfg) for (wl, state, cfg), w in zip(found, waits, strict=True) if w
         ]
@@ -160,6 +164,25 @@ class MultiKueue:
         if now - self._gc_at >= self.settings.gc_interval:
             self._gc_at = now
             self.flow.collect_orphans(remotes)
+
+    def _step(
+        self,
+        wl: dict[str, Any],
+        state: Mapping[str, Any],
+        cfg: MultiKueueConfig,
+        remotes: Mapping[str, RemoteObjects | None],
+    ) -> bool:
+        """Carry one workload's flow a step, unless nothing it reads changed since its last step (the
+        flow is a function of the objects' versions, and of time only while a worker is lost)."""
+        key = object_key(wl)
+        seen = _versions(wl, cfg, remotes, self.fleet.links, self.flow.local_job(wl))
+        last = self._stepped.get(key)
+        if seen is not None and last is not None and last[0] == seen:
+            return last[1]
+        waits = self.flow.reconcile_workload(wl, state, cfg, remotes)
+        if seen is not None:
+            self._stepped[key] = (seen, waits)
+        return waits
 
     def _checks(self) -> dict[str, str]:
         """MultiKueue AdmissionCheck name -> its MultiKueueConfig name."""
@@ -235,3 +258,32 @@ class MultiKueue:
             if err.not_found:
                 return None
             raise InputError(f"cannot read the Secret: {err.status} {err.reason}") from None
+
+
+def _versions(
+    wl: Mapping[str, Any],
+    cfg: MultiKueueConfig,
+    remotes: Mapping[str, RemoteObjects | None],
+    links: Mapping[str, WorkerLink],
+    local_job: Mapping[str, Any] | None,
+) -> tuple[str, ...] | None:
+    """The resourceVersions of what a workload's step reads: the Workload, its local job, and on each
+    worker of its config its copy and the job made there; None while one of those workers is not
+    connected (the step then depends on time: the lost worker's timeout)."""
+    meta = wl.get("metadata") or {}
+    key = object_key(wl)
+    owner = owner_of(wl)
+    seen = [_rv(wl), _rv(local_job)]
+    for cluster in cfg.clusters:
+        link, remote = links.get(cluster), remotes.get(cluster)
+        if link is None or not link.connected or remote is None:
+            return None
+        seen.append(_rv(remote.workloads.get(key)))
+        if owner is not None:
+            kind, name = owner
+            seen.append(_rv(remote.owners.get(kind.kind, {}).get(f"{meta.get('namespace', '')}/{name}")))
+    return tuple(seen)
+
+
+def _rv(obj: Mapping[str, Any] | None) -> str:
+    return "" if obj is None else str((obj.get("metadata") or {}).get("resourceVersion", ""))
