@@ -274,9 +274,17 @@ def test_crd_is_consistent_and_structural(resource: Resource) -> None:
 
 def test_status_subresource_wherever_the_controller_writes_status() -> None:
     status_writes = {(g, r.split("/")[0]) for g, r, _ in _required_cluster_perms() if r.endswith("/status")}
-    # Built-in kinds serve their status subresource already, and so does the JobSet project's own CRD
-    # (a MultiKueue manager copies a worker JobSet's status back); gpuplane's CRDs must declare theirs.
-    assert {r for g, r in status_writes if g != k8s_api.KUEUE} == {"resourceclaims", "jobs", "jobsets"}
+    # Built-in kinds serve their status subresource already, and so do the CRDs of the JobSet, Kubeflow
+    # and KubeRay projects (a MultiKueue manager copies a worker job's status back); gpuplane's CRDs
+    # must declare theirs.
+    assert {r for g, r in status_writes if g != k8s_api.KUEUE} == {
+        "resourceclaims",
+        "jobs",
+        "jobsets",
+        "pytorchjobs",
+        "trainjobs",
+        "rayjobs",
+    }
     writes_status = {r for g, r in status_writes if g == k8s_api.KUEUE}
     assert writes_status == {
         "workloads",
@@ -379,6 +387,9 @@ CONTROLLER_WRITES: set[Perm] = {
     (k8s_api.KUEUE, "admissionchecks/status", "update"),
     ("batch", "jobs/status", "update"),  # a worker Job's status copied to the manager's Job
     ("jobset.x-k8s.io", "jobsets/status", "update"),  # the same for a JobSet
+    ("kubeflow.org", "pytorchjobs/status", "update"),  # ... a PyTorchJob
+    ("trainer.kubeflow.org", "trainjobs/status", "update"),  # ... a TrainJob
+    ("ray.io", "rayjobs/status", "update"),  # ... and a RayJob
 } | {
     # stamp templates + unsuspend on admission; suspend on preemption
     (i.resource.group, i.resource.plural, "update")
