@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpuplane.k8s import api as k8s
+from gpuplane.k8s import integrations
 from gpuplane.k8s.multikueue_jobs import KINDS, REMOTE_OWNER_RESOURCES, JobKind, owner_of
 from gpuplane.model import labels as keys
 
@@ -269,6 +270,10 @@ def test_the_workers_copy_of_each_other_kind_is_the_managers_without_managed_by(
     if kind == "PyTorchJob":
         expected["runPolicy"] = {"suspend": True, "cleanPodPolicy": "None"}
     assert copy["spec"] == expected
+    # The worker reads the same pod sets from its copy as the manager from its object.
+    pod_sets = integrations.INTEGRATIONS[kind].pod_sets
+    assert pod_sets(copy) == pod_sets(local)
+    assert pod_sets(copy)
 
 
 def test_a_pytorch_jobs_managed_by_is_read_and_cleared_in_its_run_policy() -> None:
