@@ -1,6 +1,7 @@
 """MultiKueue end to end (tests/multikueue_fleet.py builds the fleet): a gang, and a JobSet, dispatched
-where it fits and completed with its status synced back, data locality, orphans collected, a manager restart, and
-a worker lost within and past ``workerLostTimeout``. On the double by default; with
+where it fits and completed with its status synced back, data locality, a job not left to MultiKueue
+rejected, orphans collected, a manager restart, and a worker lost within and past
+``workerLostTimeout``. On the double by default; with
 ``GPUPLANE_E2E_KUBECONFIG`` on three real control planes.
 """
 
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 
 from apiserver.fixtures import E2E_KUBECONFIG
-from controller_harness import wait_until
+from controller_harness import gpu_job, wait_until
+from fake_kubelet import run_annotations
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import ApiError
 from gpuplane.model import labels as keys
@@ -156,6 +158,35 @@ def test_without_a_selector_the_first_worker_that_fits_takes_it(fleet: Fleet) ->
     wl = wait_until(lambda: fleet.workload(fleet.manager, "anywhere"), 60, "the manager's Workload")
     done = wait_until(lambda: finished(fleet, wl["metadata"]["name"]), 180, "finished")
     assert done["status"]["clusterName"] == "small"  # first in the MultiKueueConfig, and it fits
+
+
+def test_a_job_not_left_to_multikueue_is_rejected_and_never_copied(fleet: Fleet) -> None:
+    # The same Job as every other, but without spec.managedBy: Kueue rejects its check.
+    body = gpu_job("unmanaged", NS, "queue", pods=1, gpus=1, annotations=run_annotations(1.0)).to_dict()
+    fleet.manager.api.create(k8s.JOBS, body, NS)
+    local = wait_until(lambda: fleet.workload(fleet.manager, "unmanaged"), 60, "the manager's Workload")
+
+    def rejected() -> dict[str, Any] | None:
+        wl = fleet.manager.api.get(k8s.WORKLOADS, local["metadata"]["name"], NS)
+        checks = (wl.get("status") or {}).get("admissionChecks") or []
+        return wl if any(c["name"] == CHECK and c["state"] == "Rejected" for c in checks) else None
+
+    wl = wait_until(rejected, 60, "the check Rejected")
+    check = next(c for c in wl["status"]["admissionChecks"] if c["name"] == CHECK)
+    assert check["message"] == (
+        'The owner is not managed by Kueue: Expecting spec.managedBy to be "kueue.x-k8s.io/multikueue" not ""'
+    )
+    # The core deactivates it and gives its quota back; no worker ever had a copy.
+    wait_until(
+        lambda: (
+            fleet.manager.api.get(k8s.WORKLOADS, wl["metadata"]["name"], NS)["spec"].get("active") is False
+        ),
+        60,
+        "the Workload deactivated",
+    )
+    for worker in (fleet.small, fleet.big):
+        assert fleet.workload(worker, "unmanaged") is None
+    fleet.manager.api.delete(k8s.JOBS, "unmanaged", NS, propagationPolicy="Background")
 
 
 def test_orphans_on_a_worker_are_collected(fleet: Fleet) -> None:

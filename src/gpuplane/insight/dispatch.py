@@ -42,6 +42,7 @@ DISPATCHER_NAMES: Mapping[DispatchPolicy, str] = {
 
 INCREMENTAL_BATCH = 3  # clusters added per round (Kueue's incremental dispatcher)
 INCREMENTAL_ROUND_SECONDS = 300.0  # a round lasts 5 minutes (Kueue's incrementalDispatcherRoundTimeout)
+RECHECK_SECONDS = 30.0  # how often the gpuplane dispatcher looks again at a copy still waiting
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,23 +4,26 @@ For every Workload that holds quota in a ClusterQueue with a MultiKueue Admissio
 (``controllerName: kueue.x-k8s.io/multikueue``), one pass of :class:`MultiKueue`::
 
     local finished, or quota released ---------> delete its copies on every worker
-    a copy Finished on a worker ----------------> copy the worker Job's status, finish the local one,
+    a copy Finished on a worker ----------------> copy the worker job's status, finish the local one,
                                                   delete the copies
     the admitted copy evicted on its worker ----> check Retry (quota released, dispatched again)
-    a copy admitted on a worker ----------------> delete the other copies; create the Job there
+    a copy admitted on a worker ----------------> delete the other copies; create the job there
                                                   (label kueue.x-k8s.io/prebuilt-workload-name,
                                                   managedBy cleared); check Ready,
-                                                  status.clusterName; sync the Job's status back
+                                                  status.clusterName; sync the job's status back
     check Ready, the admitting worker lost -----> wait workerLostTimeout from the disconnect,
                                                   then Retry
+    the local job not left to MultiKueue -------> check Rejected (its managedBy is not
+                                                  kueue.x-k8s.io/multikueue)
     check Pending ------------------------------> nominate (status.nominatedClusterNames) and
                                                   copy the Workload to the nominated workers
 
-The local Job carries ``spec.managedBy: kueue.x-k8s.io/multikueue``, so the Job controller of the
-manager leaves it alone; once the check is Ready the core admits the Workload with no placement
-(its nodes are on the worker) and the job is released as any other. Copies on a worker carry the
-label ``kueue.x-k8s.io/multikueue-origin``; every ``gc_interval`` the copies whose local Workload
-is gone are deleted. The manager keeps no state a restart loses: the nomination's start is the
+The local job (a batch Job, JobSet, PyTorchJob, TrainJob or RayJob:
+:mod:`gpuplane.k8s.multikueue_jobs`) carries ``managedBy: kueue.x-k8s.io/multikueue``, so its
+controller on the manager leaves it alone; once the check is Ready the core admits the Workload
+with no placement (its nodes are on the worker) and the job is released as any other. Copies on a
+worker carry the label ``kueue.x-k8s.io/multikueue-origin``; every ``gc_interval`` the copies whose
+local Workload is gone are deleted. The manager keeps no state a restart loses: the nomination's start is the
 check's Pending time, and a worker's loss is counted from when this process saw it fail.
 
 It also keeps each MultiKueueCluster's ``Active`` condition and each MultiKueue AdmissionCheck's

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuplane.insight.dispatch import ClusterView, Nomination, nominate
+from gpuplane.insight.dispatch import RECHECK_SECONDS, ClusterView, Nomination, nominate
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.multikueue_fleet import (
     Fleet,
@@ -27,7 +27,6 @@ from gpuplane.model.multikueue import MultiKueueConfig
 log = logging.getLogger(__name__)
 
 
-RECHECK_SECONDS = 30.0  # how often gpuplane's dispatcher looks again at copies still waiting
 
 
 class Nominations(FleetPart):

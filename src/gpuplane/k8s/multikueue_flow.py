@@ -50,6 +50,8 @@ class WorkloadFlow(FleetPart):
             for cluster in copies:
                 self.delete_remote(cluster, wl)
             return False
+        if not copies and self._reject_unmanaged(wl, check):
+            return False
         self._drop_duplicates(wl, copies)
         done = next(((c, w) for c, w in sorted(copies.items()) if condition_true(w, "Finished")), None)
         if done is not None:
@@ -102,6 +104,24 @@ class WorkloadFlow(FleetPart):
             self._set_check(wl, check, "Ready", message, cluster_name=admitting)
             return False
         return state == "Pending"
+
+    def _reject_unmanaged(self, wl: dict[str, Any], check: str) -> bool:
+        """Reject the check of a workload whose job is not left to MultiKueue (its ``managedBy``, where
+        its kind keeps it, is not Kueue's MultiKueue controller), as Kueue does: the core then releases
+        its quota and deactivates it. True when rejected."""
+        found = self._local_owner(wl)
+        if found is None or found[0].multikueue_managed(found[1]):
+            return False
+        kind, local = found
+        self._set_check(
+            wl,
+            check,
+            "Rejected",
+            "The owner is not managed by Kueue: Expecting "
+            f'{".".join(kind.managed_by_path)} to be "{keys.MULTIKUEUE_CONTROLLER}" '
+            f'not "{kind.managed_by(local) or ""}"',
+        )
+        return True
 
     def _drop_duplicates(self, wl: Mapping[str, Any], copies: dict[str, dict[str, Any]]) -> None:
         """Delete (and forget) the copies made for an earlier reservation (a worker lost past the

@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpuplane.insight.dispatch import ClusterView, DispatchPolicy, nominate
+from gpuplane.insight.dispatch import RECHECK_SECONDS, ClusterView, DispatchPolicy, nominate
 from gpuplane.insight.eta import Capacity
 from gpuplane.sim.cluster import ClusterSpec, NodeSpec
 from gpuplane.sim.engine import HOLD, START, STOP, Change, Engine, ProgressCallback
@@ -49,7 +49,7 @@ from gpuplane.sim.runs import JobRun
 from gpuplane.sim.workloads import Job, Workloads
 
 DELETE_SECONDS = 10.0  # assumed: the manager sees a worker's admission and deletes the other copies
-REDISPATCH_SECONDS = 300.0  # the gpuplane dispatcher looks again at a waiting copy (Kueue's round)
+REDISPATCH_SECONDS = RECHECK_SECONDS  # the gpuplane dispatcher looks again at a waiting copy, as live
 CLUSTER_LABEL = "gpuplane.dev/cluster"  # every simulated worker carries its own name under it
 
 
