@@ -27,8 +27,6 @@ from gpuplane.model.multikueue import MultiKueueConfig
 log = logging.getLogger(__name__)
 
 
-
-
 class Nominations(FleetPart):
     """Nominates the waiting workloads' workers and copies them there (owns its pool of writers;
     the copies are written by the :class:`~gpuplane.k8s.multikueue_flow.WorkloadFlow` it is given)."""
