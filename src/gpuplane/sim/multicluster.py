@@ -49,7 +49,10 @@ from gpuplane.sim.runs import JobRun
 from gpuplane.sim.workloads import Job, Workloads
 
 DELETE_SECONDS = 10.0  # assumed: the manager sees a worker's admission and deletes the other copies
-REDISPATCH_SECONDS = RECHECK_SECONDS  # the gpuplane dispatcher looks again at a waiting copy, as live
+# The gpuplane dispatcher looks again at a waiting copy every RECHECK_SECONDS live; the simulator
+# looks every 5 minutes: ten times fewer looks, and looking every minute changed nothing at load 1.4
+# (docs/multicluster.md).
+REDISPATCH_SECONDS = 10 * RECHECK_SECONDS
 CLUSTER_LABEL = "gpuplane.dev/cluster"  # every simulated worker carries its own name under it
 
 
