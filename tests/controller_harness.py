@@ -827,6 +827,29 @@ def registered_webhook(webhooks: Webhooks) -> RegisteredWebhook | None:
     return webhooks.ensure(kubeconfig) if kubeconfig else None
 
 
+_namespaces = itertools.count(1)
+
+
+@pytest.fixture(name="api")
+def kube_api(apiserver: Cluster) -> Iterator[k8s.KubeApi]:
+    """A gpuplane client (no rate limit) for ``apiserver``; closed after the test."""
+    client = k8s.load_api_client(str(apiserver.kubeconfig_path))
+    try:
+        yield k8s.KubeApi(client, qps=None)
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(name="namespace")
+def fresh_namespace(api: k8s.KubeApi, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of its own for the test (named after its module), deleted after it."""
+    prefix = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")[:20]
+    name = f"{prefix}-{int(time.time() * 1000) % 10**8}-{next(_namespaces)}"
+    api.create(k8s.NAMESPACES, {"metadata": {"name": name}})
+    yield name
+    api.delete(k8s.NAMESPACES, name)
+
+
 @pytest.fixture
 def scene(
     apiserver: Cluster, kubectl: Kubectl, registered_webhook: RegisteredWebhook | None

@@ -10,12 +10,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from apiserver.faults import Faults
-from apiserver.fixtures import Cluster
 from apiserver.store import Store
 from controller_harness import wait_until
 from gpuplane.k8s import api as k8s
@@ -25,23 +23,6 @@ pytestmark = pytest.mark.timeout(60)
 
 CONFIG_MAPS = k8s.Resource("", "v1", "configmaps", "ConfigMap")
 _names = itertools.count(1)
-
-
-@pytest.fixture
-def api(apiserver: Cluster) -> Iterator[k8s.KubeApi]:
-    client = k8s.load_api_client(str(apiserver.kubeconfig_path))
-    try:
-        yield k8s.KubeApi(client, qps=None)
-    finally:
-        client.close()  # type: ignore[no-untyped-call]
-
-
-@pytest.fixture
-def namespace(api: k8s.KubeApi) -> Iterator[str]:
-    name = f"informer-{int(time.time() * 1000) % 10**8}-{next(_names)}"
-    api.create(k8s.NAMESPACES, {"metadata": {"name": name}})
-    yield name
-    api.delete(k8s.NAMESPACES, name)
 
 
 class Running:

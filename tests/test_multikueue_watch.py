@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
-from apiserver.fixtures import Cluster
 from controller_harness import gpu_job, install_crds, wait_until
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.informer import Cache, Informer
@@ -34,23 +31,6 @@ pytestmark = pytest.mark.timeout(120)
 CONFIG_MAPS = k8s.Resource("", "v1", "configmaps", "ConfigMap")
 ORIGIN = "mgr-test"
 _names = itertools.count(1)
-
-
-@pytest.fixture
-def api(apiserver: Cluster) -> Iterator[k8s.KubeApi]:
-    client = k8s.load_api_client(str(apiserver.kubeconfig_path))
-    try:
-        yield k8s.KubeApi(client, qps=None)
-    finally:
-        client.close()  # type: ignore[no-untyped-call]
-
-
-@pytest.fixture
-def namespace(api: k8s.KubeApi) -> Iterator[str]:
-    name = f"mkwatch-{int(time.time() * 1000) % 10**8}-{next(_names)}"
-    api.create(k8s.NAMESPACES, {"metadata": {"name": name}})
-    yield name
-    api.delete(k8s.NAMESPACES, name)
 
 
 def _config_map(name: str, ns: str, labels: dict[str, str]) -> dict[str, object]:
