@@ -180,3 +180,18 @@ def test_webhook_patches(labels: dict[str, str], owned: bool, want_ops: list[str
         assert [op["path"] for op in ops] == want_ops
     else:
         assert "patch" not in answer["response"]
+
+
+def test_a_rayjob_ends_when_kuberay_refuses_its_spec_before_making_a_cluster() -> None:
+    def ray(**status: str) -> dict[str, Any]:
+        return {"kind": "RayJob", "status": status}
+
+    refused = jobs.outcome("RayJob", ray(jobDeploymentStatus="ValidationFailed", message="bad entrypoint"))
+    assert refused == jobs.Outcome(False, "bad entrypoint")
+    # A cluster was made: KubeRay may still go on, so the job has not ended.
+    made = ray(jobDeploymentStatus="ValidationFailed", rayClusterName="ray-abc")
+    assert jobs.outcome("RayJob", made) is None
+    assert jobs.outcome("RayJob", ray(jobDeploymentStatus="Running")) is None
+    assert jobs.outcome("RayJob", ray(jobDeploymentStatus="Complete")) == jobs.Outcome(
+        True, "RayJob Complete"
+    )

@@ -190,6 +190,9 @@ def outcome(kind: str, obj: dict[str, Any]) -> Outcome | None:
         deployment = status.get("jobDeploymentStatus")
         if deployment in _RAY_TERMINAL:
             return Outcome(_RAY_TERMINAL[deployment], str(status.get("message") or f"RayJob {deployment}"))
+        if deployment == "ValidationFailed" and not status.get("rayClusterName"):
+            # KubeRay refused the spec before it made a cluster: it never runs (Kueue finishes it too).
+            return Outcome(False, str(status.get("message") or "RayJob ValidationFailed"))
         return None
     terminal = _TERMINAL_CONDITIONS.get(kind)
     if terminal is None:
