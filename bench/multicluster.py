@@ -3,7 +3,7 @@
 Three real control planes (``scripts/kube-up.sh``): the manager runs gpuplane's controller with
 ``--multikueue`` at its defaults (gpuplane's dispatcher, 100 QPS per worker); each worker runs
 gpuplane's controller, kube-controller-manager's Job controller and the test's fake kubelet. The jobs
-(one GPU each, long-running, ``spec.managedBy: kueue.x-k8s.io/multikueue``) are created on the manager;
+(one GPU each, running 90 s, ``spec.managedBy: kueue.x-k8s.io/multikueue``) are created on the manager;
 the workers' nodes hold them all, so what is measured is dispatch:
 
 - ``workloadsPerSecond``: the jobs divided by the time from the last job created to the last
@@ -20,6 +20,10 @@ fake kubelets, the test's JobSet controller and the measuring watches), how busy
 (``machineBusyShare``), the rate every core would allow at that cost
 (``workloadsPerSecondAtThisCost``), and gpuplane's processes' share of the CPU.
 The measuring reads watches, not lists, so it loads no API server.
+
+The baseline, in the same run on the same planes (unless ``--no-baseline``): once the first pass's
+jobs have finished, the manager is restarted with Kueue's default dispatcher, AllAtOnce, and as many
+jobs again are dispatched and timed (``baseline``, and ``vsBaseline``: gpuplane's rate over it).
 Kueue's figure (kueue #8564): 1.3 workloads/s at 5 QPS per worker, about 100/s at 1,000 QPS.
 Target (issue: many clusters): at least 50 workloads/s at our defaults.
 
@@ -58,6 +62,8 @@ from multikueue_fleet import NS, Fleet, build_fleet  # noqa: E402
 
 TARGET = 50.0
 THREADS = 16
+RUN_SECONDS = 90.0  # how long each job's pod runs: the workers are free again for the next pass
+BASELINE = "AllAtOnce"  # Kueue's default dispatcher, the baseline measured in the same run
 
 
 class Clock:
@@ -65,7 +71,8 @@ class Clock:
     by watches (the manager's Workloads, the workers' pods), so the measuring loads no API server with
     lists."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, names: set[str]) -> None:
+        self.names = names  # the jobs of this pass; the others are left out
         self.manager = Watched(str(fleet.manager.kubeconfig), NS, k8s.WORKLOADS)
         self.workers = [Watched(str(w.kubeconfig), NS, k8s.PODS) for w in (fleet.small, fleet.big)]
         self.reserved: dict[str, float] = {}
@@ -94,7 +101,7 @@ class Clock:
                 job = next(
                     (r["name"] for r in (wl or {}).get("metadata", {}).get("ownerReferences") or []), None
                 )
-                if wl is None or job is None:
+                if wl is None or job not in self.names:
                     continue
                 for cond in (wl.get("status") or {}).get("conditions") or []:
                     if cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
@@ -107,7 +114,7 @@ class Clock:
                     pod = worker.cache.get("Pod", key)
                     if pod is not None and (pod.get("status") or {}).get("phase") == "Running":
                         job = (pod["metadata"].get("labels") or {}).get("job-name")
-                        if job:
+                        if job in self.names:
                             self.running.setdefault(job, now)
 
 
@@ -189,7 +196,62 @@ def ceiling(fleet: Fleet, count: int) -> float:
     return count / seconds
 
 
-def run(jobs: int, kubeconfig: str | None, console: Console) -> dict[str, Any]:
+def dispatch_pass(fleet: Fleet, jobs: int, prefix: str, console: Console) -> dict[str, Any]:
+    """Create ``jobs`` one-GPU jobs on the manager and time their dispatch (module docstring)."""
+    names = [f"{prefix}-{i}" for i in range(jobs)]
+    clock = Clock(fleet, set(names)).start()
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(lambda n: fleet.submit(n, pods=1, gpus=1, seconds=RUN_SECONDS), names))
+    created = time.time()
+    meter = cpu_meter(fleet)
+    log(console, f"{jobs} jobs created on the manager")
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("dispatched", total=jobs)
+        deadline = time.monotonic() + 1800
+        while len(clock.dispatched) < jobs and time.monotonic() < deadline:
+            progress.update(task, completed=len(clock.dispatched))
+            time.sleep(0.5)
+        spent = meter.spent()
+        while len(clock.running) < jobs and time.monotonic() < deadline:
+            time.sleep(0.5)
+    clock.stop()
+    last = max(clock.dispatched.values(), default=created)
+    seen = [j for j in names if j in clock.running and j in clock.reserved]
+    waits = [clock.running[j] - clock.reserved[j] for j in seen]
+    rate = len(clock.dispatched) / max(1e-9, last - created)
+    return {
+        "dispatched": len(clock.dispatched),
+        "running": len(clock.running),
+        "workloadsPerSecond": round(rate, 1),
+        "dispatchToRunningP50Seconds": round(statistics.median(waits), 2) if waits else None,
+        "dispatchToRunningP95Seconds": round(statistics.quantiles(waits, n=20)[18], 2)
+        if len(waits) > 1
+        else None,
+        "seconds": round(last - created, 1),
+        "cpu": cpu_report(spent, len(clock.dispatched), last - created),
+    }
+
+
+def wait_finished(fleet: Fleet, prefix: str, jobs: int, console: Console) -> None:
+    """Until the manager's Workloads of the pass ``prefix`` have all finished (their pods ran
+    RUN_SECONDS), so the next pass finds the workers' GPUs free."""
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        done = 0
+        for wl in fleet.manager.api.list(k8s.WORKLOADS, NS).get("items") or []:
+            owners = [r.get("name", "") for r in wl["metadata"].get("ownerReferences") or []]
+            finished = any(
+                c.get("type") == "Finished" and c.get("status") == "True"
+                for c in (wl.get("status") or {}).get("conditions") or []
+            )
+            done += finished and any(o.startswith(f"{prefix}-") for o in owners)
+        if done >= jobs:
+            return
+        time.sleep(2.0)
+    log(console, f"the {prefix} pass had not finished within 15 minutes")
+
+
+def run(jobs: int, kubeconfig: str | None, console: Console, *, baseline: bool = True) -> dict[str, Any]:
     per_worker = (jobs + 15) // 16  # nodes of 8 GPUs per worker: the two hold every job
     with (
         control_plane(kubeconfig, console) as manager,
@@ -201,42 +263,25 @@ def run(jobs: int, kubeconfig: str | None, console: Console) -> dict[str, Any]:
         ) as fleet,
     ):
         log(console, f"fleet up: manager and two workers of {per_worker} nodes x 8 GPUs")
-        clock = Clock(fleet).start()
-        names = [f"job-{i}" for i in range(jobs)]
-        with ThreadPoolExecutor(THREADS) as pool:
-            list(pool.map(lambda n: fleet.submit(n, pods=1, gpus=1, seconds=3600.0), names))
-        created = time.time()
-        meter = cpu_meter(fleet)
-        log(console, f"{jobs} jobs created on the manager")
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("dispatched", total=jobs)
-            deadline = time.monotonic() + 1800
-            while len(clock.dispatched) < jobs and time.monotonic() < deadline:
-                progress.update(task, completed=len(clock.dispatched))
-                time.sleep(0.5)
-            spent = meter.spent()
-            while len(clock.running) < jobs and time.monotonic() < deadline:
-                time.sleep(0.5)
-        clock.stop()
-        last = max(clock.dispatched.values(), default=created)
-        waits = [
-            clock.running[j] - clock.reserved[j] for j in names if j in clock.running and j in clock.reserved
-        ]
-        rate = len(clock.dispatched) / max(1e-9, last - created)
+        ours = dispatch_pass(fleet, jobs, "job", console)
+        theirs = None
+        if baseline:
+            wait_finished(fleet, "job", jobs, console)
+            fleet.stop_manager()
+            fleet.start_manager(60.0, "--multikueue-dispatcher", BASELINE)
+            log(console, f"manager restarted with --multikueue-dispatcher {BASELINE}")
+            theirs = dispatch_pass(fleet, jobs, "base", console)
         raw = ceiling(fleet, jobs)
+    rate = ours["workloadsPerSecond"]
     return {
         "jobs": jobs,
-        "dispatched": len(clock.dispatched),
-        "running": len(clock.running),
-        "workloadsPerSecond": round(rate, 1),
-        "dispatchToRunningP50Seconds": round(statistics.median(waits), 2) if waits else None,
-        "dispatchToRunningP95Seconds": round(statistics.quantiles(waits, n=20)[18], 2)
-        if len(waits) > 1
-        else None,
-        "seconds": round(last - created, 1),
+        **ours,
         "ceiling": {"workloadsPerSecond": round(raw, 1)},
-        "cpu": cpu_report(spent, len(clock.dispatched), last - created),
         "shareOfCeiling": round(rate / raw, 3) if raw else None,
+        "baseline": None if theirs is None else {"dispatcher": BASELINE, **theirs},
+        "vsBaseline": round(rate / theirs["workloadsPerSecond"], 2)
+        if theirs and theirs["workloadsPerSecond"]
+        else None,
         "target": TARGET,
         "met": rate >= TARGET,
     }
@@ -247,11 +292,16 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--kubeconfig", help="a real control plane for the manager (else one is started)")
     parser.add_argument("--output", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help=f"skip the second pass under Kueue's {BASELINE} dispatcher on the same planes",
+    )
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     console = Console(stderr=True)
-    result = run(args.jobs, args.kubeconfig, console)
+    result = run(args.jobs, args.kubeconfig, console, baseline=not args.no_baseline)
     if args.output == "json":
         print(json.dumps(result))
     else:
@@ -260,6 +310,11 @@ def main() -> int:
             f"ceiling {result['ceiling']['workloadsPerSecond']}/s); dispatch to running p50 "
             f"{result['dispatchToRunningP50Seconds']} s; target >= {TARGET}: "
             + ("met" if result["met"] else "not met")
+            + (
+                f"; {BASELINE} on the same planes: {result['baseline']['workloadsPerSecond']}/s"
+                if result["baseline"]
+                else ""
+            )
         )
     return 0
 

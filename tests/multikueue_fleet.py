@@ -265,7 +265,8 @@ class Fleet:
     manager_process: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0  # the manager's /metrics, once started
 
-    def start_manager(self, lost_timeout: float = 60.0) -> None:
+    def start_manager(self, lost_timeout: float = 60.0, *extra: str) -> None:
+        """Start the manager's controller (``extra``: more of its options, e.g. a dispatcher)."""
         self.metrics_port = free_port()
         self.manager_process = _controller(
             self.manager,
@@ -277,6 +278,7 @@ class Fleet:
             "1",
             "--multikueue-worker-lost-timeout",
             str(lost_timeout),
+            *extra,
         )
 
     def stop_manager(self) -> None:

@@ -1,13 +1,15 @@
 """A MultiKueue manager's watch of a worker (gpuplane.k8s.multikueue_watch): an informer that lists and
 watches only what a label selector selects; the worker's copies read from the watch, not listed each pass;
 nothing read before every informer has listed; a change on the worker wakes the manager; the worker's state
-as a scheduling pass reads it; and a workload stepped again only when what it reads changed.
+as a scheduling pass reads it; a workload stepped again only when what it reads changed; and a status write
+that meets a newer Workload retried at once.
 
 On the API-server double, and with ``GPUPLANE_E2E_KUBECONFIG`` on a real cluster.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import threading
 from types import SimpleNamespace
@@ -18,7 +20,9 @@ import pytest
 from controller_harness import gpu_job, install_crds, wait_until
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.informer import Cache, Informer
-from gpuplane.k8s.multikueue import MultiKueue
+from gpuplane.k8s.multikueue import MultiKueue, MultiKueueSettings
+from gpuplane.k8s.multikueue_fleet import Fleet
+from gpuplane.k8s.multikueue_flow import WorkloadFlow
 from gpuplane.k8s.multikueue_jobs import REMOTE_OWNER_RESOURCES
 from gpuplane.k8s.multikueue_watch import WorkerWatch
 from gpuplane.k8s.multikueue_workers import RemoteObjects, WorkerLink
@@ -185,3 +189,37 @@ def test_a_workload_is_stepped_again_only_when_what_it_reads_changed() -> None:
     mk._step(wl, {}, cfg, {"w1": remote})
     assert len(steps) == 5
     mk.close()
+
+
+def test_a_status_write_that_meets_a_newer_workload_is_retried_at_once(
+    api: k8s.KubeApi, namespace: str
+) -> None:
+    """The manager's status writes carry the cached resourceVersion; the core's own writes race them. A
+    409 reads the Workload again and applies the change once more, instead of losing a pass."""
+    install_crds(api)
+    created = api.create(k8s.WORKLOADS, _workload("w", namespace, origin=None), namespace)
+    created["status"] = {
+        "admissionChecks": [
+            {"name": "mk", "state": "Pending", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]
+    }
+    stale = api.replace(k8s.WORKLOADS, created, sub="status")
+    newer = copy.deepcopy(stale)
+    newer["metadata"].setdefault("annotations", {})["touched"] = "yes"  # someone else writes meanwhile
+    api.replace(k8s.WORKLOADS, newer)
+
+    fleet = Fleet(api, Cache(), lambda: 0.0, lambda: 0.0, lambda *_: None, MultiKueueSettings())
+    flow = WorkloadFlow(fleet)
+    assert flow.write_nomination(stale, "mk", ["worker-a"], "nominated worker-a: it fits there now")
+    assert fleet.counters["status_conflicts_retried"] == 1
+    written = api.get(k8s.WORKLOADS, "w", namespace)
+    assert written["status"]["nominatedClusterNames"] == ["worker-a"]
+    assert written["metadata"]["annotations"]["touched"] == "yes"
+    assert fleet.cache.get("Workload", f"{namespace}/w") is not None
+
+    # Decided meanwhile (the check is no longer Pending): nothing is written.
+    decided = api.get(k8s.WORKLOADS, "w", namespace)
+    decided["status"]["admissionChecks"][0]["state"] = "Ready"
+    api.replace(k8s.WORKLOADS, decided, sub="status")
+    assert not flow.write_nomination(stale, "mk", ["worker-b"], "nominated worker-b")
+    assert api.get(k8s.WORKLOADS, "w", namespace)["status"]["nominatedClusterNames"] == ["worker-a"]

@@ -10,6 +10,7 @@ workers' quota or usage), and the dispatch counters.
 ``gpuplane_multikueue_worker_pending_workloads{cluster}`` its workloads without a reservation
 ``gpuplane_multikueue_worker_admitted_workloads{cluster}``  its admitted workloads
 ``gpuplane_multikueue_{dispatched,requeued,remote_jobs_created,gc_deleted}_total``  what the manager did
+``gpuplane_multikueue_status_conflicts_retried_total``   status writes that met a newer Workload, retried
 ========================================================  =========================================
 """
 

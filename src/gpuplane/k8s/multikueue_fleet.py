@@ -74,7 +74,7 @@ class Fleet:
     problems: dict[str, str] = field(default_factory=dict)  # object -> its error, for the Active conditions
     counters: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
-            ("dispatched", "remote_jobs_created", "requeued", "gc_deleted"), 0
+            ("dispatched", "remote_jobs_created", "requeued", "gc_deleted", "status_conflicts_retried"), 0
         )
     )
     lock: threading.Lock = field(default_factory=threading.Lock)

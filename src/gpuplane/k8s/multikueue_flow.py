@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuplane.k8s import api as k8s
@@ -137,80 +137,106 @@ class WorkloadFlow(FleetPart):
         self, wl: dict[str, Any], check: str, state: str, message: str, *, cluster_name: str | None = None
     ) -> None:
         status = wl.get("status") or {}
-        current: Mapping[str, Any] = next(
-            (s for s in status.get("admissionChecks") or [] if s.get("name") == check), {}
-        )
+        current: Mapping[str, Any] = _check_of(wl, check)
         if (
             current.get("state") == state
             and current.get("message") == message
             and (cluster_name is None or status.get("clusterName") == cluster_name)
         ):
             return
-        body = copy.deepcopy(wl)
-        new_status = body.setdefault("status", {})
-        entry = {
-            "name": check,
-            "state": state,
-            "message": message[:32768],
-            "lastTransitionTime": current.get("lastTransitionTime")
-            if current.get("state") == state
-            else micro_time(self.clock()),
-        }
-        new_status["admissionChecks"] = [
-            entry if s.get("name") == check else s for s in new_status.get("admissionChecks") or []
-        ]
-        if cluster_name is not None and state == "Ready":
-            new_status["clusterName"] = cluster_name
-            new_status.pop("nominatedClusterNames", None)
-        if state == "Retry":
-            new_status.pop("nominatedClusterNames", None)
-        try:
-            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
-        except ApiError as err:
-            log.debug("check %s of %s not written: %s", check, object_key(wl), err)
-            return
-        self.cache.upsert("Workload", written)
-        if state != current.get("state"):
+        was = current.get("state")
+
+        def set_state(body: dict[str, Any]) -> bool:
+            new_status = body.setdefault("status", {})
+            now = _check_of(body, check)
+            if not now:
+                return False  # the check is gone from the Workload meanwhile
+            entry = {
+                "name": check,
+                "state": state,
+                "message": message[:32768],
+                "lastTransitionTime": now.get("lastTransitionTime")
+                if now.get("state") == state
+                else micro_time(self.clock()),
+            }
+            new_status["admissionChecks"] = [
+                entry if s.get("name") == check else s for s in new_status.get("admissionChecks") or []
+            ]
+            if cluster_name is not None and state == "Ready":
+                new_status["clusterName"] = cluster_name
+                new_status.pop("nominatedClusterNames", None)
+            if state == "Retry":
+                new_status.pop("nominatedClusterNames", None)
+            return True
+
+        written = self._write_workload_status(wl, set_state, f"check {check}")
+        if written is not None and state != was:
             self.event(written, "Normal" if state == "Ready" else "Warning", "MultiKueue", message)
 
     def write_nomination(self, wl: dict[str, Any], check: str, chosen: list[str], reason: str) -> bool:
         """``status.nominatedClusterNames`` and, as the check's (still Pending) message, why: one write."""
-        body = copy.deepcopy(wl)
-        status = body.setdefault("status", {})
-        if chosen:
-            status["nominatedClusterNames"] = chosen
-        else:
-            status.pop("nominatedClusterNames", None)
-        for entry in status.get("admissionChecks") or []:
-            if entry.get("name") == check:
-                entry["message"] = reason[:32768]
-        try:
-            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
-        except ApiError as err:
-            log.debug("nomination of %s not written: %s", object_key(wl), err)
-            return False
-        self.cache.upsert("Workload", written)
-        return True
+
+        def nominate(body: dict[str, Any]) -> bool:
+            status = body.setdefault("status", {})
+            if _check_of(body, check).get("state") != "Pending":
+                return False  # decided meanwhile: no nomination to write
+            if chosen:
+                status["nominatedClusterNames"] = chosen
+            else:
+                status.pop("nominatedClusterNames", None)
+            for entry in status.get("admissionChecks") or []:
+                if entry.get("name") == check:
+                    entry["message"] = reason[:32768]
+            return True
+
+        return self._write_workload_status(wl, nominate, "nomination") is not None
 
     def _finish_local(self, wl: dict[str, Any], remote: Mapping[str, Any], cluster: str) -> None:
         done = next(c for c in remote["status"]["conditions"] if c.get("type") == "Finished")
-        body = copy.deepcopy(wl)
-        status = body.setdefault("status", {})
-        status["conditions"] = with_conditions(
-            status.get("conditions", []),
-            condition(
-                ConditionType.FINISHED,
-                str(done.get("reason") or "Succeeded"),
-                micro_time(self.clock()),
-                f"From {cluster}: {done.get('message', '')}"[:32768],
-            ),
-        )
-        try:
-            written = self.api.replace(k8s.WORKLOADS, body, sub="status")
-        except ApiError as err:
-            log.debug("finish of %s not written: %s", object_key(wl), err)
-            return
-        self.cache.upsert("Workload", written)
+
+        def finish(body: dict[str, Any]) -> bool:
+            if condition_true(body, "Finished"):
+                return False
+            status = body.setdefault("status", {})
+            status["conditions"] = with_conditions(
+                status.get("conditions", []),
+                condition(
+                    ConditionType.FINISHED,
+                    str(done.get("reason") or "Succeeded"),
+                    micro_time(self.clock()),
+                    f"From {cluster}: {done.get('message', '')}"[:32768],
+                ),
+            )
+            return True
+
+        self._write_workload_status(wl, finish, "finish")
+
+    def _write_workload_status(
+        self, wl: Mapping[str, Any], change: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any] | None:
+        """Write ``change`` (applied to a copy; False: nothing to write) to the Workload's status. On a
+        conflict (the Workload changed since it was cached: the core's own writes race these) it is
+        read again and the change applied once more, instead of waiting for the next pass."""
+        body = copy.deepcopy(dict(wl))
+        for attempt in range(2):
+            if not change(body):
+                return None
+            try:
+                written = self.api.replace(k8s.WORKLOADS, body, sub="status")
+            except ApiError as err:
+                if err.conflict and attempt == 0:
+                    self.fleet.count("status_conflicts_retried")
+                    meta = wl["metadata"]
+                    try:
+                        body = self.api.get(k8s.WORKLOADS, meta["name"], meta["namespace"])
+                    except ApiError:
+                        return None
+                    continue
+                log.debug("%s of %s not written: %s", what, object_key(wl), err)
+                return None
+            self.cache.upsert("Workload", written)
+            return written
+        return None
 
     def create_remote_workload(self, cluster: str, wl: Mapping[str, Any]) -> None:
         meta = wl["metadata"]
@@ -363,3 +389,10 @@ class WorkloadFlow(FleetPart):
                 log.info("orphan %s/%s not deleted: %s", meta["namespace"], meta["name"], err)
         except Exception as err:
             link.lost(str(err).splitlines()[0][:300])
+
+
+def _check_of(wl: Mapping[str, Any], check: str) -> Mapping[str, Any]:
+    """The Workload's state of admission check ``check`` (empty when it has none)."""
+    return next(
+        (s for s in (wl.get("status") or {}).get("admissionChecks") or [] if s.get("name") == check), {}
+    )
