@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -25,7 +26,7 @@ from gpuplane.k8s.multikueue_fleet import Fleet
 from gpuplane.k8s.multikueue_flow import WorkloadFlow
 from gpuplane.k8s.multikueue_jobs import REMOTE_OWNER_RESOURCES
 from gpuplane.k8s.multikueue_watch import WorkerWatch
-from gpuplane.k8s.multikueue_workers import RemoteObjects, WorkerLink
+from gpuplane.k8s.multikueue_workers import RemoteObjects, WorkerLink, fit_views
 from gpuplane.model import labels as keys
 from gpuplane.model.multikueue import MultiKueueConfig
 from manifests import cluster_queue, local_queue, node, resource_flavor
@@ -146,6 +147,45 @@ def test_the_watched_state_is_what_a_scheduling_pass_reads(api: k8s.KubeApi, nam
         assert ("LocalQueue", "queue") in kinds
         assert ("Workload", "w") in kinds
         assert all(o.get("apiVersion") for o in objects)
+
+        # The dispatcher's question on this worker: a copy that already holds quota here is taken
+        # here (the plan admits only new ones), so it is never moved away from where it runs.
+        link = cast(
+            WorkerLink, SimpleNamespace(connected=True, watch=watch, cluster=SimpleNamespace(name="w1"))
+        )
+        held = api.get(k8s.WORKLOADS, "w", namespace)
+        held["status"] = {
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "True",
+                    "reason": "QuotaReserved",
+                    "message": "reserved",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+            "admission": {
+                "clusterQueue": cq,
+                "podSetAssignments": [
+                    {
+                        "name": "main",
+                        "count": 1,
+                        "flavors": {"nvidia.com/gpu": flavor},
+                        "resourceUsage": {"nvidia.com/gpu": "1"},
+                    }
+                ],
+            },
+        }
+        api.replace(k8s.WORKLOADS, held, sub="status")
+        wait_until(
+            lambda: (watch.remote.get("Workload", f"{namespace}/w") or {}).get("status", {}).get("admission"),
+            30,
+            "the reservation seen",
+        )
+        fresh = _workload("c1", namespace, origin=None)
+        views = fit_views(link, [held, fresh], {}, time.time(), eta=False)
+        assert views[f"{namespace}/w"].fits_now
+        assert views[f"{namespace}/c1"].fits_now
     finally:
         watch.stop()
         for res, name in (

@@ -15,6 +15,7 @@ from gpuplane.k8s.multikueue_fleet import (
     FleetPart,
     check_message,
     cluster_selector,
+    condition_true,
     labels_of,
     pending_since,
     selector_matches,
@@ -50,9 +51,12 @@ class Nominations(FleetPart):
         if self.settings.dispatcher == "gpuplane":
             # New workloads every pass; those nominated already (their copy waits on its worker) again
             # every RECHECK_SECONDS, in case another worker takes them now.
+            # A copy that already holds quota on its worker is being admitted there: it never moves.
             recheck = self.monotonic() - self._rechecked_at >= RECHECK_SECONDS
-            todo = [wl for wl, _, _ in waiting if recheck or not _nominated(wl)]
-            if recheck and any(_nominated(wl) for wl in todo):
+            todo = [
+                wl for wl, _, _ in waiting if not _nominated(wl) or (recheck and not self._held_on_worker(wl))
+            ]
+            if recheck:
                 self._rechecked_at = self.monotonic()
             asked = {object_key(wl) for wl in todo}
             views = self._fit_views(todo, [cfg for _, _, cfg in waiting], now)
@@ -143,6 +147,17 @@ class Nominations(FleetPart):
                 link = self.fleet.links[name]
                 views.setdefault(name, {}).update(fit_views(link, asked, self._labels(name), now))
         return views
+
+    def _held_on_worker(self, wl: Mapping[str, Any]) -> bool:
+        """Whether the copy on a worker it is nominated to holds quota there, as that worker's watch
+        shows it now (fresher than the pass's snapshot)."""
+        key = object_key(wl)
+        for cluster in (wl.get("status") or {}).get("nominatedClusterNames") or []:
+            link = self.fleet.links.get(cluster)
+            remote = link.watch.remote.get("Workload", key) if link is not None and link.watch else None
+            if remote is not None and condition_true(remote, "QuotaReserved"):
+                return True
+        return False
 
     def _labels(self, name: str) -> dict[str, str]:
         return labels_of(self.fleet.cluster_objects.get(name))

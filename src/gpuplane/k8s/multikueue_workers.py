@@ -210,18 +210,21 @@ def fit_views(
         objects = [typed(o, kind) for kind, items in listed.items() if kind != "Job" for o in items]
         objects = [o for o in objects if not (o["kind"] == "Workload" and _finished(o))]
     present = {_key(o) for o in objects if o["kind"] == "Workload"}
+    # A candidate whose copy already holds quota here is taken here (the plan admits only new ones).
+    held = {_key(o) for o in objects if o["kind"] == "Workload" and _reserved(o)}
     fresh = [candidate_copy(c) for c in candidates if _key(c) not in present]
     skipped: list[InputError] = []
     state = state_from_objects([*objects, *fresh], source=f"cluster {name}", skipped=skipped)
     config = config_from_kueue(state.configuration)
     plan = schedule(state, config, now, cycles=None)  # every candidate that fits now, in queue order
     admitted = {a.workload for a in plan.admitted}
+    pending = {p.workload: p.message or p.reason for p in plan.pending}
     waits = {e.workload: e for e in explain_all(state, plan, now, config, diagnose=False)} if eta else {}
     refused = {f"{(e.obj or '').split('/', 1)[-1]}": e.message for e in skipped}
     out: dict[str, ClusterView] = {}
     for c in candidates:
         key = _key(c)
-        if key in admitted:
+        if key in admitted or key in held:
             out[key] = ClusterView(name, labels, fits_now=True, start_in_seconds=0.0)
         elif key in waits:
             e = waits[key]
@@ -229,8 +232,18 @@ def fit_views(
         elif key in refused or eta:
             out[key] = ClusterView(name, labels, note=refused.get(key) or "the worker cannot take it")
         else:
-            out[key] = ClusterView(name, labels, note="not admitted there now")
+            said = pending.get(key, "")
+            out[key] = ClusterView(
+                name, labels, note=f"not admitted there now: {said}" if said else "not admitted there now"
+            )
     return out
+
+
+def _reserved(wl: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "QuotaReserved" and c.get("status") == "True"
+        for c in (wl.get("status") or {}).get("conditions") or []
+    )
 
 
 def _finished(wl: Mapping[str, Any]) -> bool:
