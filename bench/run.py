@@ -74,7 +74,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "multicluster": Benchmark(
         script="multicluster.py",
         description="MultiKueue: a manager and two workers on loopback, 1,000 queued jobs: workloads "
-        "dispatched/s and dispatch-to-running p50",
+        "dispatched/s and dispatch-to-running p50, against Kueue's AllAtOnce on the same planes and what "
+        "the machine's CPU allows",
     ),
     "deep-queue": Benchmark(
         script="deep_queue.py",
