@@ -380,6 +380,7 @@ CONTROLLER_WRITES: set[Perm] = {
     (k8s_api.DRA, "resourceclaims", "update"),  # kube-scheduler's finalizer on a claim it allocates
     (k8s_api.DRA, "resourceclaims/status", "update"),  # allocation and reservedFor; their release
     # MultiKueue on a manager (--multikueue): its objects, their Active conditions, the Jobs' status
+    (k8s_api.KUEUE, "workloads", "get"),  # a Workload read again after a status write met a newer one
     (k8s_api.KUEUE, "multikueueclusters", "list"),
     (k8s_api.KUEUE, "multikueueconfigs", "list"),
     (k8s_api.KUEUE, "multikueueclusters", "patch"),  # each worker's summary, an annotation
