@@ -15,7 +15,6 @@ from gpuplane.k8s.multikueue_fleet import (
     FleetPart,
     check_message,
     cluster_selector,
-    condition_true,
     labels_of,
     pending_since,
     selector_matches,
@@ -23,6 +22,7 @@ from gpuplane.k8s.multikueue_fleet import (
 )
 from gpuplane.k8s.multikueue_flow import WorkloadFlow
 from gpuplane.k8s.multikueue_workers import RemoteObjects, fit_views
+from gpuplane.model.conditions import condition_true
 from gpuplane.model.multikueue import MultiKueueConfig
 
 log = logging.getLogger(__name__)

@@ -98,13 +98,6 @@ class FleetPart:
         self.settings = fleet.settings
 
 
-def condition_true(obj: Mapping[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
 def labels_of(obj: Mapping[str, Any] | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
 

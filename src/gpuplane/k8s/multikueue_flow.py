@@ -16,13 +16,12 @@ from gpuplane.k8s.multikueue_fleet import (
     RESERVATION_ANNOTATION,
     FleetPart,
     annotation_of,
-    condition_true,
     reserved_stamp,
 )
 from gpuplane.k8s.multikueue_jobs import KINDS, JobKind, owner_of
 from gpuplane.k8s.multikueue_workers import RemoteObjects, WorkerLink
 from gpuplane.model import labels as keys
-from gpuplane.model.conditions import ConditionType, condition, with_conditions
+from gpuplane.model.conditions import ConditionType, condition, condition_true, with_conditions
 from gpuplane.model.multikueue import MultiKueueConfig
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from typing import Any
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.api import KubeApi, Resource
 from gpuplane.k8s.clusterstate import READ, state_objects
-from gpuplane.k8s.informer import Cache, Informer
+from gpuplane.k8s.informer import Cache, Informer, object_key
 from gpuplane.k8s.kueue_config import CONFIG_KIND, KueueConfigError, read_configuration
 from gpuplane.model import labels as keys
 
@@ -81,12 +81,12 @@ class WorkerWatch:
     def copies(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]:
         """This manager's Workloads on the worker (by origin label) by key, and its jobs by kind, then key."""
         workloads = {
-            _key(wl): wl
+            object_key(wl): wl
             for wl in self.remote.items("Workload")
             if ((wl.get("metadata") or {}).get("labels") or {}).get(keys.MULTIKUEUE_ORIGIN_LABEL)
             == self.origin
         }
-        owners = {kind: {_key(o): o for o in self.remote.items(kind)} for kind in self.owner_kinds}
+        owners = {kind: {object_key(o): o for o in self.remote.items(kind)} for kind in self.owner_kinds}
         return workloads, owners
 
     def refresh_kueue_config(self, api: KubeApi, now: float) -> None:
@@ -112,8 +112,3 @@ class WorkerWatch:
             return (self.remote if kind == "Workload" else self.state).items(kind)
 
         return state_objects(items)
-
-
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"

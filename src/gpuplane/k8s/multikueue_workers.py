@@ -33,6 +33,7 @@ from gpuplane.k8s.clusterstate import read_cluster, typed
 from gpuplane.k8s.multikueue_jobs import REMOTE_OWNER_RESOURCES
 from gpuplane.k8s.multikueue_watch import WorkerWatch
 from gpuplane.model import labels as keys
+from gpuplane.model.conditions import condition_true
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
 from gpuplane.model.multikueue import KUBECONFIG_SECRET_KEY, LocationType, WorkerCluster
@@ -208,10 +209,10 @@ def fit_views(
             link.lost(f"{type(err).__name__}: {err}".splitlines()[0][:300])
             return {_key(c): ClusterView(name, labels, active=False, note=link.message) for c in candidates}
         objects = [typed(o, kind) for kind, items in listed.items() if kind != "Job" for o in items]
-        objects = [o for o in objects if not (o["kind"] == "Workload" and _finished(o))]
+        objects = [o for o in objects if not (o["kind"] == "Workload" and condition_true(o, "Finished"))]
     present = {_key(o) for o in objects if o["kind"] == "Workload"}
     # A candidate whose copy already holds quota here is taken here (the plan admits only new ones).
-    held = {_key(o) for o in objects if o["kind"] == "Workload" and _reserved(o)}
+    held = {_key(o) for o in objects if o["kind"] == "Workload" and condition_true(o, "QuotaReserved")}
     fresh = [candidate_copy(c) for c in candidates if _key(c) not in present]
     skipped: list[InputError] = []
     state = state_from_objects([*objects, *fresh], source=f"cluster {name}", skipped=skipped)
@@ -237,20 +238,6 @@ def fit_views(
                 name, labels, note=f"not admitted there now: {said}" if said else "not admitted there now"
             )
     return out
-
-
-def _reserved(wl: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "QuotaReserved" and c.get("status") == "True"
-        for c in (wl.get("status") or {}).get("conditions") or []
-    )
-
-
-def _finished(wl: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Finished" and c.get("status") == "True"
-        for c in (wl.get("status") or {}).get("conditions") or []
-    )
 
 
 @dataclass(frozen=True)

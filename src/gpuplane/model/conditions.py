@@ -63,3 +63,11 @@ def _keep_transition_time(condition: dict[str, Any], before: Mapping[str, Any] |
     if before.get("lastTransitionTime"):
         condition["lastTransitionTime"] = before["lastTransitionTime"]
     return condition
+
+
+def condition_true(obj: Mapping[str, Any], ctype: str) -> bool:
+    """Whether the object's ``status.conditions`` has ``ctype`` with status ``"True"``."""
+    return any(
+        c.get("type") == ctype and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
