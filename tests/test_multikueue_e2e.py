@@ -48,10 +48,16 @@ def test_the_manager_shows_each_workers_health_quota_and_usage(fleet: Fleet) -> 
         text = (obj["metadata"].get("annotations") or {}).get("gpuplane.dev/worker-summary")
         return json.loads(text) if text else None
 
-    big = wait_until(lambda: summary("big"), 60, "the summary of worker big")
+    # Each worker's summary is written once the manager reaches it (its watch has listed): wait for both.
+    def active(name: str) -> dict[str, Any] | None:
+        found = summary(name)
+        return found if found and found["active"] and found["quota"] else None
+
+    big = wait_until(lambda: active("big"), 60, "the summary of worker big")
     assert big["active"] is True
     assert big["quota"]["nvidia.com/gpu"] == "16"  # two nodes of 8: its ClusterQueue's quota
-    assert summary("small")["quota"]["nvidia.com/gpu"] == "8"
+    small = wait_until(lambda: active("small"), 60, "the summary of worker small")
+    assert small["quota"]["nvidia.com/gpu"] == "8"
 
     def scraped() -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{fleet.metrics_port}/metrics", timeout=5) as reply:
