@@ -293,10 +293,7 @@ def sweep_table(document: dict[str, Any]) -> Table:
     for name in names:
         table.add_column(name, justify="right")
     for load, configs in sweep_points(document):
-        cells = [
-            "-" if c is None else f"{duration(c['waitP95Seconds'])} / {_pct(c['gpuBusyOfCapacity'])}"
-            for c in (configs[n] for n in names)
-        ]
+        cells = ["-" if c is None else _run_cell(c) for c in (configs[n] for n in names)]
         table.add_row(f"{load:g}", *cells)
     cells = []
     for name in names:
@@ -318,6 +315,12 @@ def sweep_table(document: dict[str, Any]) -> Table:
     label = "GPUs to match gpuplane (simulated)" if auto else "stock GPUs to match (scaled)"
     table.add_row(label, *cells)
     return table
+
+
+def _run_cell(run: dict[str, Any]) -> str:
+    """One sweep run: its p95 wait (``≥``: a lower bound, the run was cut) and busy share."""
+    bound = "≥ " if run.get("cut") else ""
+    return f"{bound}{duration(run['waitP95Seconds'])} / {_pct(run['gpuBusyOfCapacity'])}"
 
 
 def run_scenario(options: ScenarioOptions, *, seed: int | None, output: str) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from gpuplane.sim.experiment import SimInput, check_names, expected_cost, experiment_result, run_named
@@ -85,7 +86,8 @@ class AutoSweep:
                 self.inputs[load] = self.sim_at(load)
         index = {load: i for i, load in enumerate(loads)}
         tasks = [Task(f"{n} @ {load:g}", n, index[load], load * expected_cost(n)) for n, load in todo]
-        results = run_tasks(run_named, [self.inputs[load] for load in loads], tasks, self.jobs, self.progress)
+        runner = partial(run_named, cut_above=self.target)  # a run stops once it surely misses
+        results = run_tasks(runner, [self.inputs[load] for load in loads], tasks, self.jobs, self.progress)
         for (n, load), result in zip(todo, results, strict=True):
             self.done[n][load] = result
 
@@ -202,6 +204,7 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
                     "waitP95Seconds": doc["waitP95Seconds"],
                     "gpuBusyOfCapacity": doc.get("gpuBusyOfCapacity"),
                     "wallSeconds": doc.get("wallSeconds"),
+                    **({"cut": doc["cut"]} if "cut" in doc else {}),
                 }
                 for load, (_, doc) in sorted(sweep.done[n].items())
             ]

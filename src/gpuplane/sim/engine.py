@@ -32,8 +32,9 @@ from gpuplane.insight import idle
 from gpuplane.insight.eta import Capacity
 from gpuplane.sim.accounts import Accounts
 from gpuplane.sim.forecast import Forecaster
-from gpuplane.sim.metrics import Ledger
+from gpuplane.sim.metrics import Cut, Ledger
 from gpuplane.sim.runs import JobRun
+from gpuplane.sim.wait_cut import CHECKS, WaitCut
 from gpuplane.sim.workloads import Job, Workloads
 
 # Event kinds, in the order they are handled within one virtual instant.
@@ -163,6 +164,7 @@ class Engine:
         progress: ProgressCallback | None = None,
         bin_width: float = 3600.0,
         tick: float = 0.0,
+        cut: WaitCut | None = None,
     ) -> None:
         self.model = model
         self.workloads = workloads
@@ -185,6 +187,7 @@ class Engine:
         self.tick = tick
         self.checkpoint_due: list[tuple[float, int, int]] = []  # (next checkpoint, job, run gen)
         self.arrived: list[JobRun] = []  # arrived at this instant, their ETA not asked yet
+        self.cut = cut  # stops the run once its p95 wait is sure to miss a target
 
     # --- events ---------------------------------------------------------------
 
@@ -207,6 +210,8 @@ class Engine:
         start = self.workloads.start
         span = horizon - start
         last_report = -math.inf
+        cut = self.cut
+        next_check = start + span / CHECKS if cut is not None else math.inf
         events = self.events
         accounts = self.accounts
         ledger = accounts.ledger
@@ -217,16 +222,7 @@ class Engine:
                 ledger.events += 1
                 self.handle(kind, ref, gen, now)
             self.now = now
-            tick = self.tick
-            passed = not (tick > 0 and now % tick != 0)  # a scheduling pass runs at this instant
-            if not passed:
-                at = math.ceil(now / tick) * tick
-                if at not in self.wakes:
-                    self.wakes.add(at)
-                    self.push(at, WAKE, -1)
-            else:
-                ledger.cycles += self.model.schedule(now, self.checkpoints)
-                self.apply(now)
+            passed = self._pass(now)
             if self.arrived:
                 self.predict_pending(now, tried=passed)
             for wake in self.model.wake_ups():
@@ -234,10 +230,39 @@ class Engine:
                     self.wakes.add(wake)
                     self.push(wake, WAKE, -1)
             accounts.update_stranded(now)
+            if now >= next_check:
+                next_check = now + span / CHECKS
+                if cut is not None and cut.decided(now):
+                    return self._cut_short(cut, now)
             if self.progress is not None and now - last_report > span / 200:
                 last_report = now
                 self.progress((now - start) / span)
         self.finish(horizon)
+        if self.progress is not None:
+            self.progress(1.0)
+        return ledger
+
+    def _pass(self, now: float) -> bool:
+        """The scheduling pass at ``now``, or with a tick, a wake-up at the next tick instead;
+        whether a pass ran."""
+        tick = self.tick
+        if tick > 0 and now % tick != 0:
+            at = math.ceil(now / tick) * tick
+            if at not in self.wakes:
+                self.wakes.add(at)
+                self.push(at, WAKE, -1)
+            return False
+        self.accounts.ledger.cycles += self.model.schedule(now, self.checkpoints)
+        self.apply(now)
+        return True
+
+    def _cut_short(self, cut: WaitCut, now: float) -> Ledger:
+        """End the run at ``now``: its p95 wait misses the cut's target whatever comes next."""
+        ledger = self.accounts.ledger
+        started = (w for stats in ledger.groups.values() for w in stats.waits)
+        ledger.cut = Cut(now, cut.lower_bound(started, now))
+        ledger.horizon = now
+        self.finish(now)
         if self.progress is not None:
             self.progress(1.0)
         return ledger
@@ -287,6 +312,8 @@ class Engine:
         )
         self.runs[job.id] = run
         self.forecast.queued(run, now)
+        if self.cut is not None:
+            self.cut.arrived(run)
         if now >= 0 and job.continuation_of is None:
             self.arrived.append(run)
         if job.deadline is not None:
@@ -397,6 +424,8 @@ class Engine:
         self.running[job.id] = run
         if run.first_start is None:
             self.accounts.first_start(run, now)
+            if self.cut is not None:
+                self.cut.started(run, now)
         remaining = job.work - run.progress
         self.forecast.started(run, now)
         if job.checkpoint:

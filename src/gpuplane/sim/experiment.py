@@ -35,6 +35,7 @@ from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, labelled, r
 from gpuplane.sim.scenario import Scenario
 from gpuplane.sim.stock import StockModel
 from gpuplane.sim.volcano_model import VolcanoModel
+from gpuplane.sim.wait_cut import WaitCut
 from gpuplane.sim.workloads import Workloads, generate, offered_gpus
 
 DEFAULT_CONFIGURATIONS = ("stock", "gpuplane")
@@ -126,11 +127,20 @@ def run_configuration(
     return run_named(name, sim, labelled(progress, name))
 
 
-def run_named(name: str, sim: SimInput, progress: Callable[[float], None] | None = None) -> RunResult:
-    """One configuration on ``sim``: its ledger and its summary (a worker process runs this too)."""
+def run_named(
+    name: str,
+    sim: SimInput,
+    progress: Callable[[float], None] | None = None,
+    cut_above: float | None = None,
+) -> RunResult:
+    """One configuration on ``sim``: its ledger and its summary (a worker process runs this too).
+    Given ``cut_above`` (a wait target, seconds), the run stops once its p95 wait is sure to be
+    above it (:mod:`gpuplane.sim.wait_cut`)."""
     model = build_model(name, sim)
     started = time.perf_counter()
-    ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle, progress=progress).run()
+    cut = None if cut_above is None else WaitCut(cut_above, sim.workloads.jobs)
+    engine = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle, progress=progress, cut=cut)
+    ledger = engine.run()
     doc = configuration_document(ledger)
     doc["schedulerLivelocks"] = getattr(model, "livelocks", 0)
     extras = getattr(model, "document_extras", None)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from gpuplane.sim.experiment import SimInput, expected_cost, run_named
@@ -171,7 +172,8 @@ def _round(  # noqa: PLR0913 - the search's state and settings
     keys = sorted({m for _, m in fresh})
     index = {m: i for i, m in enumerate(keys)}
     tasks = [Task(f"{n} x{m:g} nodes", n, index[m], m * demand * expected_cost(n)) for n, m in fresh]
-    results = run_tasks(run_named, [inputs[m] for m in keys], tasks, jobs, progress) if tasks else []
+    runner = partial(run_named, cut_above=wait_target)  # a run stops once it surely misses
+    results = run_tasks(runner, [inputs[m] for m in keys], tasks, jobs, progress) if tasks else []
     for (name, m), (_, doc) in zip(fresh, results, strict=True):
         gpus = inputs[m].cluster.gpus
         wait = float(doc["waitP95Seconds"] or 0.0)

@@ -141,6 +141,15 @@ class Series:
             totals[last] += rate * (t1 - last * w)
 
 
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A run stopped at ``at`` (seconds into the window) once its p95 wait was sure to miss the
+    target (:mod:`gpuplane.sim.wait_cut`); ``wait_p95``: a lower bound for the p95 it would have had."""
+
+    at: float
+    wait_p95: float
+
+
 class Ledger:
     """Accumulates one configuration's measurements while it runs."""
 
@@ -155,6 +164,7 @@ class Ledger:
         self.node_failures = 0
         self.events = 0
         self.cycles = 0
+        self.cut: Cut | None = None
 
     def group(self, team: str, klass: str) -> GroupStats:
         key = (team, klass)
@@ -294,4 +304,9 @@ def configuration_document(ledger: Ledger) -> dict[str, Any]:
     }
     doc["events"] = ledger.events
     doc["schedulingCycles"] = ledger.cycles
+    if ledger.cut is not None:
+        # Stopped once the p95 wait was sure to miss the target: the other figures cover the
+        # window up to the cut, and the p95 wait is a lower bound for the whole window's.
+        doc["waitP95Seconds"] = _round(ledger.cut.wait_p95, 1)
+        doc["cut"] = {"atSeconds": _round(ledger.cut.at, 1), "waitP95": "atLeast"}
     return doc

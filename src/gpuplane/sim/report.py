@@ -283,7 +283,9 @@ def _runs_html(document: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td>{load:g}</td>"
         + "".join(
-            "<td>-</td>" if c is None else f"<td>{_hours(c.get('waitP95Seconds'))}</td>"
+            "<td>-</td>"
+            if c is None
+            else f"<td>{'≥ ' if c.get('cut') else ''}{_hours(c.get('waitP95Seconds'))}</td>"
             for c in (configs[n] for n in names)
         )
         + "</tr>"
@@ -330,6 +332,8 @@ td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }}
 <h2>Curves</h2>
 {images}
 <h2>Every run: p95 wait</h2>
+<p>A wait marked &ge; is a lower bound: that run stopped once its p95 wait was sure to miss the
+target, and its busy share covers the time up to that point.</p>
 {_runs_html(doc)}
 </body></html>
 """
