@@ -233,3 +233,24 @@ def test_a_step_up_stops_near_full_allocation(monkeypatch: pytest.MonkeyPatch) -
     doc = run_auto_sweep(_sim, ("gpuplane",), wait_target=TARGET, jobs=1).document
     assert max(ran) <= full * (1 + auto_sweep.ALLOCATION_MARGIN) + 1e-9  # 1.5x steps would have run 3.6
     assert doc["capacityAtWaitTarget"]["gpuplane"] == pytest.approx(CROSSING["gpuplane"], abs=0.05)
+
+
+def test_a_peer_within_twice_gpuplanes_capacity_names_the_feature_that_closes_the_gap(
+    fake_runs: list[tuple[str, float]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(CROSSING, "kueue-timeslicing", 1.6)
+    doc = run_auto_sweep(
+        _sim, ("stock", "gpuplane", "kueue", "kueue-timeslicing"), wait_target=TARGET, jobs=1
+    ).document
+    gaps = doc["peerGaps"]
+    assert doc["strongestPeer"] == "kueue-timeslicing"
+    sliced = gaps["kueue-timeslicing"]
+    assert sliced["base"] == "kueue"
+    assert sliced["capacityAdded"] == pytest.approx(1.6 - 1.37, abs=0.06)
+    assert sliced["gpuplaneMultiple"] == pytest.approx(2.9 / 1.6, abs=0.06)
+    assert not sliced["meetsGoal"]
+    assert gaps["kueue"]["base"] == "stock"
+    assert gaps["kueue"]["meetsGoal"]  # 2.9 / 1.37: more than twice
+    text = sweep_headline(doc)
+    assert "short of 2x: the device plugin's time-slicing on the inference and notebook pools adds 0.2" in text
+    assert fake_runs  # the runs were the fake's

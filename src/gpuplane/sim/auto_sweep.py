@@ -27,7 +27,14 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from gpuplane.sim.experiment import SimInput, check_names, expected_cost, experiment_result, run_named
+from gpuplane.sim.experiment import (
+    PEER_FEATURES,
+    SimInput,
+    check_names,
+    expected_cost,
+    experiment_result,
+    run_named,
+)
 from gpuplane.sim.gpus_match import GrownInput, match_gpus
 from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, run_tasks
 from gpuplane.sim.sweep import (
@@ -46,6 +53,7 @@ ALLOCATION_MARGIN = 0.1  # how far past full allocation (by proportion) a step u
 MAX_LOAD = 8.0
 MIN_LOAD = 0.05
 RESOLUTION = 0.05
+GOAL = 2.0  # gpuplane's capacity over the strongest peer's that the sweep is held to
 
 
 class AutoSweep:
@@ -223,6 +231,8 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
     if peers:
         strongest = max(peers, key=lambda n: peers[n].load or 0.0)
         document["strongestPeer"] = strongest
+    if reference is not None and reference.load:
+        document["peerGaps"] = peer_gaps(capacity, reference.load)
     if grown is not None and "gpuplane" in capacity:
         document["gpusToMatch"] = match_gpus(
             grown,
@@ -234,6 +244,27 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
         )
     document["wallSeconds"] = round(time.perf_counter() - started, 3)
     return SweepResult(grid, runs, document)
+
+
+def peer_gaps(capacity: dict[str, Capacity], gpuplane: float) -> dict[str, dict[str, Any]]:
+    """Per peer whose capacity and whose base configuration's are both numbers: the feature it
+    adds to its base (:data:`PEER_FEATURES`), the capacity that feature adds, and gpuplane's
+    capacity over the peer's against the :data:`GOAL` multiple."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, (base, feature) in PEER_FEATURES.items():
+        own, under = capacity.get(name), capacity.get(base)
+        if own is None or under is None or own.bound != EXACT or under.bound != EXACT:
+            continue
+        if own.load is None or under.load is None:
+            continue
+        out[name] = {
+            "base": base,
+            "feature": feature,
+            "capacityAdded": round(own.load - under.load, 3),
+            "gpuplaneMultiple": round(gpuplane / own.load, 3),
+            "meetsGoal": gpuplane >= GOAL * own.load,
+        }
+    return out
 
 
 def _round(value: float | None) -> float | None:

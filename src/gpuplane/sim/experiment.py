@@ -49,6 +49,13 @@ GPUPLANE_VARIANTS: dict[str, GpuplaneOptions] = {
 }
 STOCK_VARIANTS = {"stock": False, "stock-packed": True}
 PEERS = ("kueue", "kueue-timeslicing", "volcano")
+# What each peer adds to the configuration it is built on: where gpuplane's lead over a peer
+# falls short, the capacity this feature adds is what closes the gap (the sweep's ``peerGaps``).
+PEER_FEATURES: dict[str, tuple[str, str]] = {
+    "kueue": ("stock", "Kueue's quota admission with cohorts, borrowing and preemption"),
+    "kueue-timeslicing": ("kueue", "the device plugin's time-slicing on the inference and notebook pools"),
+    "volcano": ("stock", "gang scheduling at placement with bin-packing and queue reclaim"),
+}
 CONFIGURATIONS = (*STOCK_VARIANTS, *GPUPLANE_VARIANTS, *PEERS)
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gpuplane.sim.auto_sweep import GOAL
+
 SAME_WORK = 0.02  # busy GPU-hours within 2 % of each other read as "the same work"
 FEATURES = {
     "gpuplane-no-sharing": "sharing (fractions, MIG)",
@@ -169,4 +171,10 @@ def _auto_tail(document: dict[str, Any], load: Callable[[str], str]) -> str:
         )
         if gpus := _gpus(document, peer):
             text += f", and {peer} would need {gpus} GPUs to match"
+        gap = document.get("peerGaps", {}).get(peer)
+        if gap is not None and not gap["meetsGoal"]:
+            text += (
+                f"; short of {GOAL:g}x: {gap['feature']} adds {gap['capacityAdded']:.2f} of load to "
+                f"{peer} over {gap['base']}"
+            )
     return text
