@@ -27,6 +27,7 @@ from gpuplane.k8s.kueue_config import (
     read_configuration,
 )
 from gpuplane.model import labels as keys
+from gpuplane.model.conditions import condition_true
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
 
@@ -99,17 +100,10 @@ def typed(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     return {**obj, "kind": kind, "apiVersion": obj.get("apiVersion") or _VERSIONS[kind]}
 
 
-def _true(obj: dict[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
 def state_objects(items: Items, *, unqueued_jobs: bool = False) -> list[dict[str, Any]]:
     """The objects of a cluster state (kind and apiVersion set on each) from ``items(kind)``."""
     objects = [typed(obj, kind) for kind in _PLAIN_KINDS for obj in items(kind)]
-    workloads = [wl for wl in items("Workload") if not _true(wl, "Finished")]
+    workloads = [wl for wl in items("Workload") if not condition_true(wl, "Finished")]
     objects += [typed(wl, "Workload") for wl in workloads]
     if unqueued_jobs:
         owned = {

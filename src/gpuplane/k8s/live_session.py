@@ -53,6 +53,7 @@ from gpuplane.k8s.clusterstate import state_objects, typed
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.integrations import recorded_reclaimable
 from gpuplane.model import labels as keys
+from gpuplane.model.conditions import condition_true
 from gpuplane.model.dra_quota import charge_claims
 from gpuplane.model.errors import InputError
 from gpuplane.model.loader import state_from_objects
@@ -96,13 +97,6 @@ def _kind_of(why: str) -> str:
 
 class Rebuild(Exception):  # noqa: N818 (a signal, not an error: the change is not fed, the session rebuilt)
     """A change the session cannot take as an event: rebuild from the whole cache."""
-
-
-def _true(obj: Mapping[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
 
 
 def _holds_devices(pod: Mapping[str, Any] | None) -> bool:
@@ -293,7 +287,7 @@ class LiveSession:
         if key in self._invalid:
             raise Rebuild(f"invalid workload changed: {key}")
         held = session.holds(key)
-        if obj is None or _true(obj, "Finished"):
+        if obj is None or condition_true(obj, "Finished"):
             if held and obj is None:
                 raise Rebuild(f"admitted workload deleted: {key}")  # its pods may still run
             if held:
@@ -309,7 +303,7 @@ class LiveSession:
         admitted = bool(status.get("admission"))
         if admitted != held:
             raise Rebuild(f"the cluster {'shows' if admitted else 'lacks'} an admission: {key}")
-        if admitted and _true(obj, "Evicted"):
+        if admitted and condition_true(obj, "Evicted"):
             raise Rebuild(f"workload evicted: {key}")
         known = self._workloads.get(key)
         if admitted and known is not None and recorded_reclaimable(obj) != dict(known.reclaimable):

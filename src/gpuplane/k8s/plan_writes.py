@@ -40,7 +40,7 @@ from gpuplane.core.session import (
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s.provisioning import checks_passed, pending_checks
 from gpuplane.model import labels as keys
-from gpuplane.model.conditions import ConditionType, condition, with_conditions
+from gpuplane.model.conditions import ConditionType, condition, condition_true, with_conditions
 from gpuplane.model.errors import InputError
 from gpuplane.model.kinds import pod_template
 from gpuplane.model.labels import PLACEMENT_ANNOTATION
@@ -81,13 +81,6 @@ class Write:
     recorded: str | None = None
     admission: AdmissionDecision | None = None
     pending: PendingDecision | None = None
-
-
-def _true(obj: Mapping[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions", []) or []
-    )
 
 
 def copy_object(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,7 +190,7 @@ def preemption_writes(get: Get, plan: Plan, now: str, *, dry_run: bool) -> list[
     out = []
     for victim in plan.preempted:
         wl = get(victim.workload)
-        if wl is None or _true(wl, ConditionType.EVICTED):
+        if wl is None or condition_true(wl, ConditionType.EVICTED):
             continue
         message = preemption_message(victim)
         if dry_run:
@@ -247,7 +240,7 @@ def eviction_writes(
         if (
             wl is None
             or not (wl.get("status") or {}).get("admission")
-            or not _true(wl, ConditionType.EVICTED)
+            or not condition_true(wl, ConditionType.EVICTED)
         ):
             continue
         if active(wl):

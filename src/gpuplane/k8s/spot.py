@@ -29,7 +29,7 @@ from gpuplane.k8s.api import ApiError, KubeApi
 from gpuplane.k8s.informer import Cache, object_key
 from gpuplane.k8s.leader import micro_time
 from gpuplane.model import labels as keys
-from gpuplane.model.conditions import ConditionType, condition, with_conditions
+from gpuplane.model.conditions import ConditionType, condition, condition_true, with_conditions
 from gpuplane.model.fields import lenient_timestamp
 from gpuplane.model.records import last_checkpoint
 
@@ -126,7 +126,7 @@ class InterruptionGuard:
             if REQUESTED in annotations and not admitted:
                 self._annotate(wl, {REQUESTED: None, DEADLINE: None})  # queued again: done
                 continue
-            if key not in hit or not admitted or _true(wl, ConditionType.EVICTED):
+            if key not in hit or not admitted or condition_true(wl, ConditionType.EVICTED):
                 continue
             node, pods = hit[key]
             if REQUESTED not in annotations:
@@ -198,10 +198,3 @@ class InterruptionGuard:
         self.cache.upsert("Workload", written)
         self.evicted += 1
         self.event(written, "Warning", "EvictedDueToNodeInterruption", message)
-
-
-def _true(obj: dict[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )

@@ -34,7 +34,7 @@ from typing import Any
 from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.spot import interruption
 from gpuplane.model import labels as keys
-from gpuplane.model.conditions import ConditionType
+from gpuplane.model.conditions import ConditionType, condition_true
 from gpuplane.model.labels import PLACEMENT_ANNOTATION
 from gpuplane.model.objects import WARM_BUFFER_LABEL
 from gpuplane.model.records import recorded_placement
@@ -44,13 +44,6 @@ Items = Callable[[str], list[dict[str, Any]]]
 
 PodTie = tuple[str, str, str]  # (namespace, "workload" | "group" | "name", value)
 _POD_TIES = (("workload", keys.WORKLOAD_LABEL), ("group", keys.POD_GROUP_LABEL))
-
-
-def _true(obj: Mapping[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
 
 
 def gated(pod: Mapping[str, Any]) -> bool:
@@ -94,8 +87,8 @@ def _planned_devices(wl: Mapping[str, Any]) -> dict[str, list[str]]:
     pods, by node (one entry per pod); empty for any other Workload, or one without a plan."""
     if (
         not (wl.get("status") or {}).get("admission")
-        or _true(wl, ConditionType.EVICTED)
-        or _true(wl, ConditionType.FINISHED)
+        or condition_true(wl, ConditionType.EVICTED)
+        or condition_true(wl, ConditionType.FINISHED)
     ):
         return {}
     annotations = (wl.get("metadata") or {}).get("annotations") or {}
@@ -251,8 +244,8 @@ class Worklist:
             _add(self._by_tie, tie, key)
         if (
             (wl.get("status") or {}).get("admission")
-            and _true(wl, ConditionType.EVICTED)
-            and not _true(wl, ConditionType.FINISHED)
+            and condition_true(wl, ConditionType.EVICTED)
+            and not condition_true(wl, ConditionType.FINISHED)
         ):
             self.evicted.add(key)
         plan = _planned_devices(wl)
