@@ -30,6 +30,7 @@ from gpuplane.sim.workloads import Workloads, class_rate
 TINY = Path(__file__).resolve().parent / "golden" / "tiny-mixed.yaml"
 
 TARGET = 3600.0
+CUT_PAST = 4.0  # a fake run whose wait is this many targets was cut
 CROSSING = {"stock": 0.73, "gpuplane": 2.9, "kueue": 1.37, "volcano": 0.02}
 
 
@@ -57,6 +58,8 @@ def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
             load = inputs[task.source].notes["load"]
             ran.append((task.name, load))
             doc = {"waitP95Seconds": _wait(task.name, load), "wallSeconds": 0.0, "gpuBusyOfCapacity": 0.5}
+            if doc["waitP95Seconds"] > CUT_PAST * TARGET:  # as a run cut once sure to miss reports
+                doc["cut"] = {"atSeconds": 1800.0, "waitP95": "atLeast"}
             out.append((None, doc))  # type: ignore[arg-type]
         return out
 
@@ -182,6 +185,15 @@ def test_the_report_plots_every_run_with_the_target_and_each_capacity(tmp_path: 
     assert wait["panels"]["ablations"] == ["gpuplane", "gpuplane-no-sharing"]
     page = index.read_text()
     assert all(f"<td>{load:g}</td>" in page for load, _ in sweep_points(doc))
+    # Runs cut once sure to miss are marked: a lower bound in the plot, the page and the table.
+    cut = {name: [r["load"] for r in doc["autoSweep"][name] if "cut" in r] for name in names}
+    assert any(cut.values())
+    for name in names:
+        assert wait["lines"][name].get("cutLoads", []) == cut[name]
+    assert page.count("<td>≥ ") == sum(len(loads) for loads in cut.values())
+    console = Console(width=250, record=True)
+    console.print(sweep_table(doc))
+    assert console.export_text().count("≥ ") >= sum(len(loads) for loads in cut.values())
 
 
 @pytest.mark.usefixtures("fake_runs")
@@ -252,5 +264,6 @@ def test_a_peer_within_twice_gpuplanes_capacity_names_the_feature_that_closes_th
     assert gaps["kueue"]["base"] == "stock"
     assert gaps["kueue"]["meetsGoal"]  # 2.9 / 1.37: more than twice
     text = sweep_headline(doc)
-    assert "short of 2x: the device plugin's time-slicing on the inference and notebook pools adds 0.2" in text
+    feature = "the device plugin's time-slicing on the inference and notebook pools"
+    assert f"short of 2x: {feature} adds 0.2" in text
     assert fake_runs  # the runs were the fake's

@@ -209,6 +209,11 @@ def sweep_series(document: dict[str, Any], key: str) -> dict[str, list[tuple[flo
     }
 
 
+def cut_loads(document: dict[str, Any], name: str) -> set[float]:
+    """The loads at which ``name``'s run was cut (an auto sweep's: its p95 wait is a lower bound)."""
+    return {run["load"] for run in document.get("autoSweep", {}).get(name, []) if run.get("cut")}
+
+
 def _panels(names: list[str]) -> list[tuple[str, list[str]]]:
     """Stock, gpuplane and the peers in one panel; gpuplane and its ablations in another."""
     ablations = [n for n in names if n.startswith("gpuplane-")]
@@ -249,12 +254,29 @@ def _sweep_curves(document: dict[str, Any], folder: Path) -> dict[str, Any]:
                     "load": [float(x) for x in line.get_xdata()],
                     "value": [float(y) for y in line.get_ydata()],
                 }
+                cut = cut_loads(document, name) if key == "waitP95Seconds" else []
+                if cut:  # a run stopped once sure to miss: its p95 is a lower bound
+                    at = [(load, (value or 0.0) * scale) for load, value in points if load in cut]
+                    ax.scatter(
+                        [load for load, _ in at],
+                        [value for _, value in at],
+                        marker="^",
+                        s=70,
+                        facecolors="none",
+                        edgecolors=colors[name],
+                        zorder=3,
+                    )
+                    lines[name]["cutLoads"] = [float(load) for load, _ in at]
                 capacity = document["capacityAtWaitTarget"].get(name)
                 if key == "waitP95Seconds" and capacity is not None:
                     ax.axvline(capacity, color=colors[name], ls=":", lw=1)
                     lines[name]["capacity"] = capacity
             if key == "waitP95Seconds":
                 ax.axhline(target_hours, color="grey", ls="--", lw=1, label="wait target")
+                if any(cut_loads(document, name) for name in members):
+                    ax.scatter(
+                        [], [], marker="^", facecolors="none", edgecolors="grey", label="cut: a lower bound"
+                    )
                 ax.set_yscale("symlog", linthresh=max(target_hours, 1e-3))
             ax.set_title(title)
             ax.set_xlabel("offered load (fraction of installed GPUs)")
