@@ -102,6 +102,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         script="sim_saturated.py",
         description="simulator under backlog: the built-in week at offered load 1.5 (no-op, stock, core)",
     ),
+    "peer-capacity": Benchmark(
+        script="peer_capacity.py",
+        description="gpuplane simulate --sweep auto against kueue, kueue-timeslicing and volcano on the "
+        "built-in week: each capacity, the strongest peer, the command's wall time (target 15 min)",
+    ),
     "eta-floor": Benchmark(
         script="eta_floor.py",
         description="the ETA error no predictor avoids: the load-1.5 week forked into futures at predictions",
