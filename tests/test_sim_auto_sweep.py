@@ -267,3 +267,31 @@ def test_a_peer_within_twice_gpuplanes_capacity_names_the_feature_that_closes_th
     feature = "the device plugin's time-slicing on the inference and notebook pools"
     assert f"short of 2x: {feature} adds 0.2" in text
     assert fake_runs  # the runs were the fake's
+
+
+def test_spare_workers_split_the_bracket_into_more_points_and_take_fewer_rounds(
+    monkeypatch: pytest.MonkeyPatch, fake_runs: list[tuple[str, float]]
+) -> None:
+    rounds: list[int] = []
+    fake = auto_sweep.run_tasks
+
+    def counted(
+        runner: object, inputs: Sequence[SimInput], tasks: Sequence[Task], *rest: object
+    ) -> list[RunResult]:
+        rounds.append(len(tasks))
+        return fake(runner, inputs, tasks, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(auto_sweep, "run_tasks", counted)
+    alone = run_auto_sweep(_sim, ("gpuplane",), wait_target=TARGET, jobs=1).document
+    one_by_one = len(rounds)
+    assert rounds[0] == 3  # the grid
+    assert set(rounds[1:]) == {1}  # then one load a round
+    rounds.clear()
+    fake_runs.clear()
+    spread = run_auto_sweep(_sim, ("gpuplane",), wait_target=TARGET, jobs=3).document
+    assert len(rounds) < one_by_one
+    assert max(rounds[1:]) == 3  # every worker busy in the search's rounds
+    for doc in (alone, spread):
+        assert doc["capacityBound"]["gpuplane"] == "interpolated"
+        assert doc["capacityAtWaitTarget"]["gpuplane"] == pytest.approx(CROSSING["gpuplane"], abs=0.05)
+    assert len(fake_runs) == len(set(fake_runs))  # no load runs twice

@@ -9,13 +9,17 @@
        down: a configuration that missed at every load runs at half its lowest, until it meets it
     3. bisect each configuration between the highest load that met the target below the lowest that
        missed it, until the two are within RESOLUTION (0.05) of load
+       (where a round has more workers than configurations still searching, each gets k > 1
+       loads: k steps up, or k points that split its bracket in k + 1: fewer rounds)
     4. capacity: interpolated linearly between the two, a number (never a bound, unless step 2 ran
        out of room)
     5. GPUs to match (given ``grown``): each configuration on larger clusters at gpuplane's
        capacity demand (:mod:`gpuplane.sim.gpus_match`), simulated, not scaled
 
 Every load is drawn once (same seed, so the same kinds of work), and only the configurations that
-need a load run at it; the runs of one round go side by side (``jobs``). A configuration's p95 wait
+need a load run at it; the runs of one round go side by side (``jobs``). Which loads run depends on
+``jobs`` where a round has workers to spare, so capacities found with different ``jobs`` may differ
+within the resolution. A configuration's p95 wait
 is taken to grow with load; where the draws make it dip, the bracket is the lowest load that missed
 and the highest below it that met.
 """
@@ -53,6 +57,7 @@ ALLOCATION_MARGIN = 0.1  # how far past full allocation (by proportion) a step u
 MAX_LOAD = 8.0
 MIN_LOAD = 0.05
 RESOLUTION = 0.05
+MAX_POINTS = 4  # loads one configuration runs in a round, at most (see AutoSweep.points)
 GOAL = 2.0  # gpuplane's capacity over the strongest peer's that the sweep is held to
 
 
@@ -126,28 +131,55 @@ class AutoSweep:
             step = min(step, highest / float(share) * (1 + ALLOCATION_MARGIN))
         return max(step, highest + 2 * self.resolution)
 
+    def points(self, searching: int) -> int:
+        """Loads each of ``searching`` configurations runs this round: one, or where there are
+        more workers than configurations still searching, the workers shared among them (at most
+        :data:`MAX_POINTS`), so that a round keeps every worker busy and the search takes fewer
+        rounds (the rounds of the costliest configuration are the sweep's wall time)."""
+        return max(1, min(MAX_POINTS, self.jobs // max(1, searching)))
+
     def search(self) -> None:
         self.run([(n, load) for load in START_LOADS for n in self.names])
         while True:  # up until each configuration misses, down until each meets
-            pairs = []
+            ups, downs = [], []
             for n in self.names:
                 low, high = self.bracket(n)
                 if high is None and max(self.done[n]) < MAX_LOAD:
-                    pairs.append((n, min(MAX_LOAD, self.step_up(n))))
+                    ups.append(n)
                 elif low is None and min(self.done[n]) > MIN_LOAD:
-                    pairs.append((n, max(MIN_LOAD, min(self.done[n]) / 2)))
-            if not pairs:
+                    downs.append(n)
+            if not ups and not downs:
                 break
+            k = self.points(len(ups) + len(downs))
+            pairs = [(n, load) for n in ups for load in self.steps_up(n, k)]
+            pairs += [(n, max(MIN_LOAD, min(self.done[n]) / 2**i)) for n in downs for i in range(1, k + 1)]
             self.run(pairs)
-        while True:  # bisect
-            pairs = []
+        while True:  # bisect (n-sect, with k points a round)
+            brackets = {}
             for n in self.names:
                 low, high = self.bracket(n)
                 if low is not None and high is not None and high - low > self.resolution:
-                    pairs.append((n, (low + high) / 2))
-            if not pairs:
+                    brackets[n] = (low, high)
+            if not brackets:
                 break
-            self.run(pairs)
+            k = self.points(len(brackets))
+            self.run(
+                [
+                    (n, low + (high - low) * i / (k + 1))
+                    for n, (low, high) in brackets.items()
+                    for i in range(1, k + 1)
+                ]
+            )
+
+    def steps_up(self, name: str, k: int) -> list[float]:
+        """``k`` loads above ``name``'s highest: :meth:`step_up`, then (run in the same round, on
+        workers that would idle) each further by the same ratio, up to :data:`MAX_LOAD`."""
+        highest = max(self.done[name])
+        first = min(MAX_LOAD, self.step_up(name))
+        out = [first]
+        while len(out) < k and out[-1] < MAX_LOAD:
+            out.append(min(MAX_LOAD, max(out[-1] * first / highest, out[-1] + 2 * self.resolution)))
+        return out
 
     def capacity(self, name: str) -> Capacity:
         low, high = self.bracket(name)
