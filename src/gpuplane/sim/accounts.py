@@ -76,7 +76,7 @@ class Accounts:
         run.first_start = now
         job = run.job
         submit = job.submit
-        if submit >= 0 and job.continuation_of is None:
+        if job.counts_wait:
             run.stats.started += 1
             run.stats.waits.append(now - submit)
             if run.predicted is not None:

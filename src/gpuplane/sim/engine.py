@@ -233,7 +233,8 @@ class Engine:
             if now >= next_check:
                 next_check = now + span / CHECKS
                 if cut is not None and cut.decided(now):
-                    return self._cut_short(cut, now)
+                    horizon = self._cut_at(cut, now)
+                    break
             if self.progress is not None and now - last_report > span / 200:
                 last_report = now
                 self.progress((now - start) / span)
@@ -256,16 +257,14 @@ class Engine:
         self.apply(now)
         return True
 
-    def _cut_short(self, cut: WaitCut, now: float) -> Ledger:
-        """End the run at ``now``: its p95 wait misses the cut's target whatever comes next."""
+    def _cut_at(self, cut: WaitCut, now: float) -> float:
+        """The run ends at ``now`` (returned: its new horizon), its p95 wait sure to miss the cut's
+        target whatever came next; the ledger records the cut and measures up to it."""
         ledger = self.accounts.ledger
         started = (w for stats in ledger.groups.values() for w in stats.waits)
         ledger.cut = Cut(now, cut.lower_bound(started, now))
         ledger.horizon = now
-        self.finish(now)
-        if self.progress is not None:
-            self.progress(1.0)
-        return ledger
+        return now
 
     def handle(self, kind: int, ref: int, gen: int, now: float) -> None:
         if kind == ARRIVE:

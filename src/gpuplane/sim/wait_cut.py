@@ -41,11 +41,6 @@ CHECKS = 500  # decisions asked per window
 ROUNDING = 0.1  # summaries round waits to 0.1 s; a wait counts as over only past this much more
 
 
-def counted(job: Job) -> bool:
-    """Whether ``job``'s first wait counts in the run's waits (see the module docstring)."""
-    return job.submit >= 0 and job.continuation_of is None
-
-
 class WaitCut:
     """Decides, during a run, that its p95 wait misses ``target``.
 
@@ -58,18 +53,18 @@ class WaitCut:
         if not target >= 0:
             raise ValueError(f"wait target must not be negative, got {target}")
         self.target = target
-        self.total = sum(1 for job in jobs if counted(job))
+        self.total = sum(1 for job in jobs if job.counts_wait)
         self.need = self.total - math.floor(QUANTILE * (self.total - 1)) if self.total else math.inf
         self.over = 0
         self.waiting: deque[JobRun] = deque()
 
     def arrived(self, run: JobRun) -> None:
-        if counted(run.job) and run.job.deadline is None:
+        if run.job.counts_wait and run.job.deadline is None:
             self.waiting.append(run)
 
     def started(self, run: JobRun, now: float) -> None:
         """``run`` starts for the first time at ``now``."""
-        if counted(run.job) and now - run.job.submit > self.target + ROUNDING:
+        if run.job.counts_wait and now - run.job.submit > self.target + ROUNDING:
             self.over += 1
 
     def decided(self, now: float) -> bool:

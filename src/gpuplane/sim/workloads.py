@@ -116,6 +116,12 @@ class Job:
     def is_session(self) -> bool:
         return bool(self.active)
 
+    @property
+    def counts_wait(self) -> bool:
+        """Whether a run measures this job's first wait: submitted in the measured window (not in
+        the warm-up), and not a reaped session's resumption."""
+        return self.submit >= 0 and self.continuation_of is None
+
     def active_between(self, p0: float, p1: float) -> float:
         """Seconds of computing between progress ``p0`` and ``p1``."""
         if p1 <= p0:
