@@ -392,3 +392,17 @@ def test_a_pod_bound_without_a_record_is_guessed_after_the_plans_and_the_own_pla
         "2,3",
         False,
     )
+
+
+def test_a_pod_replaced_in_the_cache_is_read_anew_and_an_unchanged_one_gives_the_same_answer() -> None:
+    # The binding step remembers what it parsed per observed object: the informer cache replaces
+    # a pod that changes, so a new object must be read again, never answered from the old one.
+    def fit(beside: dict[str, Any]) -> tuple[bool, str | None, bool]:
+        return fit_devices(_pod("p", "wl"), _views([beside])("node-a"), None, DeviceConfig())
+
+    small = _pod("x", "other", node="node-a")
+    assert fit(small) == (True, "2,3", False)
+    assert fit(small) == (True, "2,3", False)
+    bigger = copy.deepcopy(small)
+    bigger["spec"]["containers"][0]["resources"] = {"limits": {GPU: "4"}, "requests": {GPU: "4", "cpu": "1"}}
+    assert fit(bigger) == (True, "4,5", False), "the new object is read, not the old one's answer"

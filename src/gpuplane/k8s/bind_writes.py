@@ -40,6 +40,7 @@ from gpuplane.model.errors import InputError
 from gpuplane.model.karpenter import DO_NOT_DISRUPT
 from gpuplane.model.kinds import parse_node, pod_template
 from gpuplane.model.labels import PLACEMENT_ANNOTATION
+from gpuplane.model.objects import Node, PodTemplate
 from gpuplane.model.records import recorded_placement
 from gpuplane.model.topology import assigned_domains
 
@@ -363,7 +364,7 @@ def fit_devices(  # noqa: PLR0913 - keyword-only: the pod's own Workload and its
     bound pods hold, and the ``reserved`` devices (the slots of the pod's own gang still to bind on
     this node)."""
     try:
-        template = pod_template(pod.get("spec", {}), "spec", pod.get("metadata", {}))
+        template = _template_of(pod.get("spec", {}), pod.get("metadata", {}))
         use = None if view is None else node_use(view)
     except (InputError, ValueError):
         return True, None, False
@@ -387,9 +388,41 @@ def node_use(view: NodeView) -> NodeUse:
         pods.append(
             PodOnNode(
                 object_key(other),
-                None if ended else pod_template(other.get("spec", {}), "spec", meta),
+                None if ended else _template_of(other.get("spec", {}), meta),
                 (meta.get("annotations") or {}).get(keys.DEVICES_ANNOTATION),
                 f"{meta.get('namespace', '')}/{workload}" if workload else None,
             )
         )
-    return NodeUse(parse_node(view.node, "v1"), tuple(pods), view.plans)
+    return NodeUse(_node_of(view.node), tuple(pods), view.plans)
+
+
+# What the binding step parsed, by the identity of the observed object it read: the informer cache
+# replaces an object that changes and never changes one in place, so the same objects parse the
+# same. Each entry keeps the objects it was read from (their ids stay theirs while it lives); the
+# memo is emptied when it grows past its bound. Binding a pass's gangs reads each node's pods
+# again for every pod placed there, which parsing once per object version saves.
+PARSED_REMEMBERED = 20_000
+_templates: dict[int, tuple[object, object, PodTemplate]] = {}
+_nodes: dict[int, tuple[object, Node]] = {}
+
+
+def _template_of(spec: dict[str, Any], meta: dict[str, Any]) -> PodTemplate:
+    known = _templates.get(id(spec))
+    if known is not None and known[0] is spec and known[1] is meta:
+        return known[2]
+    template = pod_template(spec, "spec", meta)
+    if len(_templates) >= PARSED_REMEMBERED:
+        _templates.clear()
+    _templates[id(spec)] = (spec, meta, template)
+    return template
+
+
+def _node_of(node: dict[str, Any]) -> Node:
+    known = _nodes.get(id(node))
+    if known is not None and known[0] is node:
+        return known[1]
+    parsed = parse_node(node, "v1")
+    if len(_nodes) >= PARSED_REMEMBERED:
+        _nodes.clear()
+    _nodes[id(node)] = (node, parsed)
+    return parsed

@@ -149,15 +149,21 @@ def admitted_workload(
                 wl.get("apiVersion") or f"{k8s.KUEUE}/v1beta2",
             )
         assignments.append(assignment)
-    updated = copy_object(wl)
+    # Only the metadata's annotations and the status change: the rest (the spec, with its pod
+    # templates) is shared with the observed Workload, which nothing changes in place.
+    annotations = dict(wl["metadata"].get("annotations") or {})
+    updated = {
+        **wl,
+        "metadata": {**wl["metadata"], "annotations": annotations},
+        "status": copy_object(wl.get("status") or {}),
+    }
     # The plan's devices, recorded on the Workload: the binding step binds exactly these.
-    annotations = updated["metadata"].setdefault("annotations", {})
     planned = placement_annotation(decision)
     if planned is None:
         annotations.pop(PLACEMENT_ANNOTATION, None)
     else:
         annotations[PLACEMENT_ANNOTATION] = planned
-    status = updated.setdefault("status", {})
+    status = updated["status"]
     status["admission"] = {"clusterQueue": decision.cluster_queue, "podSetAssignments": assignments}
     # A reservation whose checks have all passed keeps its QuotaReserved time; Admitted is new.
     reserved = (wl.get("status") or {}).get("admission") and next(
