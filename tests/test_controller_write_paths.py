@@ -221,40 +221,6 @@ def test_a_failed_admission_forgets_its_assumption_and_a_gone_workload_invalidat
     assert bench.invalidated == ["an admission was not written"]
 
 
-def _owned(name: str) -> tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
-    """A suspended Job and its queued Workload (owned by it)."""
-    queued = job(name, NS).queue("lq").parallelism(2).completions(2).set("spec.suspend", True)
-    body = queued.set("metadata.uid", f"uid-job-{name}").set("metadata.resourceVersion", "1").to_dict()
-    wl = _workload(name)
-    wl["metadata"]["ownerReferences"] = [{"kind": "Job", "name": name, "uid": f"uid-job-{name}"}]
-    return ("Job", body), ("Workload", wl)
-
-
-def test_each_job_is_released_right_behind_its_admission_and_the_chunks_let_binding_in() -> None:
-    bench = Bench(*_owned("a"), *_owned("b"), *_owned("c"))
-    binder = Binder(bench.tools, devices=DeviceConfig(), clear_warm=lambda _nodes: None)
-    between: list[int] = []
-    admissions = Admissions(bench.tools, release=binder.release)
-    plan = Plan(admitted=(_admission("a"), _admission("b"), _admission("c")))
-    admissions.write_admissions(plan, between=lambda: between.append(len(bench.api.calls)), chunk=2)
-    admit = [("patch", "workloads"), ("replace", "workloads/status"), ("replace", "jobs")]
-    assert bench.api.verbs() == admit * 3, "each job is released right behind its own admission"
-    released = [body for verb, what, body in bench.api.calls if what == "jobs"]
-    assert [j["metadata"]["name"] for j in released] == ["a", "b", "c"]
-    assert all(j["spec"]["suspend"] is False for j in released)
-    assert between == [6], "after each chunk but the last (the binding step's turn)"
-    bench.catch_up()
-    binder.run()
-    assert len(bench.api.calls) == 9, "the binding step finds every job released already"
-
-    failing = Bench(*_owned("a"))
-    failing.api.fail["replace"] = ApiError(500, "Internal")
-    released_for: list[str] = []
-    admissions = Admissions(failing.tools, release=lambda wl: released_for.append(wl["metadata"]["name"]))
-    admissions.write_admissions(Plan(admitted=(_admission("a"),)))
-    assert released_for == [], "an admission that was not written releases nothing"
-
-
 # --- evictions ----------------------------------------------------------------------------------
 
 

@@ -57,6 +57,36 @@ def test_range_forgets_past_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
     assert r.range("queue", 0.0, 100.0) == (100.0, 100.0)  # only the last 30: ratios of 1
 
 
+def test_ranges_that_miss_more_than_two_in_ten_of_the_long_waits_widen_until_they_do_not() -> None:
+    # Half the starts learned from come after a short wait, exactly when predicted; the other
+    # half, after long waits, spread from 0 to 2 times the predicted wait. The 10th to 90th
+    # percentile of all of them (0.4 to 1.6) misses four long waits in ten; fed back by the long
+    # waits alone, the levels widen until two in ten of those fall outside.
+    def run(feedback: bool) -> list[bool]:
+        r = StartRanges()
+        outside = []
+        for k in range(8000):
+            low, high = r.range("queue", 0.0, 1000.0)
+            if k % 2:
+                start = 1000.0 * 2.0 * ((k * 0.618034) % 1.0)
+                outside.append(not low <= start <= high)
+                waited = ranges.MEASURED + start
+            else:
+                start, waited = 1000.0, 10.0
+            r.learn("queue", 0.0, 1000.0, start, given=(low, high) if feedback else None, waited=waited)
+        return outside[-2000:]
+
+    assert sum(run(feedback=False)) / 2000 == pytest.approx(0.4, abs=0.05)
+    assert sum(run(feedback=True)) / 2000 == pytest.approx(0.2, abs=0.05)
+
+    short = StartRanges()  # a start that waited no longer than MEASURED moves nothing
+    short.learn("queue", 0.0, 100.0, 500.0, given=(0.0, 1.0), waited=ranges.MEASURED)
+    assert short.levels("queue") == (ranges.LOW, ranges.HIGH)
+    short.learn("queue", 0.0, 100.0, 500.0, given=(0.0, 1.0), waited=ranges.MEASURED + 1)
+    low_level, high_level = short.levels("queue")
+    assert low_level < ranges.LOW < ranges.HIGH < high_level, "a miss widens the levels"
+
+
 def _job(i: int, name: str, work: float, team: str = "a") -> Job:
     return Job(
         i,

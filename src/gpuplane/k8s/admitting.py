@@ -3,7 +3,6 @@ checks decided (written before any admission, so a quota they give back is never
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -17,48 +16,29 @@ from gpuplane.model.admission_checks import CheckState
 from gpuplane.model.conditions import ConditionType
 from gpuplane.model.labels import PLACEMENT_ANNOTATION
 
-# Admissions written at once before the pods made meanwhile are bound (see write_admissions): a
-# few times the write workers, so that each chunk keeps them all busy.
-ADMISSION_CHUNK = 64
-
 
 class Admissions:
     """Writes admissions (assumed in the cache first, forgotten on failure) and admission-check
     evictions (owns no state: what it writes comes from the plan and the cache)."""
 
-    def __init__(
-        self,
-        tools: Tools,
-        charged: Charged | None = None,
-        release: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
+    def __init__(self, tools: Tools, charged: Charged | None = None) -> None:
         self.tools = tools
         self.api = tools.api
         self.cache = tools.cache
         self.charged = charged  # what claims cost a pod (the scheduling session's charged workloads)
-        # Called with each Workload whose admission was written, on the same writer thread: the
-        # release of its job (Binder.release) goes out right behind it.
-        self.release = release
 
     def write_check_evictions(self, plan: Plan) -> None:
         """The evictions of workloads whose admission checks the plan ended, all at once."""
         self.tools.each(partial(self._write_check_eviction, e) for e in plan.check_evictions)
 
-    def write_admissions(
-        self, plan: Plan, between: Callable[[], None] | None = None, chunk: int = ADMISSION_CHUNK
-    ) -> None:
-        """Assume every admission of the plan in the cache, then write them, ``chunk`` at once.
-        After each chunk but the last, ``between()`` runs (the controller binds there the pods
-        that the jobs released so far have made, instead of after every admission is written)."""
+    def write_admissions(self, plan: Plan) -> None:
+        """Assume every admission of the plan in the cache, then write them all at once."""
         writes = admission_writes(partial(self.cache.get, "Workload"), plan, self.tools.now(), self.charged)
         if len(writes) < len(plan.admitted):
             self.tools.invalidate("an admission was not written")
         for write in writes:
             self.cache.assume("Workload", write.body)  # assume, then write
-        for start in range(0, len(writes), chunk):
-            if start and between is not None:
-                between()
-            self.tools.each(partial(self._write_admission, w) for w in writes[start : start + chunk])
+        self.tools.each(partial(self._write_admission, w) for w in writes)
 
     def _write_admission(self, write: Write) -> None:
         """Write an assumed admission; forget the assumption if the write fails, for any reason.
@@ -98,8 +78,6 @@ class Admissions:
             Reason.QUOTA_RESERVED,
             f"Admitted by ClusterQueue {write.admission.cluster_queue}",
         )
-        if self.release is not None:
-            self.release(written)
 
     def _write_check_eviction(self, eviction: CheckEviction) -> None:
         """A Retry check evicts the workload (its quota goes back once its job has stopped, as for

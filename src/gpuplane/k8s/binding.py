@@ -58,11 +58,17 @@ class Binder:
         admitted = []
         for key in sorted(self.work.to_bind):
             wl = self.cache.get("Workload", key)
-            if wl is None or not _releasable(wl):
+            if (
+                wl is None
+                or not wl.get("status", {}).get("admission")
+                or condition(wl, ConditionType.EVICTED)
+                or condition(wl, ConditionType.FINISHED)
+                or awaiting_checks(wl)
+            ):
                 self.work.to_bind.discard(key)  # a change of the Workload makes it a candidate again
                 continue
             admitted.append((wl, wl["status"]["admission"]))
-        flavors = self._flavors() if admitted else {}
+        flavors = {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")} if admitted else {}
         releases: list[Write] = []
         for wl, admission in admitted:
             pods = pods_of(self.cache, self.work, wl)
@@ -83,26 +89,6 @@ class Binder:
             self.tools.each(bindings)
             raise
         self.tools.each(bindings)
-
-    def release(self, wl: dict[str, Any]) -> None:
-        """Release one workload just admitted, on the writer thread that wrote its admission
-        (:class:`~gpuplane.k8s.admitting.Admissions` calls it), so that its job's controller
-        makes its pods while the pass's other admissions are still being written, instead of
-        after all of them. :meth:`run` finds the job released then, and only binds its pods."""
-        if not _releasable(wl):
-            return
-        writes = release_writes(
-            wl,
-            wl["status"]["admission"],
-            owner_job(self.cache, wl),
-            pods_of(self.cache, self.work, wl),
-            self._flavors(),
-        )
-        for w in writes:
-            self._write(w.kind, w.body)
-
-    def _flavors(self) -> dict[str, dict[str, Any]]:
-        return {f["metadata"]["name"]: f for f in self.cache.items("ResourceFlavor")}
 
     def _write(self, kind: str, body: dict[str, Any]) -> None:
         """Replace one Pod or job object, and cache what the server answered (a failure is retried
@@ -205,14 +191,3 @@ class Binder:
         pod = self.cache.get("Pod", key) or {"metadata": meta}
         message = f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}"  # as kube-scheduler
         self.tools.event({**pod, "apiVersion": "v1", "kind": "Pod"}, "Normal", "Scheduled", message)
-
-
-def _releasable(wl: dict[str, Any]) -> bool:
-    """Whether an admitted Workload's job may run: admitted, not evicted or finished, and not
-    waiting for its admission checks."""
-    return bool(
-        wl.get("status", {}).get("admission")
-        and not condition(wl, ConditionType.EVICTED)
-        and not condition(wl, ConditionType.FINISHED)
-        and not awaiting_checks(wl)
-    )

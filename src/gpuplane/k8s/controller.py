@@ -13,9 +13,7 @@ One reconcile pass (only on the leader, once every informer has synced)::
          admission is cleared and the workload is queued again (those already stopped are
          released before step 2, so an admission never shows beside the quota it replaces)
       5. admitted jobs are released: templates stamped (scheduler name, flavor node
-         selector, workload/pod-set labels), then unsuspended or ungated; a job is released
-         right behind its admission's write, on the same writer thread, so its pods are made
-         while the pass's other admissions are written (this step catches the rest)
+         selector, workload/pod-set labels), then unsuspended or ungated
       6. pods of admitted workloads are bound, a whole gang at a time, to the planned
          nodes through the Binding API, with their devices recorded on the pod; their
          ResourceClaims are allocated and reserved for them first (and released once they end)
@@ -192,6 +190,7 @@ class Controller:
         self.pending = PendingReasons(tools)
         self.queues = QueueStatuses(tools)
         self.creation = WorkloadCreation(tools)
+        self.admissions = Admissions(tools, charged=self.live.claim_charges)
         self.evictions = Evictions(
             tools, dry_run=self.config.dry_run_preemption, forget_pending=self.pending.forget
         )
@@ -200,7 +199,6 @@ class Controller:
         )
         self.claims = ClaimWrites(tools)
         self.binder = Binder(tools, devices=devices, clear_warm=self.warm.clear, claims=self.claims)
-        self.admissions = Admissions(tools, charged=self.live.claim_charges, release=self.binder.release)
         # What finished Workloads teach the ETA, kept across restarts (runtime_store.py).
         self.runtime_history = RuntimeStore(
             api,
@@ -295,7 +293,7 @@ class Controller:
         self.admissions.write_check_evictions(plan)
         self._catch_up()
         self.evictions.stop_evicted(stop_jobs=False)
-        self.admissions.write_admissions(plan, between=self._bind_made)
+        self.admissions.write_admissions(plan)
         self.provisioner.reconcile(plan)
         self.evictions.preempt(plan)
         self._catch_up()
@@ -312,14 +310,6 @@ class Controller:
         self.queues.write()
         self._notify(plan, time.monotonic() - started)
         return plan
-
-    def _bind_made(self) -> None:
-        """Between chunks of a pass's admissions: bind the pods that the jobs released so far
-        have made (each job is released right behind its admission). The plan's admissions do
-        not depend on its preemptions (a preemptor is admitted only once its victims are gone),
-        so these bindings need not wait for the rest of the pass."""
-        self._catch_up()
-        self.binder.run()
 
     def _notify(self, plan: Plan, seconds: float) -> None:
         if not self.observers:

@@ -558,7 +558,12 @@ class Forecaster:
             self.runtimes.run_started(job, now)
         self.book.add_running(run)
         if run.first_start == now and run.replayed is not None:
-            self.ranges.learn(run.eta_kind, run.asked_at, run.replayed, now)
+            given = None
+            if run.predicted_low is not None and run.predicted_high is not None:
+                given = (run.predicted_low, run.predicted_high)
+            self.ranges.learn(
+                run.eta_kind, run.asked_at, run.replayed, now, given=given, waited=now - job.submit
+            )
 
     def stopped(self, run: JobRun) -> None:
         """``run`` no longer runs (it ended, or it went back to its queue)."""
