@@ -176,19 +176,60 @@ def test_a_queued_job_gets_one_workload_and_a_conflict_is_no_failure() -> None:
     )
     creation = WorkloadCreation(bench.tools)
     creation.run()
+    assert bench.api.calls == [], "assumed first: sent once the pass has decided"
+    (assumed,) = bench.cache.items("Workload")
+    assert assumed["metadata"]["creationTimestamp"] == "2026-01-01T00:00:00Z", "it queues from now"
+    creation.flush()
     ((verb, what, body),) = bench.api.calls
     assert (verb, what) == ("create", "workloads")
     assert body["metadata"]["ownerReferences"][0]["name"] == "train"
     assert bench.counters.workloads_created == 1
     assert bench.cache.items("Workload"), "the created Workload is cached"
+    assert bench.cache.assumed == {}, "the server's answer replaced the assumption"
     bench.catch_up()
     creation.run()
+    creation.flush()
     assert len(bench.api.calls) == 1, "a job that has its Workload gets no other"
 
     again = Bench(("Job", queued.to_dict()))
     again.api.fail["create"] = ApiError(409, "Conflict")
-    WorkloadCreation(again.tools).run()
+    conflicted = WorkloadCreation(again.tools)
+    conflicted.run()
+    conflicted.flush()
     assert (again.counters.workloads_created, again.counters.write_failures) == (0, 0)
+    assert again.cache.items("Workload") == [], "a create that failed leaves no assumption behind"
+
+
+def test_a_workload_admitted_in_the_pass_that_made_it_is_created_with_its_placement() -> None:
+    queued = job("a", NS).queue("lq").parallelism(2).completions(2).set("spec.suspend", True)
+    bench = Bench(("Job", queued.set("metadata.uid", "uid-a").to_dict()))
+    creation = WorkloadCreation(bench.tools)
+    creation.run()
+    (assumed,) = bench.cache.items("Workload")
+    name = assumed["metadata"]["name"]
+    Admissions(bench.tools, unsent=creation.take).write_admissions(Plan(admitted=(_admission(name),)))
+    creation.flush()
+    assert bench.api.verbs() == [("create", "workloads"), ("replace", "workloads/status")], "no patch"
+    body = bench.api.calls[0][2]
+    assert json.loads(body["metadata"]["annotations"][PLACEMENT_ANNOTATION])["main"][0] == ["node-a", "0,1"]
+    assert "status" not in body
+    status = bench.api.calls[1][2]
+    assert status["metadata"]["resourceVersion"] == "101", "the status write follows the create's version"
+    assert status["status"]["admission"]["clusterQueue"] == "cq"
+    assert (bench.counters.workloads_created, bench.counters.admitted) == (1, 1)
+    assert bench.cache.assumed == {}
+
+    failing = Bench(("Job", queued.set("metadata.uid", "uid-a").to_dict()))
+    failing.api.fail["replace"] = ApiError(500, "Internal")
+    creation = WorkloadCreation(failing.tools)
+    creation.run()
+    Admissions(failing.tools, unsent=creation.take).write_admissions(Plan(admitted=(_admission(name),)))
+    creation.flush()
+    assert failing.api.verbs() == [("create", "workloads"), ("replace", "workloads/status")]
+    (kept,) = failing.cache.items("Workload")
+    assert kept["metadata"]["resourceVersion"] == "101", "the Workload created stays, as the server made it"
+    assert not kept.get("status"), "without the admission that failed"
+    assert (failing.counters.admitted, failing.counters.write_failures) == (0, 1)
 
 
 # --- admissions ---------------------------------------------------------------------------------

@@ -238,9 +238,10 @@ def test_a_silent_client_neither_stalls_the_webhook_nor_keeps_its_connection(tmp
 def test_the_placement_patch_is_refused_when_the_workload_changed_since_it_was_observed(scene: Scene) -> None:
     """The plan's placement annotation goes out with the observed resourceVersion as a precondition:
     a Workload another writer changed meanwhile (another replica admitting it, say) keeps what that
-    writer recorded, and this admission is forgotten and tried again."""
-    scene.setup(nodes=1)
-    scene.submit(scene.job("j", gpus=1))
+    writer recorded, and this admission is forgotten and tried again. (A Workload admitted by the
+    pass that makes it is created with its placement: this one is made while no node can hold it.)"""
+    scene.setup(nodes=1, gpus_per_node=1, quota_gpus=8)
+    scene.submit(scene.job("j", gpus=2))
     other = scene.api
 
     class RacedWrites(KubeApi):
@@ -255,8 +256,11 @@ def test_the_placement_patch_is_refused_when_the_workload_changed_since_it_was_o
     api = RacedWrites(load_api_client(scene.kubeconfig))
     with started_controller(scene, api) as controller:
         wait_until(lambda: controller.cache.items("Job"), 10, "the job cached")
-        controller.reconcile()  # creates the Workload, then admits it: the placement patch races
-        assert api.raced
+        controller.reconcile()  # creates the Workload: no node can hold it yet
+        wait_until(lambda: controller.cache.items("Workload"), 10, "the Workload cached")
+        assert not api.raced
+        scene.add_nodes(1)
+        wait_until(lambda: (controller.reconcile(), api.raced)[1], 10, "the placement patch raced")
         assert controller.counters.write_failures >= 1
         (wl,) = scene.list(k8s.WORKLOADS)
         annotations = wl["metadata"].get("annotations") or {}

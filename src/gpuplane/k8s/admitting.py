@@ -3,6 +3,7 @@ checks decided (written before any admission, so a quota they give back is never
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -21,11 +22,18 @@ class Admissions:
     """Writes admissions (assumed in the cache first, forgotten on failure) and admission-check
     evictions (owns no state: what it writes comes from the plan and the cache)."""
 
-    def __init__(self, tools: Tools, charged: Charged | None = None) -> None:
+    def __init__(
+        self,
+        tools: Tools,
+        charged: Charged | None = None,
+        unsent: Callable[[str], dict[str, Any] | None] | None = None,
+    ) -> None:
         self.tools = tools
         self.api = tools.api
         self.cache = tools.cache
         self.charged = charged  # what claims cost a pod (the scheduling session's charged workloads)
+        # A Workload assumed and not created yet, taken to be created here (WorkloadCreation.take).
+        self.unsent = unsent or (lambda _key: None)
 
     def write_check_evictions(self, plan: Plan) -> None:
         """The evictions of workloads whose admission checks the plan ended, all at once."""
@@ -45,12 +53,27 @@ class Admissions:
 
         The plan's placement annotation (metadata, which a status write leaves alone) goes first,
         when it differs from the one recorded on the observed Workload: an admission is never
-        written without it.
+        written without it. A Workload that this pass assumed and has not created yet is created
+        now, carrying the annotation, which spares the patch.
         """
         updated = write.body
         planned = (updated["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+        unsent = self.unsent(write.workload)
+        created: dict[str, Any] | None = None
         try:
-            if planned != write.recorded:
+            if unsent is not None:
+                meta = updated["metadata"]
+                body = {**unsent, "metadata": {**unsent["metadata"], "annotations": meta.get("annotations")}}
+                if not body["metadata"]["annotations"]:
+                    del body["metadata"]["annotations"]
+                created = self.api.create(k8s.WORKLOADS, body, meta.get("namespace"))
+                self.tools.counters.add("workloads_created")
+                meta.update(
+                    (field, value)
+                    for field in ("resourceVersion", "uid", "creationTimestamp")
+                    if (value := created["metadata"].get(field)) is not None
+                )
+            elif planned != write.recorded:
                 meta = updated["metadata"]
                 # The observed version is a precondition: a Workload changed meanwhile (admitted by
                 # another replica, say) keeps its own placement, and this admission is retried.
@@ -61,12 +84,12 @@ class Admissions:
                 meta["resourceVersion"] = patched["metadata"]["resourceVersion"]
             written = self.api.replace(k8s.WORKLOADS, updated, sub="status")
         except ApiError as err:
-            self.cache.forget("Workload", write.workload)
+            self._forget(write.workload, created)
             self.tools.counters.add("write_failures")
             log.debug("admission of %s failed: %s", write.workload, err)
             return
         except BaseException:
-            self.cache.forget("Workload", write.workload)
+            self._forget(write.workload, created)
             raise
         self.cache.upsert("Workload", written)
         self.tools.counters.add("admitted")
@@ -78,6 +101,12 @@ class Admissions:
             Reason.QUOTA_RESERVED,
             f"Admitted by ClusterQueue {write.admission.cluster_queue}",
         )
+
+    def _forget(self, key: str, created: dict[str, Any] | None) -> None:
+        """Drop a failed admission's assumption; a Workload it created stays, as the server made it."""
+        self.cache.forget("Workload", key)
+        if created is not None:
+            self.cache.upsert("Workload", created)
 
     def _write_check_eviction(self, eviction: CheckEviction) -> None:
         """A Retry check evicts the workload (its quota goes back once its job has stopped, as for

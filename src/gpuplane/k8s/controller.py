@@ -3,7 +3,9 @@
 One reconcile pass (only on the leader, once every informer has synced)::
 
     informer cache --snapshot--> core cycles (until quiet or one preempts) --plan-->
-      1. queued jobs / gated pods get their Workload
+      1. queued jobs / gated pods get their Workload: assumed in the cache before the core
+         cycles, sent after them (one the plan admits is created by its admission write,
+         placement included)
       2. admissions: assume in the cache, then write Workload status.admission
          (placement as a hostname topology assignment); on any failure forget
       3. preemptions: dry run (Events "WouldPreempt", counters) or, as Kueue does, the
@@ -190,7 +192,7 @@ class Controller:
         self.pending = PendingReasons(tools)
         self.queues = QueueStatuses(tools)
         self.creation = WorkloadCreation(tools)
-        self.admissions = Admissions(tools, charged=self.live.claim_charges)
+        self.admissions = Admissions(tools, charged=self.live.claim_charges, unsent=self.creation.take)
         self.evictions = Evictions(
             tools, dry_run=self.config.dry_run_preemption, forget_pending=self.pending.forget
         )
@@ -255,6 +257,8 @@ class Controller:
             self.live.invalidate("the last pass failed")
             self.work.sweep_due = True
             raise
+        finally:
+            self.creation.flush()  # a pass that ended early still creates the Workloads it assumed
 
     def _pass(self) -> Plan | None:
         if self.config.leader_election and not self.elector.try_acquire_or_renew():
@@ -293,7 +297,8 @@ class Controller:
         self.admissions.write_check_evictions(plan)
         self._catch_up()
         self.evictions.stop_evicted(stop_jobs=False)
-        self.admissions.write_admissions(plan)
+        self.admissions.write_admissions(plan)  # creating the new Workloads it admits
+        self.creation.flush()  # the other new Workloads, before any step below writes them
         self.provisioner.reconcile(plan)
         self.evictions.preempt(plan)
         self._catch_up()

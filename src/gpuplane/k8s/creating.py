@@ -3,7 +3,12 @@
 A job labelled ``kueue.x-k8s.io/prebuilt-workload-name`` (a MultiKueue manager's copy on a worker)
 gets no new Workload: it adopts the one of that name, made for it in advance, by becoming its
 owner (an owner reference and the job-uid label), as Kueue does. Until that Workload exists the
-job waits."""
+job waits.
+
+A new Workload is not sent at once. It is assumed in the cache, so that the pass's scheduling
+sees it, and sent once the pass has decided: one that the pass admits is created by its admission
+write, carrying its placement (:meth:`WorkloadCreation.take`), which spares the placement patch;
+:meth:`WorkloadCreation.flush` creates the others, before any later step of the pass writes them."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError
 from gpuplane.k8s.bind_writes import workload_create_writes
+from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.writing import Tools
 from gpuplane.model import labels as keys
 
@@ -27,6 +33,8 @@ class WorkloadCreation:
         self.api = tools.api
         self.cache = tools.cache
         self.work = tools.work
+        # Assumed in the cache, not sent yet: the Workload by key (see the module docstring).
+        self.unsent: dict[str, dict[str, Any]] = {}
 
     def run(self) -> None:
         """Create the Workloads of queued jobs and gated pod groups that have none.
@@ -54,7 +62,21 @@ class WorkloadCreation:
         creations = workload_create_writes(candidates, groups, self.work.owned, self.priorities())
         self.work.to_create -= creations.settled_jobs
         self.work.groups -= creations.settled_groups
-        self.tools.each(partial(self._create, w.body) for w in creations.writes)
+        created = self.tools.now()[:19] + "Z"  # the order it queues in until the server's copy comes
+        for write in creations.writes:
+            body = {**write.body, "metadata": {**write.body["metadata"], "creationTimestamp": created}}
+            self.unsent[write.workload] = body
+            self.cache.assume("Workload", body)
+
+    def take(self, key: str) -> dict[str, Any] | None:
+        """The Workload ``key`` if it is assumed and not sent yet, now for the caller to create
+        (its admission write); None otherwise."""
+        return self.unsent.pop(key, None)
+
+    def flush(self) -> None:
+        """Create every Workload assumed and not sent yet, all at once."""
+        bodies, self.unsent = list(self.unsent.values()), {}
+        self.tools.each(partial(self._create, body) for body in bodies)
 
     def priorities(self) -> dict[str, int]:
         """The value of each cached WorkloadPriorityClass, by name."""
@@ -106,6 +128,10 @@ class WorkloadCreation:
         except ApiError as err:
             if not err.conflict:
                 self.tools.counters.add("write_failures")
+            self.cache.forget("Workload", object_key(body))
             return
+        except BaseException:
+            self.cache.forget("Workload", object_key(body))
+            raise
         self.cache.upsert("Workload", created)
         self.tools.counters.add("workloads_created")
