@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gpuplane.core.session import (
     DeviceConfig,
@@ -402,27 +402,27 @@ def node_use(view: NodeView) -> NodeUse:
 # memo is emptied when it grows past its bound. Binding a pass's gangs reads each node's pods
 # again for every pod placed there, which parsing once per object version saves.
 PARSED_REMEMBERED = 20_000
-_templates: dict[int, tuple[object, object, PodTemplate]] = {}
-_nodes: dict[int, tuple[object, Node]] = {}
+T = TypeVar("T")
 
 
-def _template_of(spec: dict[str, Any], meta: dict[str, Any]) -> PodTemplate:
-    known = _templates.get(id(spec))
-    if known is not None and known[0] is spec and known[1] is meta:
-        return known[2]
-    template = pod_template(spec, "spec", meta)
-    if len(_templates) >= PARSED_REMEMBERED:
-        _templates.clear()
-    _templates[id(spec)] = (spec, meta, template)
-    return template
+class ParsedOnce(Generic[T]):
+    """``parse`` of some objects, remembered by the objects' identity (at most ``bound`` entries)."""
+
+    def __init__(self, parse: Callable[..., T], bound: int = PARSED_REMEMBERED) -> None:
+        self._parse = parse
+        self._bound = bound
+        self._known: dict[int, tuple[tuple[object, ...], T]] = {}
+
+    def __call__(self, *objects: Any) -> T:
+        known = self._known.get(id(objects[0]))
+        if known is not None and all(a is b for a, b in zip(known[0], objects, strict=True)):
+            return known[1]
+        parsed = self._parse(*objects)
+        if len(self._known) >= self._bound:
+            self._known.clear()
+        self._known[id(objects[0])] = (objects, parsed)
+        return parsed
 
 
-def _node_of(node: dict[str, Any]) -> Node:
-    known = _nodes.get(id(node))
-    if known is not None and known[0] is node:
-        return known[1]
-    parsed = parse_node(node, "v1")
-    if len(_nodes) >= PARSED_REMEMBERED:
-        _nodes.clear()
-    _nodes[id(node)] = (node, parsed)
-    return parsed
+_template_of: ParsedOnce[PodTemplate] = ParsedOnce(lambda spec, meta: pod_template(spec, "spec", meta))
+_node_of: ParsedOnce[Node] = ParsedOnce(lambda node: parse_node(node, "v1"))
