@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from controller_harness import install_crds  # noqa: E402 (after the path set-up)
 from gpuplane.k8s import api as k8s  # noqa: E402
-from gpuplane.k8s.api import ApiError, KubeApi, load_api_client  # noqa: E402
+from gpuplane.k8s.api import ApiError, KubeApi, Resource, load_api_client  # noqa: E402
 from gpuplane.k8s.controller import Controller, ControllerConfig  # noqa: E402
 from gpuplane.k8s.informer import Cache, Informer  # noqa: E402
 from manifests import GPU, cluster_queue, local_queue, node, pod_spec, resource_flavor  # noqa: E402
@@ -92,9 +92,12 @@ def setup(api: KubeApi, nodes: int, gpus: int) -> None:
     install_crds(api)
     for ns in BENCH_NAMESPACES:
         make_namespace(api, ns)
-    api.create(k8s.RESOURCE_FLAVORS, resource_flavor(FLAVOR).set("spec.nodeLabels", {POOL: PREFIX}).to_dict())
+    # A run that was killed leaves its cluster-scoped objects (a teardown that did run removes them):
+    # the flavor and the queue get this run's spec, and its nodes are taken as they are.
+    flavor = resource_flavor(FLAVOR).set("spec.nodeLabels", {POOL: PREFIX}).to_dict()
+    _create_or_respec(api, k8s.RESOURCE_FLAVORS, flavor)
     queue = cluster_queue(f"{PREFIX}-cq").flavor(FLAVOR, cpu="100000", gpu=gpus).to_dict()
-    api.create(k8s.CLUSTER_QUEUES, queue)
+    _create_or_respec(api, k8s.CLUSTER_QUEUES, queue)
     for ns in QUEUED:
         api.create(k8s.LOCAL_QUEUES, local_queue("queue", ns, f"{PREFIX}-cq").to_dict(), ns)
 
@@ -109,7 +112,7 @@ def setup(api: KubeApi, nodes: int, gpus: int) -> None:
             .to_dict()
         )
         body["status"]["capacity"] = dict(body["status"]["allocatable"])
-        api.create(k8s.NODES, body)
+        _keep_existing(lambda: api.create(k8s.NODES, body))
 
     in_parallel(list(range(nodes)), add_node)
 
@@ -139,6 +142,26 @@ def teardown(api: KubeApi, nodes: int) -> None:
     _ignore(lambda: api.delete(k8s.CLUSTER_QUEUES, f"{PREFIX}-cq"))
     _ignore(lambda: api.delete(k8s.RESOURCE_FLAVORS, FLAVOR))
     in_parallel(list(range(nodes)), lambda i: _ignore(lambda: api.delete(k8s.NODES, f"{PREFIX}-n{i:05d}")))
+
+
+def _create_or_respec(api: KubeApi, res: Resource, body: dict[str, Any]) -> None:
+    """Create a cluster-scoped object, or give the one of that name that exists already ``body``'s spec."""
+    try:
+        api.create(res, body)
+    except ApiError as err:
+        if not err.conflict:
+            raise
+        found = api.get(res, body["metadata"]["name"])
+        api.replace(res, {**found, "spec": body["spec"]})
+
+
+def _keep_existing(create: Callable[[], Any]) -> None:
+    """Create, or keep the object of that name that exists already (409)."""
+    try:
+        create()
+    except ApiError as err:
+        if not err.conflict:
+            raise
 
 
 def _ignore(call: Callable[[], Any]) -> None:
