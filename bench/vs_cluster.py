@@ -173,9 +173,14 @@ def clear_namespace(api: KubeApi, namespace: str) -> None:
     """Delete the namespace's Jobs, Workloads and pods (grace period 0: no kubelet ends them)."""
     for res in (k8s.JOBS, k8s.WORKLOADS):
         _ignore(lambda res=res: api.request("DELETE", res.path(namespace), {"propagationPolicy": "Orphan"}))
-    _ignore(lambda: api.request("DELETE", k8s.PODS.path(namespace), {"gracePeriodSeconds": 0}))
     deadline = time.monotonic() + 1200  # thousands of pods go slowly on a loaded machine
-    while api.list(k8s.PODS, namespace, limit=1).get("items"):
+    asked = 0.0
+    while True:
+        if time.monotonic() - asked > 15:  # asked again: a collection delete can time out part way
+            _ignore(lambda: api.request("DELETE", k8s.PODS.path(namespace), {"gracePeriodSeconds": 0}))
+            asked = time.monotonic()
+        if not api.list(k8s.PODS, namespace, limit=1).get("items"):
+            return
         if time.monotonic() > deadline:
             raise SystemExit(f"the pods of {namespace} did not go")
         time.sleep(0.2)

@@ -24,6 +24,7 @@ from gpuplane.core.plan import (
     PreemptionDecision,
 )
 from gpuplane.core.session import DeviceConfig
+from gpuplane.k8s import creating
 from gpuplane.k8s.admitting import Admissions
 from gpuplane.k8s.api import ApiError, KubeApi, Resource
 from gpuplane.k8s.binding import Binder
@@ -198,6 +199,36 @@ def test_a_queued_job_gets_one_workload_and_a_conflict_is_no_failure() -> None:
     conflicted.flush()
     assert (again.counters.workloads_created, again.counters.write_failures) == (0, 0)
     assert again.cache.items("Workload") == [], "a create that failed leaves no assumption behind"
+
+
+def test_a_pass_makes_at_most_its_share_of_new_workloads_the_oldest_jobs_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(creating, "PASS_CREATES", 2)
+    stamps = {"c": "2026-01-01T00:00:01Z", "a": "2026-01-01T00:00:02Z", "b": "2026-01-01T00:00:03Z"}
+    queued = [
+        job(name, NS)
+        .queue("lq")
+        .set("spec.suspend", True)
+        .set("metadata.uid", f"uid-{name}")
+        .set("metadata.creationTimestamp", stamp)
+        .to_dict()
+        for name, stamp in stamps.items()
+    ]
+    bench = Bench(*(("Job", j) for j in queued))
+    creation = WorkloadCreation(bench.tools)
+    creation.run()
+    owners = sorted(w["metadata"]["ownerReferences"][0]["name"] for w in bench.cache.items("Workload"))
+    assert owners == ["a", "c"], "the two oldest jobs"
+    creation.flush()
+    bench.catch_up()
+    creation.run()
+    creation.flush()
+    assert [body["metadata"]["ownerReferences"][0]["name"] for _, _, body in bench.api.calls] == [
+        "c",
+        "a",
+        "b",
+    ]
 
 
 def test_a_workload_admitted_in_the_pass_that_made_it_is_created_with_its_placement() -> None:

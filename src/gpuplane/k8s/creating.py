@@ -23,6 +23,15 @@ from gpuplane.k8s.informer import object_key
 from gpuplane.k8s.writing import Tools
 from gpuplane.model import labels as keys
 
+# At most this many new Workloads a pass: the pass writes them, with the admissions it makes of them,
+# before it releases any job, so a burst of thousands of queued jobs taken in one pass would hold
+# every release back until all are written. The oldest go first; the rest wait for the next pass.
+PASS_CREATES = 500
+
+
+def _created(obj: dict[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("creationTimestamp") or "")
+
 
 class WorkloadCreation:
     """Creates the Workloads of queued jobs and gated pod groups that have none (owns no state: its
@@ -50,6 +59,7 @@ class WorkloadCreation:
                     self.work.to_create.discard((kind, key))
                 continue
             candidates.append((kind, key, job))
+        candidates.sort(key=lambda c: (_created(c[2]), c[0], c[1]))
         groups = []
         for group in sorted(self.work.groups):
             ns, name = group
@@ -63,7 +73,7 @@ class WorkloadCreation:
         self.work.to_create -= creations.settled_jobs
         self.work.groups -= creations.settled_groups
         created = self.tools.now()[:19] + "Z"  # the order it queues in until the server's copy comes
-        for write in creations.writes:
+        for write in creations.writes[:PASS_CREATES]:  # the rest stay candidates, for the next pass
             body = {**write.body, "metadata": {**write.body["metadata"], "creationTimestamp": created}}
             self.unsent[write.workload] = body
             self.cache.assume("Workload", body)
