@@ -170,20 +170,26 @@ def _ignore(call: Callable[[], Any]) -> None:
 
 
 def clear_namespace(api: KubeApi, namespace: str) -> None:
-    """Delete the namespace's Jobs, Workloads and pods (grace period 0: no kubelet ends them)."""
-    for res in (k8s.JOBS, k8s.WORKLOADS):
-        _ignore(lambda res=res: api.request("DELETE", res.path(namespace), {"propagationPolicy": "Orphan"}))
+    """Delete the namespace's Jobs, Workloads and pods (grace period 0: no kubelet ends them), and
+    wait until none is left. A collection delete can time out part way on a loaded machine, so each
+    is asked again every 15 s: a Workload left admitted would hold quota in the next pass."""
+    deletes = (
+        (k8s.JOBS, {"propagationPolicy": "Orphan"}),
+        (k8s.WORKLOADS, {"propagationPolicy": "Orphan"}),
+        (k8s.PODS, {"gracePeriodSeconds": 0}),
+    )
     deadline = time.monotonic() + 1200  # thousands of pods go slowly on a loaded machine
-    asked = 0.0
-    while True:
-        if time.monotonic() - asked > 15:  # asked again: a collection delete can time out part way
-            _ignore(lambda: api.request("DELETE", k8s.PODS.path(namespace), {"gracePeriodSeconds": 0}))
-            asked = time.monotonic()
-        if not api.list(k8s.PODS, namespace, limit=1).get("items"):
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the pods of {namespace} did not go")
-        time.sleep(0.2)
+    for res, options in deletes:
+        asked = 0.0
+        while True:
+            if time.monotonic() - asked > 15:
+                _ignore(lambda res=res, options=options: api.request("DELETE", res.path(namespace), options))
+                asked = time.monotonic()
+            if not api.list(res, namespace, limit=1).get("items"):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the {res.plural} of {namespace} did not go")
+            time.sleep(0.2)
 
 
 def pod_template(gpus: int, scheduler: str | None = None) -> dict[str, Any]:
