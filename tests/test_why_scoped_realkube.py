@@ -99,7 +99,8 @@ def test_a_namespace_scoped_token_gets_the_recorded_reason_and_what_it_could_not
     kube, ns, _ = team
     code, answer, stderr = _why(kube, "alice", ns, "big")
     assert code == 0, stderr
-    assert "403" not in stderr
+    # No refusal shown raw; the namespace's random name may itself hold "403".
+    assert "403" not in stderr.replace(ns, "<ns>")
     assert answer["reason"] == "Pending"
     assert "4 in the queue" in answer["message"]
     assert answer["positionInClusterQueue"] is None
