@@ -34,8 +34,9 @@ def _created(obj: dict[str, Any] | None) -> str:
 
 
 class WorkloadCreation:
-    """Creates the Workloads of queued jobs and gated pod groups that have none (owns no state: its
-    candidates are the worklist's ``to_create`` and ``groups``)."""
+    """Creates the Workloads of queued jobs and gated pod groups that have none (owns only the
+    Workloads it assumed and has not sent yet: its candidates are the worklist's ``to_create`` and
+    ``groups``)."""
 
     def __init__(self, tools: Tools) -> None:
         self.tools = tools
@@ -72,7 +73,7 @@ class WorkloadCreation:
         creations = workload_create_writes(candidates, groups, self.work.owned, self.priorities())
         self.work.to_create -= creations.settled_jobs
         self.work.groups -= creations.settled_groups
-        created = self.tools.now()[:19] + "Z"  # the order it queues in until the server's copy comes
+        created = self.tools.now_seconds()  # the order it queues in until the server's copy comes
         for write in creations.writes[:PASS_CREATES]:  # the rest stay candidates, for the next pass
             body = {**write.body, "metadata": {**write.body["metadata"], "creationTimestamp": created}}
             self.unsent[write.workload] = body

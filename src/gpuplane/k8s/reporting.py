@@ -77,7 +77,7 @@ class QueueStatuses:
             topologies=items("Topology"),
             admission_checks=items("AdmissionCheck"),
         )
-        writes = queue_status_writes(objects, self.tools.now()[:19] + "Z")
+        writes = queue_status_writes(objects, self.tools.now_seconds())
         self.tools.each(partial(self._write, w) for w in writes)
 
     def _write(self, write: QueueStatusWrite) -> None:

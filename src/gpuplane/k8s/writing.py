@@ -72,6 +72,11 @@ _COUNTER_FIELDS = frozenset(
 )
 
 
+def seconds_time(micro: str) -> str:
+    """A Kubernetes MicroTime as a Time: cut to whole seconds."""
+    return micro[:19] + "Z"
+
+
 class WritePool:
     """The writer threads (owns the pool): independent writes of one step go out at once."""
 
@@ -127,8 +132,8 @@ class Events:
             "reason": reason,
             "message": message[:1024],
             "type": kind,
-            "firstTimestamp": now[:19] + "Z",
-            "lastTimestamp": now[:19] + "Z",
+            "firstTimestamp": seconds_time(now),
+            "lastTimestamp": seconds_time(now),
             "count": 1,
             "source": {"component": "gpuplane-controller"},
         }
@@ -165,6 +170,10 @@ class Tools:
     def now(self) -> str:
         """The clock as a Kubernetes MicroTime."""
         return micro_time(self.clock())
+
+    def now_seconds(self) -> str:
+        """The clock as a Kubernetes Time (whole seconds)."""
+        return seconds_time(self.now())
 
 
 def owner_job(cache: Cache, wl: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
