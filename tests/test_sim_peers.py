@@ -15,7 +15,7 @@ import pytest
 from gpuplane.sim.cluster import ClusterSpec, NodeSpec
 from gpuplane.sim.engine import HOLD, Change, Engine, Model
 from gpuplane.sim.experiment import CONFIGURATIONS, SimInput, build_model, run_named
-from gpuplane.sim.kueue_model import KueueModel, time_sliced_pools
+from gpuplane.sim.kueue_model import KueueModel, replicas_fitting_memory, time_sliced_pools
 from gpuplane.sim.metrics import configuration_document
 from gpuplane.sim.scenario import Team
 from gpuplane.sim.volcano_model import VolcanoModel, water_fill
@@ -110,29 +110,64 @@ def test_kueue_places_a_gang_that_fits_and_runs_it() -> None:
 
 
 def test_kueue_timeslicing_overcommits_a_gpus_memory_without_noticing() -> None:
-    # One L4: three inference pods that each need half its memory. Time-slicing advertises the GPU
-    # as 4 replicas and each pod asks for one, so all three bind and run on the same GPU.
+    # One L4: three inference pods that each need a quarter of its memory, then one that needs
+    # half. Its users set the replicas for the common pod: 4, a quarter each. Each pod asks for
+    # one replica, so all four bind to the same GPU: neither Kueue nor kube-scheduler sees its
+    # memory.
     spec = _cluster("l4", [1])
-    jobs = [_job(i, "l4", at=float(i), fraction=500) for i in range(3)]
+    jobs = [_job(i, "l4", at=float(i), fraction=250) for i in range(3)]
+    jobs.append(_job(3, "l4", at=3.0, fraction=500))
     sim = _sim(spec, jobs, 2 * HOUR)
     assert time_sliced_pools(sim.workloads.jobs, spec.pools) == ("l4",)
-    _, doc = _run("kueue-timeslicing", sim)
-    assert doc["started"] == 3
+    assert replicas_fitting_memory(sim.workloads.jobs, ("l4",)) == {"l4": 4}
+    model, doc = _run("kueue-timeslicing", sim)
+    assert isinstance(model, KueueModel)
     sliced = doc["timeSlicing"]
     assert sliced["pools"] == ["l4"]
-    assert sliced["replicasPerGpu"] == 4
-    assert sliced["memoryOvercommits"] == 1  # the third pod: 150 % of the GPU's memory
+    assert sliced["replicasPerGpu"] == {"l4": 4}
+    assert sliced["memoryOvercommits"] == 1  # the fourth pod: 125 % of the GPU's memory
     assert sliced["memoryOvercommittedWorkloads"] == 1
-    # Each replica counts as a quarter of the GPU.
-    assert doc["allocatedGpuHours"] == pytest.approx(0.75, abs=0.01)  # three quarters, one hour
+    # The fourth pod's allocation fails: it crash-loops on its replica, holding it, until the
+    # first pod ends at one hour, and runs then.
+    assert doc["started"] == 4
+    assert doc["classes"]["job"]["waitMaxSeconds"] == pytest.approx(HOUR - 3, abs=1)
+    assert sliced["memoryUseAtEndMax"] <= 1.0
+    # Each replica counts as a quarter of the GPU: a whole GPU for the first hour (the
+    # crash-looping pod's replica included), then the half pod's quarter.
+    assert doc["allocatedGpuHours"] == pytest.approx(1.25, abs=0.01)
     # Kueue alone gives each pod a whole GPU: one runs at a time.
     _, plain = _run("kueue", sim)
     assert plain["started"] == 2  # the first ends at one hour, the second starts then
     assert "timeSlicing" not in plain
-    # gpuplane fits two halves on the GPU and keeps the third waiting.
+    # gpuplane gives each pod its fraction: three quarters fit, the half waits for one to end,
+    # and no pod is bound where it cannot run.
     _, gpuplane = _run("gpuplane", sim)
-    assert gpuplane["started"] == 3
-    assert gpuplane["classes"]["job"]["waitMaxSeconds"] > 0
+    assert gpuplane["started"] == 4
+    assert gpuplane["classes"]["job"]["waitMaxSeconds"] == pytest.approx(HOUR - 3, abs=1)
+    # The half held nothing while it waited.
+    assert gpuplane["allocatedGpuHours"] == pytest.approx(0.75 + 0.5, abs=0.01)
+
+
+def test_kueue_timeslicing_keeps_whole_gpu_requests_off_the_shared_pools() -> None:
+    # renameByDefault: a time-sliced L4 advertises nvidia.com/gpu.shared, so a job that asks for a
+    # whole GPU and may run on an L4 or an A100 takes the A100, while a fraction takes the L4.
+    spec = ClusterSpec(
+        nodes=(NodeSpec("l4-0", "l4", 1, "L4", 24576), NodeSpec("a100-0", "a100", 1, "A100", 81920)),
+        pools=("l4", "a100"),
+        teams=(Team("red", 1.0, 1.0),),
+    )
+    whole = _job(0, "l4", at=0.0, gpus=1)
+    whole.pools = ("l4", "a100")
+    shared = _job(1, "l4", at=1.0, fraction=500)
+    sim = _sim(spec, [whole, shared], HOUR)
+    model, doc = _run("kueue-timeslicing", sim)
+    assert isinstance(model, KueueModel)
+    assert doc["timeSlicing"]["pools"] == ["l4"]
+    assert doc["timeSlicing"]["wholeGpuRequestsShared"] is False
+    assert model.pools_of(whole) == ("a100",)
+    assert model.pools_of(shared) == ("l4",)
+    assert doc["started"] == 2
+    assert doc["timeSlicing"]["memoryOvercommits"] == 0
 
 
 def test_time_slicing_leaves_training_pools_alone() -> None:

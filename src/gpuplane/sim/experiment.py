@@ -29,7 +29,7 @@ from typing import Any
 from gpuplane.sim.cluster import ClusterSpec, cluster_from_scenario
 from gpuplane.sim.engine import Engine, Model
 from gpuplane.sim.gpuplane_model import GpuplaneModel, GpuplaneOptions
-from gpuplane.sim.kueue_model import KueueModel, time_sliced_pools
+from gpuplane.sim.kueue_model import KueueModel, replicas_fitting_memory, time_sliced_pools
 from gpuplane.sim.metrics import Ledger, configuration_document
 from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, labelled, run_tasks
 from gpuplane.sim.scenario import Scenario
@@ -105,9 +105,8 @@ def build_model(name: str, sim: SimInput) -> Model:
 def _peer(name: str, sim: SimInput) -> Model:
     """A peer configuration: what users run instead of gpuplane."""
     if name in ("kueue", "kueue-timeslicing"):
-        sliced = (
-            time_sliced_pools(sim.workloads.jobs, sim.cluster.pools) if name == "kueue-timeslicing" else ()
-        )
+        jobs = sim.workloads.jobs
+        sliced = time_sliced_pools(jobs, sim.cluster.pools) if name == "kueue-timeslicing" else ()
         return KueueModel(
             name,
             sim.cluster,
@@ -115,6 +114,8 @@ def _peer(name: str, sim: SimInput) -> Model:
             sim.workloads.start,
             grace=sim.eviction_grace,
             time_sliced=sliced,
+            replicas=replicas_fitting_memory(jobs, sliced),
+            whole_gpus_shared=False,
         )
     if name == "volcano":
         return VolcanoModel(sim.cluster, name=name)

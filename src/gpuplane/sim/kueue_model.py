@@ -29,19 +29,31 @@ Two layers, as on a real cluster::
   admitted and holds its quota.
 
 ``kueue-timeslicing`` adds the NVIDIA device plugin's time-slicing on the inference and notebook
-nodes (the pools that fraction or MIG requests may use and no multi-GPU or multi-pod work does):
-each GPU is advertised as ``replicas`` (4, the plugin's documented example) ``nvidia.com/gpu``
-devices. A pod asking for ``n`` GPUs gets ``n`` replicas, Kueue's quota on those flavors is counted
-in replicas (a team's floor share times ``replicas``), and nothing isolates memory or accounts for
-who uses what. Replicas are spread over a node's GPUs (replica ``r`` is GPU ``r mod gpus``, the
-kindest layout). A pod is taken to use its request's share of the GPU's memory (a whole-GPU
-request all of it, a fraction its share, a MIG profile its slices); each bind that takes a GPU's
-memory past 100 % is a ``memoryOvercommits`` (nobody notices; the pods are not OOM-killed here,
-and sharing does not slow them, both in the peer's favour).
+nodes (the pools that fraction or MIG requests may use and no multi-GPU or multi-pod work does),
+as its users configure it:
+
+* each GPU is advertised as ``replicas`` devices, per pool the most (at most 4, the plugin's
+  documented example) whose share of a GPU's memory holds the pool's most common fraction or MIG
+  request (:func:`replicas_fitting_memory`);
+* ``renameByDefault``: those devices are ``nvidia.com/gpu.shared``, so a request for whole GPUs
+  goes to the job's other pools (``whole_gpus_shared=False``; with it on, such a pod takes a
+  replica);
+* a pod asking for ``n`` shared GPUs gets ``n`` replicas, Kueue's quota on those flavors is counted
+  in replicas (a team's floor share times ``replicas``), and nothing isolates memory or accounts
+  for who uses what. Replicas are spread over a node's GPUs (replica ``r`` is GPU ``r mod gpus``,
+  the kindest layout).
+
+A pod is taken to use its request's share of the GPU's memory (a whole-GPU request all of it, a
+fraction its share, a MIG profile its slices). A bind where the GPU's running pods leave too little
+is a ``memoryOvercommits``: nobody notices at binding, the pod's allocation fails, and it
+crash-loops on its replicas, holding them, until the running pods free enough memory; its job
+starts then. Left out, in the peer's favour: the kubelet's back-off between restarts (up to 5
+minutes), and the slowdown of pods that share a GPU's compute.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -76,14 +88,42 @@ def time_sliced_pools(jobs: Iterable[Job], pools: Iterable[str]) -> tuple[str, .
     return tuple(p for p in pools if p in shared and p not in big)
 
 
+def replicas_fitting_memory(jobs: Iterable[Job], pools: Iterable[str]) -> dict[str, int]:
+    """Per pool, the replicas per GPU that its users would set: the most (at most
+    :data:`TIME_SLICING_REPLICAS`) whose share of a GPU's memory holds the pool's most common
+    fraction or MIG request (the larger share on a tie). Those pods never over-commit a GPU;
+    larger ones beside them may."""
+    counts: dict[str, Counter[float]] = {pool: Counter() for pool in pools}
+    for job in jobs:
+        request = job.request
+        if request.fraction_milli or request.mig is not None:
+            for pool in job.pools:
+                if pool in counts:
+                    counts[pool][_memory_share(job)] += 1
+    out = {}
+    for pool, shares in counts.items():
+        share = max(shares.items(), key=lambda item: (item[1], item[0]))[0] if shares else 0.0
+        fit = int(1 / share + 1e-9) if share > 0 else TIME_SLICING_REPLICAS
+        out[pool] = max(1, min(TIME_SLICING_REPLICAS, fit))
+    return out
+
+
 class _KueueAdmission(GpuplaneModel):
     """Kueue's admission: the core with no nodes. Owns the admissions and preemptions of the last
     pass (``admitted_now``, ``preempted_now``) for the binding layer to carry out."""
 
-    def __init__(
-        self, name: str, cluster: ClusterSpec, start: float, grace: float, replicas: Mapping[str, int]
+    def __init__(  # noqa: PLR0913 - the configuration's settings
+        self,
+        name: str,
+        cluster: ClusterSpec,
+        start: float,
+        grace: float,
+        replicas: Mapping[str, int],
+        *,
+        whole_gpus_shared: bool = True,
     ) -> None:
         self.replicas = dict(replicas)
+        self.whole_gpus_shared = whole_gpus_shared
         self.admitted_now: list[tuple[Job, str]] = []
         self.preempted_now: list[Job] = []
         super().__init__(name, cluster, KUEUE_OPTIONS, start, grace=grace)
@@ -126,6 +166,16 @@ class _KueueAdmission(GpuplaneModel):
         self.placed.pop(decision.workload, None)
         self.preempted_now.append(self.jobs[decision.workload])
 
+    def pools_of(self, job: Job) -> tuple[str, ...]:
+        """With ``whole_gpus_shared`` off (the device plugin's ``renameByDefault``), a time-sliced
+        node advertises ``nvidia.com/gpu.shared``: a request for whole GPUs no longer lands on a
+        replica there, only on the job's other pools (all of them if it has no other)."""
+        pools = super().pools_of(job)
+        if self.whole_gpus_shared or not self.replicas or not job.request.gpus:
+            return pools
+        whole = tuple(p for p in pools if p not in self.replicas)
+        return whole or pools
+
     def requeue(self, job: Job, now: float) -> None:
         """The stuck workload is evicted and queued again (its quota freed)."""
         key = self.key(job)
@@ -149,7 +199,12 @@ class _KueueBinder(StockModel):
         self.requeued: list[Job] = []
         # Physical GPUs per node index, for the nodes whose devices are time-sliced replicas.
         self.physical = {self.node_index[n]: g for n, g in physical.items()}
+        # Memory that running pods use, per physical GPU (node index, GPU).
         self.memory: dict[tuple[int, int], float] = {}
+        # Pods bound where their GPU's memory was short, per node, oldest first: each pod's CUDA
+        # allocation fails, and the kubelet restarts it in place until the memory is free.
+        self.looping: dict[int, list[tuple[_StockJob, tuple[int, ...]]]] = {}
+        self.looping_pods: dict[int, int] = {}  # per job id: its pods in ``looping``
         self.overcommits = 0
         self.overcommitted_jobs: set[int] = set()
         self.counting = False  # over-commits count inside the measured window only
@@ -201,28 +256,82 @@ class _KueueBinder(StockModel):
         self.requeued.append(job)
 
     def _bind(self, sj: _StockJob, node: int) -> None:
-        super()._bind(sj, node)
-        gpus = self.physical.get(node)
-        if gpus is None:
+        """Bind a pod; on a time-sliced node, it runs only if its GPUs' memory holds it.
+
+        Neither Kueue nor kube-scheduler sees memory there: the pod is bound to its replicas
+        whatever the other pods on the same GPU use. If they leave too little, its allocation
+        fails and it crash-loops in place, holding its replicas, until they free enough
+        (:meth:`_revive`); its job starts then.
+        """
+        physical = self.physical.get(node)
+        if physical is None:
+            super()._bind(sj, node)
             return
-        need = _memory_share(sj.job)
-        for replica in sj.devices[-1]:
-            key = (node, replica % gpus)
-            before = self.memory.get(key, 0.0)
-            self.memory[key] = before + need
-            if before + need > 1.0 + 1e-9 and self.counting:
+        self._place(sj, node)
+        gpus = sj.devices[-1]
+        if self._memory_fits(sj, node, gpus, physical):
+            self._use_memory(sj, node, gpus, physical, 1.0)
+        else:
+            self.looping.setdefault(node, []).append((sj, gpus))
+            self.looping_pods[sj.job.id] = self.looping_pods.get(sj.job.id, 0) + 1
+            if self.counting:
                 self.overcommits += 1
                 self.overcommitted_jobs.add(sj.job.id)
+        if len(sj.bound) == sj.job.pods and not self.looping_pods.get(sj.job.id):
+            self._start(sj)
+
+    def _memory_fits(self, sj: _StockJob, node: int, gpus: tuple[int, ...], physical: int) -> bool:
+        need = _memory_share(sj.job)
+        memory = self.memory
+        return all(memory.get((node, r % physical), 0.0) + need <= 1.0 + 1e-9 for r in gpus)
+
+    def _use_memory(
+        self, sj: _StockJob, node: int, gpus: tuple[int, ...], physical: int, sign: float
+    ) -> None:
+        """Add (``sign`` 1) or take back (-1) the pod's memory on each GPU of its replicas."""
+        need = sign * _memory_share(sj.job)
+        memory = self.memory
+        for replica in gpus:
+            key = (node, replica % physical)
+            memory[key] = max(0.0, memory.get(key, 0.0) + need)
 
     def _unbind(self, sj: _StockJob, node: int, gpus: tuple[int, ...]) -> None:
         super()._unbind(sj, node, gpus)
         physical = self.physical.get(node)
         if physical is None:
             return
-        need = _memory_share(sj.job)
-        for replica in gpus:
-            key = (node, replica % physical)
-            self.memory[key] = max(0.0, self.memory.get(key, 0.0) - need)
+        loops = self.looping.get(node)
+        if loops and (sj, gpus) in loops:  # a crash-looping pod used no memory
+            loops.remove((sj, gpus))
+            self._loop_ended(sj)
+            return
+        self._use_memory(sj, node, gpus, physical, -1.0)
+        self._revive(node, physical)
+
+    def _revive(self, node: int, physical: int) -> None:
+        """Memory was freed on ``node``: its crash-looping pods that now fit run, oldest first (at
+        once: the kubelet's back-off before the next restart, up to 5 minutes, is left out)."""
+        loops = self.looping.get(node)
+        if not loops or not self.up[node]:
+            return
+        kept = []
+        for sj, gpus in loops:
+            if not self._memory_fits(sj, node, gpus, physical):
+                kept.append((sj, gpus))
+                continue
+            self._use_memory(sj, node, gpus, physical, 1.0)
+            if not self._loop_ended(sj) and len(sj.bound) == sj.job.pods:
+                self._start(sj)
+        loops[:] = kept
+
+    def _loop_ended(self, sj: _StockJob) -> int:
+        """One pod of ``sj`` no longer crash-loops; returns how many still do."""
+        left = self.looping_pods[sj.job.id] - 1
+        if left:
+            self.looping_pods[sj.job.id] = left
+        else:
+            del self.looping_pods[sj.job.id]
+        return left
 
     def no_node_set_holds(self, sj: _StockJob) -> bool:
         """Whether the job's nodes could not hold all its pods even if every one were empty."""
@@ -253,18 +362,29 @@ class KueueModel:
         *,
         grace: float = 30.0,
         time_sliced: Iterable[str] = (),
-        replicas: int = TIME_SLICING_REPLICAS,
+        replicas: int | Mapping[str, int] = TIME_SLICING_REPLICAS,
+        whole_gpus_shared: bool = True,
     ) -> None:
-        if replicas < 1:
+        if isinstance(replicas, int) and replicas < 1:
             raise ValueError(f"time-slicing replicas must be at least 1, got {replicas}")
         self.name = name
         self.cluster = cluster
-        sliced = {pool: replicas for pool in time_sliced if pool in cluster.pools}
+        sliced = {
+            pool: replicas if isinstance(replicas, int) else replicas.get(pool, TIME_SLICING_REPLICAS)
+            for pool in time_sliced
+            if pool in cluster.pools
+        }
         unknown = [p for p in time_sliced if p not in cluster.pools]
         if unknown:
             raise ValueError(f"time-sliced pool {unknown[0]!r} is not a pool of the cluster")
+        few = [(p, n) for p, n in sliced.items() if n < 1]
+        if few:
+            pool, n = few[0]
+            raise ValueError(f"time-slicing replicas must be at least 1, got {n} on pool {pool!r}")
         self.replicas = sliced
-        self.admission = _KueueAdmission(name, cluster, start, grace, sliced)
+        self.admission = _KueueAdmission(
+            name, cluster, start, grace, sliced, whole_gpus_shared=whole_gpus_shared
+        )
         advertised = replace(
             cluster,
             nodes=tuple(replace(n, gpus=n.gpus * sliced.get(n.pool, 1)) for n in cluster.nodes),
@@ -326,7 +446,7 @@ class KueueModel:
 
     def _count_unplaceable(self, fresh: list[_StockJob]) -> None:
         for sj in fresh:
-            if sj.running or self.binder.jobs.get(sj.job.id) is not sj:
+            if len(sj.bound) == sj.job.pods or self.binder.jobs.get(sj.job.id) is not sj:
                 continue
             self.unplaceable_workloads += 1
             if sj.job.pods > 1:
@@ -387,7 +507,8 @@ class KueueModel:
             memory = np.asarray(list(self.binder.memory.values()) or [0.0])
             out["timeSlicing"] = {
                 "pools": sorted(self.replicas),
-                "replicasPerGpu": next(iter(self.replicas.values())),
+                "replicasPerGpu": dict(sorted(self.replicas.items())),
+                "wholeGpuRequestsShared": self.admission.whole_gpus_shared,
                 "memoryOvercommits": self.binder.overcommits,
                 "memoryOvercommittedWorkloads": len(self.binder.overcommitted_jobs),
                 "memoryUseAtEndMax": round(float(memory.max()), 3),

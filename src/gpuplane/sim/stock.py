@@ -321,18 +321,25 @@ class StockModel:
         return pick_node(scores, candidates, None)  # ties: the first node by name
 
     def _bind(self, sj: _StockJob, node: int) -> None:
+        self._place(sj, node)
+        if len(sj.bound) == sj.job.pods:
+            self._start(sj)
+
+    def _place(self, sj: _StockJob, node: int) -> None:
+        """Bind one pod of ``sj`` to ``node``: its devices are taken and held."""
         gpus = self.profile.reserve.choose_gpus(self.inventory, sj.request, node)
         self.inventory.commit(node, sj.request, gpus)  # the engine's filter passed it
         sj.bound.append(node)
         sj.devices.append(gpus)
-        job = sj.job
-        self.changes.append(Change(HOLD, job.id, float(sj.held)))
-        if len(sj.bound) == job.pods:
-            sj.running = True
-            if sj.deadlocked_since is not None:
-                sj.deadlocked_since = None
-                self.changes.append(Change(DEADLOCK, job.id, 0.0))
-            self.changes.append(Change(START, job.id, text=self.node_pool[sj.bound[0]]))
+        self.changes.append(Change(HOLD, sj.job.id, float(sj.held)))
+
+    def _start(self, sj: _StockJob) -> None:
+        """Every pod of ``sj`` is bound and runs: the job starts."""
+        sj.running = True
+        if sj.deadlocked_since is not None:
+            sj.deadlocked_since = None
+            self.changes.append(Change(DEADLOCK, sj.job.id, 0.0))
+        self.changes.append(Change(START, sj.job.id, text=self.node_pool[sj.bound[0]]))
 
     # --- deadlocks ---------------------------------------------------------------------------
 
