@@ -58,7 +58,10 @@ def _sim(spec: ClusterSpec, jobs: list[Job], horizon: float) -> SimInput:
 
 
 def _run(name: str, sim: SimInput) -> tuple[Model, dict[str, Any]]:
-    model = build_model(name, sim)
+    return _run_model(build_model(name, sim), sim)
+
+
+def _run_model(model: Model, sim: SimInput) -> tuple[Model, dict[str, Any]]:
     ledger = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle).run()
     doc = configuration_document(ledger)
     extras = getattr(model, "document_extras", None)
@@ -148,9 +151,24 @@ def test_kueue_timeslicing_overcommits_a_gpus_memory_without_noticing() -> None:
     assert gpuplane["allocatedGpuHours"] == pytest.approx(0.75 + 0.5, abs=0.01)
 
 
-def test_kueue_timeslicing_keeps_whole_gpu_requests_off_the_shared_pools() -> None:
-    # renameByDefault: a time-sliced L4 advertises nvidia.com/gpu.shared, so a job that asks for a
-    # whole GPU and may run on an L4 or an A100 takes the A100, while a fraction takes the L4.
+def test_kueue_timeslicing_puts_a_whole_gpu_request_on_a_replica_where_it_crash_loops() -> None:
+    # One L4 sliced in 2 (the half pods' memory); a half pod runs, then a CI job that asks for a
+    # whole GPU, and needs all its memory, takes the free replica: it crash-loops, holding it,
+    # until the half pod ends at one hour.
+    spec = _cluster("l4", [1])
+    jobs = [_job(0, "l4", at=0.0, fraction=500), _job(1, "l4", at=5.0, gpus=1)]
+    sim = _sim(spec, jobs, 2 * HOUR)
+    model, doc = _run("kueue-timeslicing", sim)
+    assert isinstance(model, KueueModel)
+    assert doc["timeSlicing"]["replicasPerGpu"] == {"l4": 2}
+    assert doc["timeSlicing"]["memoryOvercommits"] == 1
+    assert doc["started"] == 2
+    assert doc["classes"]["job"]["waitMaxSeconds"] == pytest.approx(HOUR - 5, abs=1)
+    assert not model.binder.looping_pods  # none is left crash-looping
+
+
+def test_renamed_time_slicing_keeps_whole_gpu_requests_off_the_shared_pools() -> None:
+    # An L4 and an A100; a job that asks for a whole GPU and may run on either, and a half.
     spec = ClusterSpec(
         nodes=(NodeSpec("l4-0", "l4", 1, "L4", 24576), NodeSpec("a100-0", "a100", 1, "A100", 81920)),
         pools=("l4", "a100"),
@@ -160,12 +178,27 @@ def test_kueue_timeslicing_keeps_whole_gpu_requests_off_the_shared_pools() -> No
     whole.pools = ("l4", "a100")
     shared = _job(1, "l4", at=1.0, fraction=500)
     sim = _sim(spec, [whole, shared], HOUR)
+    # The peer as configured (no renameByDefault): the whole-GPU request may take an L4 replica.
     model, doc = _run("kueue-timeslicing", sim)
     assert isinstance(model, KueueModel)
-    assert doc["timeSlicing"]["pools"] == ["l4"]
+    assert doc["timeSlicing"]["wholeGpuRequestsShared"] is True
+    assert model.pools_of(whole) == ("l4", "a100")
+    # renameByDefault: the L4 advertises nvidia.com/gpu.shared, so the whole-GPU request takes the
+    # A100 and the half takes the L4.
+    renamed = KueueModel(
+        "kueue-timeslicing",
+        spec,
+        sim.deadlock_timeout,
+        sim.workloads.start,
+        time_sliced=("l4",),
+        replicas={"l4": 2},
+        whole_gpus_shared=False,
+    )
+    assert renamed.pools_of(whole) == ("a100",)
+    assert renamed.pools_of(shared) == ("l4",)
+    _, doc = _run_model(renamed, sim)
     assert doc["timeSlicing"]["wholeGpuRequestsShared"] is False
-    assert model.pools_of(whole) == ("a100",)
-    assert model.pools_of(shared) == ("l4",)
+    assert doc["timeSlicing"]["replicasPerGpu"] == {"l4": 2}
     assert doc["started"] == 2
     assert doc["timeSlicing"]["memoryOvercommits"] == 0
 

@@ -115,7 +115,6 @@ def _peer(name: str, sim: SimInput) -> Model:
             grace=sim.eviction_grace,
             time_sliced=sliced,
             replicas=replicas_fitting_memory(jobs, sliced),
-            whole_gpus_shared=False,
         )
     if name == "volcano":
         return VolcanoModel(sim.cluster, name=name)

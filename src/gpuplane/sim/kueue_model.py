@@ -35,9 +35,9 @@ as its users configure it:
 * each GPU is advertised as ``replicas`` devices, per pool the most (at most 4, the plugin's
   documented example) whose share of a GPU's memory holds the pool's most common fraction or MIG
   request (:func:`replicas_fitting_memory`);
-* ``renameByDefault``: those devices are ``nvidia.com/gpu.shared``, so a request for whole GPUs
-  goes to the job's other pools (``whole_gpus_shared=False``; with it on, such a pod takes a
-  replica);
+* a request for whole GPUs may take replicas there too (``nvidia.com/gpu``, the plugin's default;
+  ``whole_gpus_shared=False`` models ``renameByDefault`` instead, where the replicas are
+  ``nvidia.com/gpu.shared`` and such a request goes to the job's other pools);
 * a pod asking for ``n`` shared GPUs gets ``n`` replicas, Kueue's quota on those flavors is counted
   in replicas (a team's floor share times ``replicas``), and nothing isolates memory or accounts
   for who uses what. Replicas are spread over a node's GPUs (replica ``r`` is GPU ``r mod gpus``,
@@ -267,7 +267,7 @@ class _KueueBinder(StockModel):
         if physical is None:
             super()._bind(sj, node)
             return
-        self._place(sj, node)
+        self._bind_pod(sj, node)
         gpus = sj.devices[-1]
         if self._memory_fits(sj, node, gpus, physical):
             self._use_memory(sj, node, gpus, physical, 1.0)
@@ -278,7 +278,7 @@ class _KueueBinder(StockModel):
                 self.overcommits += 1
                 self.overcommitted_jobs.add(sj.job.id)
         if len(sj.bound) == sj.job.pods and not self.looping_pods.get(sj.job.id):
-            self._start(sj)
+            self._start_job(sj)
 
     def _memory_fits(self, sj: _StockJob, node: int, gpus: tuple[int, ...], physical: int) -> bool:
         need = _memory_share(sj.job)
@@ -321,7 +321,7 @@ class _KueueBinder(StockModel):
                 continue
             self._use_memory(sj, node, gpus, physical, 1.0)
             if not self._loop_ended(sj) and len(sj.bound) == sj.job.pods:
-                self._start(sj)
+                self._start_job(sj)
         loops[:] = kept
 
     def _loop_ended(self, sj: _StockJob) -> int:

@@ -321,11 +321,11 @@ class StockModel:
         return pick_node(scores, candidates, None)  # ties: the first node by name
 
     def _bind(self, sj: _StockJob, node: int) -> None:
-        self._place(sj, node)
+        self._bind_pod(sj, node)
         if len(sj.bound) == sj.job.pods:
-            self._start(sj)
+            self._start_job(sj)
 
-    def _place(self, sj: _StockJob, node: int) -> None:
+    def _bind_pod(self, sj: _StockJob, node: int) -> None:
         """Bind one pod of ``sj`` to ``node``: its devices are taken and held."""
         gpus = self.profile.reserve.choose_gpus(self.inventory, sj.request, node)
         self.inventory.commit(node, sj.request, gpus)  # the engine's filter passed it
@@ -333,7 +333,7 @@ class StockModel:
         sj.devices.append(gpus)
         self.changes.append(Change(HOLD, sj.job.id, float(sj.held)))
 
-    def _start(self, sj: _StockJob) -> None:
+    def _start_job(self, sj: _StockJob) -> None:
         """Every pod of ``sj`` is bound and runs: the job starts."""
         sj.running = True
         if sj.deadlocked_since is not None:
