@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -30,7 +31,10 @@ HEADLINE_KEYS = (
 )
 
 
-def gpuplane(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def gpuplane(
+    *args: str, timeout: float = 120, columns: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = None if columns is None else {**os.environ, "COLUMNS": str(columns)}
     return subprocess.run(
         [sys.executable, "-m", "gpuplane.cli.app", *args],
         capture_output=True,
@@ -38,6 +42,7 @@ def gpuplane(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
         timeout=timeout,
         check=False,
         cwd=REPO,
+        env=env,
     )
 
 
@@ -90,6 +95,52 @@ def test_table_output_and_compare() -> None:
         assert name in header
     assert "GPU busy share" in run.stdout
     assert "per workload class" in run.stdout
+    assert "(Kueue)" not in run.stdout  # no peer: none of the peers' own rows
+
+
+def _row(stdout: str, label: str) -> list[str]:
+    line = next(line for line in stdout.splitlines() if label in line)
+    return [cell.strip() for cell in line.split("\u2502")[2:-1]]
+
+
+def test_table_shows_the_peers_own_counts() -> None:
+    run = gpuplane(
+        "simulate",
+        "--scenario",
+        str(GOLDEN / "tiny-mixed.yaml"),
+        "--days",
+        "0.25",
+        "--compare",
+        "kueue,kueue-timeslicing,volcano",
+        "--output",
+        "table",
+        columns=200,  # every label on one line
+    )
+    assert run.returncode == 0, run.stderr
+    doc = simulate_json(
+        "--scenario",
+        str(GOLDEN / "tiny-mixed.yaml"),
+        "--days",
+        "0.25",
+        "--compare",
+        "kueue,kueue-timeslicing,volcano",
+    )
+    configs = doc["configurations"]
+    assert list(configs) == ["stock", "gpuplane", "kueue", "kueue-timeslicing", "volcano"]
+    admitted = _row(run.stdout, "admitted, not all pods bound (Kueue)")
+    assert admitted[:2] == ["-", "-"]
+    assert admitted[4] == "-"
+    assert admitted[2] == f"{configs['kueue']['admittedUnplaceableWorkloads']:,}"
+    memory = _row(run.stdout, "pods bound short of GPU memory (time-slicing)")
+    assert memory == [
+        "-",
+        "-",
+        "-",
+        f"{configs['kueue-timeslicing']['timeSlicing']['memoryOvercommits']:,}",
+        "-",
+    ]
+    reclaimed = _row(run.stdout, "jobs reclaimed (Volcano)")
+    assert reclaimed == ["-", "-", "-", "-", f"{configs['volcano']['reclaimedJobs']:,}"]
 
 
 def test_report_writes_html_and_plots(tmp_path: Path) -> None:

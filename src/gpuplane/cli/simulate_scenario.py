@@ -173,6 +173,25 @@ ROWS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+# What only some configurations count (the peers' own figures): a row appears when any
+# configuration has its key (a dotted path into the configuration's JSON), "-" for the others.
+PEER_ROWS: tuple[tuple[str, str], ...] = (
+    ("admitted, not all pods bound (Kueue)", "admittedUnplaceableWorkloads"),
+    ("... of which gangs", "admittedUnplaceableGangs"),
+    ("pods bound short of GPU memory (time-slicing)", "timeSlicing.memoryOvercommits"),
+    ("jobs reclaimed (Volcano)", "reclaimedJobs"),
+)
+
+
+def _at(config: dict[str, Any], path: str) -> Any:
+    value: Any = config
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
 def summary_table(document: dict[str, Any]) -> Table:
     configs: dict[str, Any] = document["configurations"]
     title = (
@@ -184,6 +203,11 @@ def summary_table(document: dict[str, Any]) -> Table:
     for name in configs:
         table.add_column(name, justify="right")
     for label, key, fmt in ROWS:
+        if key == "wallSeconds":  # the peers' own rows go before the wall time, the last row
+            for peer_label, path in PEER_ROWS:
+                values = [_at(c, path) for c in configs.values()]
+                if any(v is not None for v in values):
+                    table.add_row(peer_label, *(_num(v) for v in values))
         if fmt is None:
             cells = [f"{c['started']:,} / {c['submitted']:,}" for c in configs.values()]
         else:
