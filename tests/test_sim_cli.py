@@ -104,27 +104,11 @@ def _row(stdout: str, label: str) -> list[str]:
 
 
 def test_table_shows_the_peers_own_counts() -> None:
-    run = gpuplane(
-        "simulate",
-        "--scenario",
-        str(GOLDEN / "tiny-mixed.yaml"),
-        "--days",
-        "0.25",
-        "--compare",
-        "kueue,kueue-timeslicing,volcano",
-        "--output",
-        "table",
-        columns=200,  # every label on one line
-    )
+    args = ("--scenario", str(GOLDEN / "tiny-mixed.yaml"), "--days", "0.25")
+    peers = ("--compare", "kueue,kueue-timeslicing,volcano")
+    run = gpuplane("simulate", *args, *peers, "--output", "table", columns=200)  # a label per line
     assert run.returncode == 0, run.stderr
-    doc = simulate_json(
-        "--scenario",
-        str(GOLDEN / "tiny-mixed.yaml"),
-        "--days",
-        "0.25",
-        "--compare",
-        "kueue,kueue-timeslicing,volcano",
-    )
+    doc = simulate_json(*args, *peers)
     configs = doc["configurations"]
     assert list(configs) == ["stock", "gpuplane", "kueue", "kueue-timeslicing", "volcano"]
     admitted = _row(run.stdout, "admitted, not all pods bound (Kueue)")
