@@ -15,7 +15,7 @@ import pytest
 from gpuplane.sim.cluster import ClusterSpec, NodeSpec
 from gpuplane.sim.engine import HOLD, Change, Engine, Model
 from gpuplane.sim.experiment import CONFIGURATIONS, SimInput, build_model, run_named
-from gpuplane.sim.kueue_model import KueueModel, replicas_fitting_memory, time_sliced_pools
+from gpuplane.sim.kueue_model import KueueModel, next_restart, replicas_fitting_memory, time_sliced_pools
 from gpuplane.sim.metrics import configuration_document
 from gpuplane.sim.scenario import Team
 from gpuplane.sim.volcano_model import VolcanoModel, water_fill
@@ -131,9 +131,11 @@ def test_kueue_timeslicing_overcommits_a_gpus_memory_without_noticing() -> None:
     assert sliced["memoryOvercommits"] == 1  # the fourth pod: 125 % of the GPU's memory
     assert sliced["memoryOvercommittedWorkloads"] == 1
     # The fourth pod's allocation fails: it crash-loops on its replica, holding it, until the
-    # first pod ends at one hour, and runs then.
+    # first pod ends at one hour, and runs at the kubelet's next restart after that: it was
+    # bound at 3 s, so its restarts come at 13, 33, 73, 153, 313 s, then every 5 minutes.
     assert doc["started"] == 4
-    assert doc["classes"]["job"]["waitMaxSeconds"] == pytest.approx(HOUR - 3, abs=1)
+    assert next_restart(3.0, HOUR) == 3613.0
+    assert doc["classes"]["job"]["waitMaxSeconds"] == pytest.approx(3613.0 - 3, abs=1)
     assert sliced["memoryUseAtEndMax"] <= 1.0
     # Each replica counts as a quarter of the GPU: a whole GPU for the first hour (the
     # crash-looping pod's replica included), then the half pod's quarter.
@@ -154,7 +156,7 @@ def test_kueue_timeslicing_overcommits_a_gpus_memory_without_noticing() -> None:
 def test_kueue_timeslicing_puts_a_whole_gpu_request_on_a_replica_where_it_crash_loops() -> None:
     # One L4 sliced in 2 (the half pods' memory); a half pod runs, then a CI job that asks for a
     # whole GPU, and needs all its memory, takes the free replica: it crash-loops, holding it,
-    # until the half pod ends at one hour.
+    # until the half pod ends at one hour, and runs at the kubelet's next restart.
     spec = _cluster("l4", [1])
     jobs = [_job(0, "l4", at=0.0, fraction=500), _job(1, "l4", at=5.0, gpus=1)]
     sim = _sim(spec, jobs, 2 * HOUR)
@@ -163,8 +165,22 @@ def test_kueue_timeslicing_puts_a_whole_gpu_request_on_a_replica_where_it_crash_
     assert doc["timeSlicing"]["replicasPerGpu"] == {"l4": 2}
     assert doc["timeSlicing"]["memoryOvercommits"] == 1
     assert doc["started"] == 2
-    assert doc["classes"]["job"]["waitMaxSeconds"] == pytest.approx(HOUR - 5, abs=1)
+    assert doc["classes"]["job"]["waitMaxSeconds"] == pytest.approx(next_restart(5.0, HOUR) - 5, abs=1)
     assert not model.binder.looping_pods  # none is left crash-looping
+
+
+def test_the_kubelets_restarts_of_a_crash_looping_pod_back_off_to_five_minutes() -> None:
+    # 10 s after the first failure, then after 20, 40, 80, 160 s, then every 300 s.
+    assert [next_restart(100.0, 100.0 + t) for t in (0.0, 10.0, 10.5, 31.0, 150.0, 151.0, 311.0, 900.0)] == [
+        110.0,
+        110.0,
+        130.0,
+        170.0,
+        250.0,
+        410.0,
+        710.0,
+        1010.0,
+    ]
 
 
 def test_renamed_time_slicing_keeps_whole_gpu_requests_off_the_shared_pools() -> None:

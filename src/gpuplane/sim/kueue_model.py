@@ -46,16 +46,20 @@ as its users configure it:
 A pod is taken to use its request's share of the GPU's memory (a whole-GPU request all of it, a
 fraction its share, a MIG profile its slices). A bind where the GPU's running pods leave too little
 is a ``memoryOvercommits``: nobody notices at binding, the pod's allocation fails, and it
-crash-loops on its replicas, holding them, until the running pods free enough memory; its job
-starts then. Left out, in the peer's favour: the kubelet's back-off between restarts (up to 5
-minutes), and the slowdown of pods that share a GPU's compute.
+crash-loops on its replicas, holding them, until the running pods free enough memory. The
+kubelet restarts it with its back-off (10 s, doubled after each failed start, at most 5 minutes:
+:func:`next_restart`), so it runs at its first restart after the memory is free, if the memory is
+still free then; its job starts then. Left out, in the peer's favour: the slowdown of pods that
+share a GPU's compute.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +77,34 @@ from gpuplane.sim.workloads import MILLI, Job
 TIME_SLICING_REPLICAS = 4  # the NVIDIA device plugin's documented time-slicing example
 KUEUE_OPTIONS = GpuplaneOptions(sharing=False, reaper=False, checkpoint_aware=False)
 UNBOUNDED = 1 << 40
+BACKOFF_FIRST = 10.0  # s: the kubelet's first restart of a crashed container comes after this
+BACKOFF_MAX = 300.0  # s: each later one after twice the last delay, at most this
+
+
+def next_restart(since: float, at: float) -> float:
+    """The kubelet's first restart at or after ``at`` of a container that has crash-looped since
+    ``since``: restarts come 10 s after the first failure, then after delays that double, each at
+    most 5 minutes (``CrashLoopBackOff``)."""
+    elapsed = at - since
+    offset = step = BACKOFF_FIRST
+    while offset < elapsed:
+        step = min(2.0 * step, BACKOFF_MAX)
+        if step == BACKOFF_MAX:
+            offset += math.ceil((elapsed - offset) / step) * step
+            break
+        offset += step
+    return since + offset
+
+
+@dataclass(slots=True, eq=False)
+class _Loop:
+    """A pod bound where its GPU's memory was short: crash-looping since ``since``; ``restart``:
+    the restart at which it is to run, set once the memory it needs is free (else None)."""
+
+    sj: _StockJob
+    gpus: tuple[int, ...]
+    since: float
+    restart: float | None = None
 
 
 def time_sliced_pools(jobs: Iterable[Job], pools: Iterable[str]) -> tuple[str, ...]:
@@ -203,8 +235,10 @@ class _KueueBinder(StockModel):
         self.memory: dict[tuple[int, int], float] = {}
         # Pods bound where their GPU's memory was short, per node, oldest first: each pod's CUDA
         # allocation fails, and the kubelet restarts it in place until the memory is free.
-        self.looping: dict[int, list[tuple[_StockJob, tuple[int, ...]]]] = {}
+        self.looping: dict[int, list[_Loop]] = {}
         self.looping_pods: dict[int, int] = {}  # per job id: its pods in ``looping``
+        self.restarts: list[tuple[float, int]] = []  # (time, node) of restarts due, a heap
+        self.clock = 0.0  # the time of what the model is doing now
         self.overcommits = 0
         self.overcommitted_jobs: set[int] = set()
         self.counting = False  # over-commits count inside the measured window only
@@ -272,7 +306,7 @@ class _KueueBinder(StockModel):
         if self._memory_fits(sj, node, gpus, physical):
             self._use_memory(sj, node, gpus, physical, 1.0)
         else:
-            self.looping.setdefault(node, []).append((sj, gpus))
+            self.looping.setdefault(node, []).append(_Loop(sj, gpus, self.clock))
             self.looping_pods[sj.job.id] = self.looping_pods.get(sj.job.id, 0) + 1
             if self.counting:
                 self.overcommits += 1
@@ -301,28 +335,51 @@ class _KueueBinder(StockModel):
         if physical is None:
             return
         loops = self.looping.get(node)
-        if loops and (sj, gpus) in loops:  # a crash-looping pod used no memory
-            loops.remove((sj, gpus))
+        loop = next((lp for lp in loops if lp.sj is sj and lp.gpus == gpus), None) if loops else None
+        if loops and loop is not None:  # a crash-looping pod used no memory
+            loops.remove(loop)
             self._loop_ended(sj)
             return
         self._use_memory(sj, node, gpus, physical, -1.0)
         self._revive(node, physical)
 
     def _revive(self, node: int, physical: int) -> None:
-        """Memory was freed on ``node``: its crash-looping pods that now fit run, oldest first (at
-        once: the kubelet's back-off before the next restart, up to 5 minutes, is left out)."""
+        """Memory was freed on ``node``: each crash-looping pod that now fits is to run at its next
+        restart (:func:`next_restart`), if the memory is still free then (:meth:`restart_due`)."""
         loops = self.looping.get(node)
         if not loops or not self.up[node]:
             return
-        kept = []
-        for sj, gpus in loops:
-            if not self._memory_fits(sj, node, gpus, physical):
-                kept.append((sj, gpus))
+        for loop in loops:
+            if loop.restart is None and self._memory_fits(loop.sj, node, loop.gpus, physical):
+                loop.restart = next_restart(loop.since, self.clock)
+                heapq.heappush(self.restarts, (loop.restart, node))
+                self._wakes.append(loop.restart)
+
+    def restart_due(self, now: float) -> None:
+        """The restarts due by ``now``: a pod whose memory is free runs, oldest first (its job
+        starts once none of its pods crash-loops); the others wait for memory to be freed again."""
+        restarts = self.restarts
+        nodes = set()
+        while restarts and restarts[0][0] <= now:
+            nodes.add(heapq.heappop(restarts)[1])
+        for node in sorted(nodes):
+            loops, physical = self.looping.get(node), self.physical[node]
+            if not loops:
                 continue
-            self._use_memory(sj, node, gpus, physical, 1.0)
-            if not self._loop_ended(sj) and len(sj.bound) == sj.job.pods:
-                self._start_job(sj)
-        loops[:] = kept
+            kept = []
+            for loop in loops:
+                sj, gpus = loop.sj, loop.gpus
+                if loop.restart is None or loop.restart > now:
+                    kept.append(loop)
+                    continue
+                loop.restart = None
+                if not self.up[node] or not self._memory_fits(sj, node, gpus, physical):
+                    kept.append(loop)
+                    continue
+                self._use_memory(sj, node, gpus, physical, 1.0)
+                if not self._loop_ended(sj) and len(sj.bound) == sj.job.pods:
+                    self._start_job(sj)
+            loops[:] = kept
 
     def _loop_ended(self, sj: _StockJob) -> int:
         """One pod of ``sj`` no longer crash-loops; returns how many still do."""
@@ -406,10 +463,12 @@ class KueueModel:
     def release(self, job: Job, now: float) -> None:
         self.admission.release(job, now)
         self.admission.take_changes()
+        self.binder.clock = now
         self.binder.release(job, now)
         self.pool_of_job.pop(job.id, None)
 
     def node_down(self, node: str, now: float) -> None:
+        self.binder.clock = now
         self.binder.node_down(node, now)
 
     def node_up(self, node: str, now: float) -> None:
@@ -420,6 +479,8 @@ class KueueModel:
     def schedule(self, now: float, checkpoints: Callable[[], Iterable[tuple[Job, float]]]) -> int:
         admission, binder = self.admission, self.binder
         binder.counting = now >= 0
+        binder.clock = now
+        binder.restart_due(now)
         fresh: list[_StockJob] = []
         cycles = 0
         for _ in range(8):  # requeued gangs are admitted again at once, if quota allows
