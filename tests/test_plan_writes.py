@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from gpuplane.core.plan import PodPlacement, PodSetDecision
@@ -220,6 +221,31 @@ def test_queued_jobs_and_gated_pod_groups_without_a_workload_get_one() -> None:
     assert made.settled_groups == {(NS, "free")}, "a pod group none of whose pods is gated needs none"
     owned = workload_create_writes([], groups[:1], lambda uid: uid == "g", {})
     assert (owned.writes, owned.settled_groups) == ((), {(NS, "g")})
+
+
+def test_a_pass_builds_no_more_workloads_than_its_limit() -> None:
+    # Two queued jobs and a running one between them, then a gated pod group: with a limit of
+    # one, only the first queued job gets its Workload; nothing after it is looked at, so
+    # neither the running job nor the group is settled (they stay candidates for a later pass).
+    candidates = [
+        ("Job", f"{NS}/first", _job("first")),
+        ("Job", f"{NS}/running", _job("running", suspended=False)),
+        ("Job", f"{NS}/second", _job("second")),
+    ]
+    looked_at = []
+
+    def groups() -> Iterator[tuple[tuple[str, str], list[dict[str, Any]]]]:
+        looked_at.append("g")
+        yield (NS, "g"), [_gated_pod("g-0", "g"), _gated_pod("g-1", "g")]
+
+    made = workload_create_writes(candidates, groups(), lambda uid: uid == "none", {}, limit=1)
+    assert [w.body["metadata"]["ownerReferences"][0]["name"] for w in made.writes] == ["first"]
+    assert (made.settled_jobs, made.settled_groups, looked_at) == (frozenset(), frozenset(), [])
+    # With room for three, the running job is settled and the group gets its Workload.
+    made = workload_create_writes(candidates, groups(), lambda uid: uid == "none", {}, limit=3)
+    assert len(made.writes) == 3
+    assert made.settled_jobs == {("Job", f"{NS}/running")}
+    assert made.writes[-1].body["metadata"]["labels"][keys.JOB_UID_LABEL] == "g"
 
 
 def _admitted(

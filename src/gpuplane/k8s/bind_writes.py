@@ -5,7 +5,7 @@ the controller observes: jobs, pods, a Workload and its admission, what is on a 
 what to write, as data; none makes a request or changes its inputs. The controller gathers the
 inputs from its cache and worklist and applies the result (assume, send, forget on failure)::
 
-    workload_create_writes(candidates, groups, owned, priorities) -> Creations
+    workload_create_writes(candidates, groups, owned, priorities, limit) -> Creations
     release_writes(wl, admission, owner, pods, flavors)           -> [Write(RELEASE, ...)]
     gang_plan(wl, admission, pods, noted)                         -> GangPlan
     binding_writes(plan, view, config)                            -> [Bind]
@@ -67,16 +67,21 @@ def workload_create_writes(
     groups: Iterable[tuple[tuple[str, str], Sequence[dict[str, Any]]]],
     owned: Callable[[str], bool],
     priorities: dict[str, int],
+    limit: int | None = None,
 ) -> Creations:
     """The Workloads of queued jobs and gated pod groups that have none.
 
     ``candidates``: (kind, key, the job as observed or None when gone); ``groups``: each pod group
     (namespace, name) with the pods that may belong to it (only gated pods of that group count);
-    ``owned``: whether some Workload carries a job uid already."""
+    ``owned``: whether some Workload carries a job uid already. ``limit``: at most this many
+    Workloads; the candidates after the one that reaches it are not looked at (they are neither
+    written nor settled, so they stay candidates)."""
     writes: list[Write] = []
     settled_jobs: set[tuple[str, str]] = set()
     settled_groups: set[tuple[str, str]] = set()
     for kind, key, obj in candidates:
+        if limit is not None and len(writes) >= limit:
+            return Creations(tuple(writes), frozenset(settled_jobs), frozenset(settled_groups))
         body = None
         if (
             obj is not None
@@ -89,6 +94,8 @@ def workload_create_writes(
         else:
             writes.append(Write(Verb.CREATE, object_key(body), body))
     for group, members in groups:
+        if limit is not None and len(writes) >= limit:
+            break
         pods = [pod for pod in members if gated(pod) and pod_group(pod) == group]
         body = jobs.pod_group_workload(pods, priorities) if pods else None
         if body is None or owned(body["metadata"]["labels"][keys.JOB_UID_LABEL]):

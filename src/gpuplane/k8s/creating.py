@@ -61,20 +61,20 @@ class WorkloadCreation:
                 continue
             candidates.append((kind, key, job))
         candidates.sort(key=lambda c: (_created(c[2]), c[0], c[1]))
-        groups = []
-        for group in sorted(self.work.groups):
-            ns, name = group
-            members = self.work.pods_by.get((ns, "group", name), set()) | self.work.pods_by.get(
-                (ns, "name", name), set()
-            )
-            groups.append(
-                (group, [p for key in sorted(members) if (p := self.cache.get("Pod", key)) is not None])
-            )
-        creations = workload_create_writes(candidates, groups, self.work.owned, self.priorities())
+        by = self.work.pods_by
+
+        def members(ns: str, name: str) -> list[dict[str, Any]]:
+            keys_ = sorted(by.get((ns, "group", name), set()) | by.get((ns, "name", name), set()))
+            return [p for key in keys_ if (p := self.cache.get("Pod", key)) is not None]
+
+        groups = ((group, members(*group)) for group in sorted(self.work.groups))  # read as needed
+        creations = workload_create_writes(
+            candidates, groups, self.work.owned, self.priorities(), limit=PASS_CREATES
+        )
         self.work.to_create -= creations.settled_jobs
         self.work.groups -= creations.settled_groups
         created = self.tools.now_seconds()  # the order it queues in until the server's copy comes
-        for write in creations.writes[:PASS_CREATES]:  # the rest stay candidates, for the next pass
+        for write in creations.writes:  # at most PASS_CREATES: the rest stay candidates, for the next pass
             body = {**write.body, "metadata": {**write.body["metadata"], "creationTimestamp": created}}
             self.unsent[write.workload] = body
             self.cache.assume("Workload", body)
