@@ -477,3 +477,21 @@ class QuotaTree:
         finally:
             for w in removed:
                 self.add_workload(w)
+
+    @contextmanager
+    def without_usage_of(self, workloads: list[AdmittedWorkload], fr: FlavorResource) -> Iterator[None]:
+        """:meth:`without` as seen by ``fr`` alone: only the workloads' usage of ``fr`` is taken
+        out of the tree (a node's usage of a flavor-resource depends only on the totals below it,
+        not on the order of the changes, so what any question about ``fr`` reads is the same)."""
+        removed = []
+        for w in workloads:
+            cq = self.queues.get(w.cluster_queue)
+            value = w.usage.get(fr, 0)
+            if cq is not None and value and w.key in cq.workloads:
+                cq.remove_usage(fr, value)
+                removed.append((cq, value))
+        try:
+            yield
+        finally:
+            for cq, value in removed:
+                cq.add_usage(fr, value)
