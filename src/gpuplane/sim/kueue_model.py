@@ -334,9 +334,9 @@ class _KueueBinder(StockModel):
         physical = self.physical.get(node)
         if physical is None:
             return
-        loops = self.looping.get(node)
-        loop = next((lp for lp in loops if lp.sj is sj and lp.gpus == gpus), None) if loops else None
-        if loops and loop is not None:  # a crash-looping pod used no memory
+        loops = self.looping.get(node, [])
+        loop = next((lp for lp in loops if lp.sj is sj and lp.gpus == gpus), None)
+        if loop is not None:  # a crash-looping pod used no memory
             loops.remove(loop)
             self._loop_ended(sj)
             return
