@@ -11,13 +11,14 @@ meanwhile, as they would in a cluster.
 Usage::
 
     python3 bench/run.py deep-queue                    # 5,000 jobs, 625 nodes x 8 GPUs
-    python3 bench/deep_queue.py --jobs 1000 --output json [--kubeconfig K]
+    python3 bench/deep_queue.py --jobs 1000 --output json [--kubeconfig K] [--profile FILE]
 
 With ``--output json`` it prints ``{"admissionsPerSecond", "seconds", "firstAdmissionSeconds",
 "jobs", "ceilingAdmissionsPerSecond", "shareOfCeiling", ...}``: the ceiling is the same API server, in the
 same run, taking only the two writes an admission makes (the Workload's create, carrying its
-placement, and its status write) from 16 client threads. Target (issue: deep queues): at least 100
-admissions per second.
+placement, and its status write) from 16 client threads. ``--profile`` writes a cProfile of the
+controller's process. The run stops with an error if the controller's process ends before the last
+admission. Target (issue: deep queues): at least 100 admissions per second.
 """
 
 from __future__ import annotations
@@ -68,8 +69,16 @@ class AdmittedWorkloads(Watched):
                     self.first_seen[key] = now
         return len(self.first_seen)
 
-    def wait_all(self, count: int, timeout: float, console: Console, started: float) -> None:
-        self.wait_for(self.note, count, timeout=timeout, console=console, started=started, what="admitted")
+    def wait_all(self, count: int, timeout: float, console: Console, started: float, process: Any) -> None:
+        self.wait_for(
+            self.note,
+            count,
+            timeout=timeout,
+            console=console,
+            started=started,
+            what="admitted",
+            process=process,
+        )
 
 
 def write_ceiling(api: KubeApi, namespace: str, keys: list[str]) -> float:
@@ -134,9 +143,11 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             with AdmittedWorkloads(kubeconfig, namespace) as watch:
                 stop, results = context.Event(), context.Queue()
                 started = time.perf_counter()
-                child = context.Process(target=controller_process, args=(kubeconfig, stop, results, None))
+                child = context.Process(
+                    target=controller_process, args=(kubeconfig, stop, results, args.profile)
+                )
                 child.start()
-                watch.wait_all(args.jobs, args.timeout, console, started)
+                watch.wait_all(args.jobs, args.timeout, console, started, child)
                 stop.set()
                 measured = results.get(timeout=120)
                 child.join(timeout=60)
@@ -168,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--kubeconfig", help="a running cluster (default: start the project's own)")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--profile", help="write a cProfile of the controller's process to this file")
     parser.add_argument("--output", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     console = Console(stderr=args.output == "json")

@@ -64,7 +64,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "api-write-costs": Benchmark(
         script="api_write_costs.py",
         description="what each kind of write on gpuplane's path costs a real API server: calls/s and CPU "
-        "ms per call of kube-apiserver and etcd (Workload, its patch and status, Event, Job, pod)",
+        "ms per call of kube-apiserver and etcd (Workload, its patch and status, Event, Job and its "
+        "release, pod, its gate lifted, Binding), and the workloads per second each path's writes allow",
     ),
     "chaos": Benchmark(
         script="chaos.py",

@@ -240,14 +240,20 @@ class Watched:
         console: Console,
         started: float,
         what: str,
+        process: Any = None,
     ) -> None:
         """Until ``done()`` reaches ``count`` (looked at on every change the watch brings), logging
-        progress every 15 s; exits the run after ``timeout`` seconds since ``started``."""
+        progress every 15 s; exits the run after ``timeout`` seconds since ``started``, or once
+        ``process`` (the controller's, when given) has ended."""
         last = time.perf_counter()
         while (now_done := done()) < count:
             now = time.perf_counter()
             if now - started > timeout:
                 raise SystemExit(f"timed out with {now_done:,}/{count:,} {what} in {self.namespace}")
+            if process is not None and not process.is_alive():
+                raise SystemExit(
+                    f"the controller ended (exit code {process.exitcode}) with {now_done:,}/{count:,} {what}"
+                )
             if now - last > 15:
                 log(console, f"  {now_done:,}/{count:,} {what}")
                 last = now

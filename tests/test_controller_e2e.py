@@ -109,6 +109,13 @@ def test_jobs_are_admitted_released_and_bound_to_planned_nodes_and_devices(
         binds = double.requests.bindings()
         assert sorted(binds) == sorted((scene.namespace, n, node) for n, node in bound_pods(pods).items())
         assert len(binds) == len(set(binds)), "each pod bound once"
+    else:
+        # The controller's cache keeps no managedFields and writes the Jobs back without them:
+        # the server keeps whose fields were whose, the submitter's beside the controller's.
+        for name, _, _ in JOBS:
+            managers = {m["manager"] for m in jobs[name]["metadata"].get("managedFields") or []}
+            assert any(m.startswith("kubectl") for m in managers), f"{name}: field managers: {managers}"
+            assert "gpuplane-controller" in managers, f"{name}: field managers: {managers}"
 
 
 def test_a_job_that_does_not_fit_now_is_admitted_when_capacity_frees(scene: Scene) -> None:

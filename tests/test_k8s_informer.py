@@ -179,6 +179,24 @@ def test_an_older_watch_event_does_not_roll_back_a_written_copy() -> None:
     assert cache.get("Workload", "ns/w") == versioned("w", 4)
 
 
+def test_the_cache_keeps_no_managed_fields() -> None:
+    owned = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+
+    def with_fields(name: str, rv: int) -> dict[str, object]:
+        obj = versioned(name, rv)
+        obj["metadata"]["managedFields"] = owned  # type: ignore[index]
+        return obj
+
+    cache = Cache()
+    cache.replace_all("Job", [with_fields("listed", 1)], "1")
+    cache.upsert("Job", with_fields("watched", 2))
+    for key in ("ns/listed", "ns/watched"):
+        job = cache.get("Job", key)
+        assert job is not None
+        assert "managedFields" not in job["metadata"]
+        assert job["metadata"]["resourceVersion"] in {"1", "2"}
+
+
 def test_a_list_keeps_copies_newer_than_itself_and_drops_the_rest() -> None:
     cache = Cache()
     cache.replace_all("Workload", [versioned("a", 1), versioned("b", 2), versioned("gone", 2)], "5")
