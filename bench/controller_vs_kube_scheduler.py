@@ -35,6 +35,15 @@ Every pass reports ``cpuMsPerPod``: the CPU milliseconds per pod that each proce
 the kubeconfig's folder, none for another cluster). ``shares`` sets the paths against the
 ceilings and kube-scheduler, and ``targets`` says which of the issue's targets were met.
 
+``floors`` (between the ceilings and gpuplane's passes): what each kind of write on gpuplane's
+paths costs the API server and etcd, timed as ``api-write-costs`` does (``--floor-writes`` of each),
+and from it, for this run's pods, each path's floor: the server CPU per pod of the writes it cannot
+do without (the pods path: the pod's create, its gate lifted and its Binding, and its workload's
+create and status write; the Jobs path: the Binding, the workload's create, status write and Job
+release, and the Job controller's own work, its ceiling's server CPU per pod less the Jobs'
+creates), and the pods per second that allows on this machine's cores if nothing else used any.
+``shares`` adds ``podsOfFloor`` and ``jobsOfFloor``.
+
 Without ``--kubeconfig`` it starts the project's control plane (``scripts/kube-up.sh``), with the Job
 controller's client raised to 1,000 QPS so that pod creation does not set gpuplane's pace, and stops it
 at the end. With ``--kubeconfig`` the cluster must have no kubelets (the pods never run), and the
@@ -67,7 +76,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from processes import running  # a sibling module of this folder, found through the path above
+from api_write_costs import measure  # sibling modules of this folder, found through the path above
+from processes import running
 from vs_cluster import (
     PREFIX,
     VERSION,
@@ -185,10 +195,18 @@ def _share(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
 
 
 def shares(result: dict[str, Any]) -> dict[str, float | None]:
-    """The two gpuplane paths set against the ceilings and kube-scheduler (``None``: a pass that
-    did not run)."""
+    """The two gpuplane paths set against the ceilings, their floors and kube-scheduler (``None``: a
+    pass that did not run)."""
     pods, jobs = result.get("gpuplanePods"), result.get("gpuplane")
+    floor = result.get("floors") or {}
+
+    def of_floor(path: dict[str, Any] | None, key: str) -> float | None:
+        at_most = (floor.get(key) or {}).get("podsPerSecondAtMost")
+        return _share(path, {"podsPerSecond": at_most} if at_most else None)
+
     return {
+        "podsOfFloor": of_floor(pods, "pods"),
+        "jobsOfFloor": of_floor(jobs, "jobs"),
         "podsOfRawCeiling": _share(pods, result.get("rawCeiling")),
         "podsVsKubeScheduler": _share(pods, result.get("kubeScheduler")),
         "podsVsKubeSchedulerTuned": _share(pods, result.get("kubeSchedulerTuned")),
@@ -197,6 +215,43 @@ def shares(result: dict[str, Any]) -> dict[str, float | None]:
         "jobsVsKubeScheduler": _share(jobs, result.get("kubeScheduler")),
         "jobsVsKubeSchedulerTuned": _share(jobs, result.get("kubeSchedulerTuned")),
     }
+
+
+SERVER = ("kube-apiserver", "etcd")
+POD_WRITES = {"pods": ("POST pods", "PUT pods", "POST pods/binding"), "jobs": ("POST pods/binding",)}
+WORKLOAD_WRITES = {
+    "pods": ("POST workloads", "PUT workloads/status"),
+    "jobs": ("POST workloads", "PUT workloads/status", "PUT jobs"),
+}
+
+
+def floors(
+    costs: dict[str, dict[str, Any]],
+    job_controller: dict[str, Any],
+    shapes: list[tuple[str, int, int]],
+    cpus: int,
+) -> dict[str, Any]:
+    """Each path's floor for this run's pods (see the module docstring): server CPU ms per pod
+    and the pods per second that allows on ``cpus`` cores."""
+
+    def ms(kind: str) -> float:
+        return sum(float(costs[kind]["cpuMsPerCall"].get(proc, 0.0)) for proc in SERVER)
+
+    pods = sum(count for _, count, _ in shapes)
+    workloads = len(shapes)
+    per_pod = {
+        path: sum(ms(k) for k in POD_WRITES[path])
+        + workloads / pods * sum(ms(k) for k in WORKLOAD_WRITES[path])
+        for path in POD_WRITES
+    }
+    own = sum(float(job_controller["cpuMsPerPod"].get(proc, 0.0)) for proc in SERVER)
+    per_pod["jobs"] += max(0.0, own - workloads / pods * ms("POST jobs"))
+    out: dict[str, Any] = {
+        path: {"serverCpuMsPerPod": round(value, 2), "podsPerSecondAtMost": round(cpus * 1000 / value, 1)}
+        for path, value in per_pod.items()
+    }
+    out["costs"] = costs
+    return out
 
 
 def passes(
@@ -210,6 +265,16 @@ def passes(
         clear_namespace(api, f"{PREFIX}-raw")
         out["jobControllerCeiling"] = job_controller_ceiling(kubeconfig, api, shapes, args, console)
         clear_namespace(api, f"{PREFIX}-jobs-only")
+        costs = measure(kubeconfig, api, f"{PREFIX}-raw", args.floor_writes)
+        clear_namespace(api, f"{PREFIX}-raw")
+        out["floors"] = floors(costs, out["jobControllerCeiling"], shapes, os.cpu_count() or 1)
+        log(
+            console,
+            "floors: "
+            + ", ".join(
+                f"{k} {v['podsPerSecondAtMost']}/s" for k, v in out["floors"].items() if k != "costs"
+            ),
+        )
     out["gpuplane"], out["phases"] = run_gpuplane_jobs(kubeconfig, api, shapes, args, console)
     clear_namespace(api, f"{PREFIX}-gpuplane")
     out["gpuplanePods"] = run_gpuplane_pods(kubeconfig, api, shapes, args, console)
@@ -313,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         "--small", action="store_true", help="a run of a few minutes: 100 nodes, 400 pods + 20 gangs"
     )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one pass may take")
+    parser.add_argument(
+        "--floor-writes", type=int, default=400, help="writes of each kind timed for the floors"
+    )
     parser.add_argument("--output", choices=("table", "json"), default="table")
     parser.add_argument("--profile", help="write a cProfile of the controller process (Jobs path) here")
     parser.add_argument(

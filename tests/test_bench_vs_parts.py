@@ -91,3 +91,37 @@ def test_shares_set_the_paths_against_the_ceilings_and_kube_scheduler() -> None:
     assert shares["jobsOfJobControllerCeiling"] == 0.3
     assert shares["jobsVsKubeScheduler"] == 0.6
     assert set(vs.TARGETS) <= set(shares)
+    assert shares["podsOfFloor"] is None  # no floors measured
+
+
+def cost(apiserver: float, etcd: float = 0.0) -> dict[str, object]:
+    return {
+        "callsPerSecond": 1.0,
+        "cpuMsPerCall": {"kube-apiserver": apiserver, "etcd": etcd, "kube-scheduler": 9.0},
+    }
+
+
+def test_floors_add_up_each_path_s_writes_per_pod() -> None:
+    costs = {
+        "POST pods": cost(5.0, 1.0),
+        "PUT pods": cost(4.0),
+        "POST pods/binding": cost(2.0),
+        "POST workloads": cost(3.0, 1.0),
+        "PUT workloads/status": cost(6.0),
+        "PUT jobs": cost(4.0),
+        "POST jobs": cost(5.0),
+    }
+    job_controller = {"podsPerSecond": 100.0, "cpuMsPerPod": {"kube-apiserver": 15.0, "etcd": 3.0}}
+    # 6 single pods and a gang of 4: 10 pods, 7 workloads (and 7 Jobs on the Jobs path)
+    shapes = [*((f"single-{i}", 1, 1) for i in range(6)), ("gang-0", 4, 2)]
+    floors = vs.floors(costs, job_controller, shapes, cpus=2)
+    # pods: 6 + 4 + 2 per pod, and 4 + 6 per workload, 0.7 workloads a pod
+    assert floors["pods"]["serverCpuMsPerPod"] == 19.0
+    assert floors["pods"]["podsPerSecondAtMost"] == round(2000 / 19.0, 1)
+    # jobs: 2 per pod, 4 + 6 + 4 per workload, and the Job controller's 18 less 0.7 x 5 for the Jobs
+    assert floors["jobs"]["serverCpuMsPerPod"] == 26.3  # 2 + 9.8 + 18 - 3.5
+    shares = vs.shares(
+        {"gpuplane": {"podsPerSecond": 20.0}, "gpuplanePods": {"podsPerSecond": 52.6}, "floors": floors}
+    )
+    assert shares["podsOfFloor"] == 0.5
+    assert shares["jobsOfFloor"] == round(20.0 / floors["jobs"]["podsPerSecondAtMost"], 2)
