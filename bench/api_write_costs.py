@@ -63,13 +63,18 @@ PATHS = {
 SERVER = ("kube-apiserver", "etcd")
 
 
+def server_ms(costs: dict[str, dict[str, Any]], kind: str) -> float:
+    """The API server's and etcd's CPU ms per call of one kind of write."""
+    return sum(float(costs[kind]["cpuMsPerCall"].get(proc, 0.0)) for proc in SERVER)
+
+
 def floors(costs: dict[str, dict[str, Any]], cpus: int) -> dict[str, dict[str, Any]]:
     """Per path of :data:`PATHS`: the API server's and etcd's CPU ms per workload for its writes,
     and the workloads per second that those alone allow on ``cpus`` cores (every other process,
     the controller's included, taken to cost nothing)."""
     out = {}
     for path, kinds in PATHS.items():
-        ms = sum(float(costs[kind]["cpuMsPerCall"].get(proc, 0.0)) for kind in kinds for proc in SERVER)
+        ms = sum(server_ms(costs, kind) for kind in kinds)
         out[path] = {
             "writes": list(kinds),
             "serverCpuMsPerWorkload": round(ms, 2),

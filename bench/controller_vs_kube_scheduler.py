@@ -76,7 +76,11 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from api_write_costs import measure  # sibling modules of this folder, found through the path above
+from api_write_costs import (  # sibling modules of this folder, found through the path above
+    SERVER,
+    measure,
+    server_ms,
+)
 from processes import running
 from vs_cluster import (
     PREFIX,
@@ -217,7 +221,6 @@ def shares(result: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
-SERVER = ("kube-apiserver", "etcd")
 POD_WRITES = {"pods": ("POST pods", "PUT pods", "POST pods/binding"), "jobs": ("POST pods/binding",)}
 WORKLOAD_WRITES = {
     "pods": ("POST workloads", "PUT workloads/status"),
@@ -235,7 +238,7 @@ def floors(
     and the pods per second that allows on ``cpus`` cores."""
 
     def ms(kind: str) -> float:
-        return sum(float(costs[kind]["cpuMsPerCall"].get(proc, 0.0)) for proc in SERVER)
+        return server_ms(costs, kind)
 
     pods = sum(count for _, count, _ in shapes)
     workloads = len(shapes)

@@ -19,6 +19,7 @@ from typing import Any
 from gpuplane.k8s import api as k8s
 from gpuplane.k8s import integrations as jobs
 from gpuplane.k8s.api import ApiError, KubeApi, Resource, load_api_client
+from gpuplane.k8s.informer import without_managed_fields
 from gpuplane.k8s.kueue_config import (
     CONFIG_KIND,
     DEFAULT_SOURCE,
@@ -209,9 +210,7 @@ def live_objects(api: KubeApi, left_out: list[InputError] | None = None) -> list
         left_out += configuration
     objects = state_objects(lambda kind: listed.get(kind, []), unqueued_jobs=True)
     for obj in objects:
-        meta = obj.get("metadata")
-        if isinstance(meta, dict) and "managedFields" in meta:
-            obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+        without_managed_fields(obj)
     while True:
         skipped: list[InputError] = []
         state_from_objects(objects, skipped=skipped)

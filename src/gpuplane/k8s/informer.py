@@ -84,11 +84,11 @@ def _only_status_changed(before: Mapping[str, Any], after: Mapping[str, Any]) ->
     }
 
 
-def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` without its ``managedFields``, in place: no reader needs them, and an object written
-    back without them keeps the server's (an update that carries none leaves them as they are),
-    so every copy, write and comparison of a cached object skips them (as client-go's informers
-    of kube-scheduler and kube-controller-manager trim them)."""
+    back without them keeps the server's (an update that carries none leaves them as they are).
+    The cache trims every object it keeps, so every copy, write and comparison of a cached object
+    skips them (as client-go's informers of kube-scheduler and kube-controller-manager trim them)."""
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
@@ -130,7 +130,7 @@ class Cache:
         """
         with self.lock:
             old = self.objects.get(kind, {})
-            listed = {object_key(o): _trimmed(o) for o in items}
+            listed = {object_key(o): without_managed_fields(o) for o in items}
             try:
                 at = int(resource_version)
             except ValueError:
@@ -158,7 +158,7 @@ class Cache:
         A write's answer is recorded at once, and the watch delivers the object's earlier versions
         after it (the placement patch before the status write, say): those must not roll it back.
         """
-        _trimmed(obj)
+        without_managed_fields(obj)
         with self.lock:
             key = object_key(obj)
             current = self.objects.setdefault(kind, {}).get(key)
