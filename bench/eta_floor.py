@@ -12,7 +12,10 @@ every runtime not known yet is drawn again from its class's distribution: what i
 running job (given how long it has computed), and the whole run of each queued or future job.
 Arrivals, their shapes, node failures and the scheduler stay exactly as they were, so the forks
 know more than any predictor could (every future arrival). Each fork runs until the workload
-starts and reports its wait.
+starts and reports its wait. With ``--knows name`` each runtime is drawn instead from its job
+name's own runs in the scenario (per team and name with at least three runs: the lognormal of
+their work; other jobs from their class): the floor of a predictor that knows every name's
+runtime distribution, as the runtime predictor by features tries to learn it.
 
 Per followed workload, the best single ETA for its futures is the one with the lowest median
 relative error over them (a search over the futures' own waits). Compared with the wait the
@@ -31,7 +34,8 @@ followed workload's ETA, wait and futures.
 
 Usage::
 
-    python3 bench/run.py eta-floor [-- --load 1.5 --configuration gpuplane --every 3 --futures 12]
+    python3 bench/run.py eta-floor [-- --load 1.5 --configuration gpuplane --every 3 --futures 12
+                                       --knows class|name]
 
 POSIX only (``os.fork``).
 """
@@ -46,7 +50,7 @@ import os
 import statistics
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,9 +66,10 @@ from gpuplane.sim.metrics import ETA_RELATIVE_MIN_WAIT
 from gpuplane.sim.parallel import default_jobs
 from gpuplane.sim.runs import JobRun
 from gpuplane.sim.scenario import Param, Scenario, builtin_scenario
-from gpuplane.sim.workloads import Workloads
+from gpuplane.sim.workloads import Job, Workloads
 
 TARGET = 0.25  # the issue's target for etaRelativeErrorP50
+NAME_RUNS = 3  # runs of a name in the scenario before --knows name draws from them
 WAIT_BYTES = struct.calcsize("d")
 NO_START = math.inf  # a future in which the workload had not started by the horizon
 _NORMAL = statistics.NormalDist()
@@ -89,6 +94,22 @@ def conditional_draw(param: Param, done: float, rng: np.random.Generator) -> flo
         if value > done:
             return value
     return done + 1.0
+
+
+def name_runtimes(jobs: Iterable[Job]) -> dict[tuple[str, str], Param]:
+    """Per team and job name with at least :data:`NAME_RUNS` runs in the whole scenario, the
+    lognormal of those runs' work (the mean and spread of their logs): what a predictor that knew
+    every name's own runtime distribution would draw from."""
+    logs: dict[tuple[str, str], list[float]] = {}
+    for job in jobs:
+        if job.base_name and not job.is_session and job.deadline is None:
+            logs.setdefault((job.team, job.base_name), []).append(math.log(max(job.work, 1.0)))
+    out = {}
+    for key, values in logs.items():
+        if len(values) >= NAME_RUNS:
+            mu, sigma = statistics.fmean(values), max(statistics.pstdev(values), 0.01)
+            out[key] = Param("lognormal", math.exp(mu), math.exp(mu + sigma**2 / 2), source="name")
+    return out
 
 
 @dataclass(slots=True)
@@ -117,10 +138,12 @@ class FollowingEngine(Engine):
         every: int,
         futures: int,
         jobs: int,
+        knows: str = "class",
         on_follow: Callable[[float], None] | None = None,
     ) -> None:
         super().__init__(model, workloads, gpus, reaper_idle)
         self.durations = {wc.name: wc.duration for wc in scenario.classes if wc.session is None}
+        self.by_name = name_runtimes(workloads.jobs) if knows == "name" else {}
         self.seed = scenario.seed
         self.every = every
         self.futures = futures
@@ -201,6 +224,7 @@ class FollowingEngine(Engine):
             param = self.durations.get(job.klass)
             if param is None or job.deadline is not None or job.is_session:
                 continue
+            param = self.by_name.get((job.team, job.base_name), param)
             run = self.runs.get(job.id)
             if run is not None and run.done:
                 continue
@@ -356,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, default=default_jobs(), help="futures run at once (default: the CPUs)"
     )
+    parser.add_argument(
+        "--knows",
+        choices=("class", "name"),
+        default="class",
+        help="what the futures draw runtimes from: the class's distribution (default), or each job "
+        "name's own runs",
+    )
     parser.add_argument("--out", type=Path, help="write eta-floor.json here")
     args = parser.parse_args(argv)
     if min(args.every, args.futures, args.jobs) < 1:
@@ -381,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             every=args.every,
             futures=args.futures,
             jobs=args.jobs,
+            knows=args.knows,
             on_follow=advanced,
         )
         followed = engine.follow()
@@ -391,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = {"all": summary(followed)} | {k: summary(v) for k, v in sorted(by_class.items())}
     title = (
         f"ETA floor: {args.configuration} at load {args.load:g}, every {args.every}th prediction "
-        f"followed into {args.futures} futures ({elapsed:.0f} s)"
+        f"followed into {args.futures} futures, runtimes drawn by {args.knows} ({elapsed:.0f} s)"
     )
     console.print(table_of(rows, title))
     floor = rows["all"].get("floorP50")
@@ -405,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             "configuration": args.configuration,
             "every": args.every,
             "futures": args.futures,
+            "knows": args.knows,
             "summary": rows,
             "followed": [
                 {
