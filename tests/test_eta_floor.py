@@ -99,3 +99,25 @@ def test_unknown_runtimes_make_futures_differ(floor: ModuleType) -> None:
     # Every future differs from the run that happened and from the other future.
     assert all(f.futures[0] != f.futures[1] for f in waited)
     assert sum(f.wait not in f.futures for f in waited) >= len(waited) - 1
+
+
+def test_knowing_names_draws_from_each_name_s_own_runs(floor: ModuleType) -> None:
+    scenario = replace(builtin_scenario(), days=0.5, warmup=0.0)
+    base = next(j for j in scenario_input(scenario).workloads.jobs if not j.is_session and j.deadline is None)
+    works = (100.0, 400.0, 1600.0)
+    runs = [replace(base, id=i, team="a", base_name="train", work=w) for i, w in enumerate(works)]
+    few = [replace(base, id=10 + i, team="a", base_name="eval", work=60.0) for i in range(2)]
+    other_team = [replace(base, id=20 + i, team="b", base_name="train", work=9000.0) for i in range(3)]
+    unnamed = [replace(base, id=30 + i, base_name="", work=50.0) for i in range(3)]
+    params = floor.name_runtimes(runs + few + other_team + unnamed)
+    assert set(params) == {("a", "train"), ("b", "train")}  # a name needs three runs
+    train = params["a", "train"]
+    assert train.kind == "lognormal"
+    assert train.a == pytest.approx(400.0)  # the median: the runs' geometric mean
+    sigma = statistics.pstdev([math.log(w) for w in works])
+    assert train.b == pytest.approx(400.0 * math.exp(sigma**2 / 2))  # the mean
+    # A name whose runs all took the same time draws (almost) that time again.
+    same = params["b", "train"]
+    draws = [floor.conditional_draw(same, 0.0, np.random.default_rng(k)) for k in range(50)]
+    assert min(draws) == pytest.approx(9000.0, rel=0.05)
+    assert max(draws) == pytest.approx(9000.0, rel=0.05)
