@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from typing import Any
 
@@ -126,15 +127,40 @@ def test_priority_class_resolves_to_its_value() -> None:
 
 def test_release_stamps_templates_and_unsuspends() -> None:
     job = obj("JobSet", CASES[1].values[1])
+    observed = copy.deepcopy(job)
     released = jobs.released_job("JobSet", job, "wl-1", {"workers": {"gpu": "h100"}})
     assert not jobs.is_suspended("JobSet", released)
-    assert jobs.is_suspended("JobSet", job)  # the input is not mutated
+    assert job == observed  # the job as observed (the cache's) is not changed, however deep
     workers = released["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]
     assert workers["metadata"]["labels"][keys.WORKLOAD_LABEL] == "wl-1"
     assert workers["metadata"]["labels"][keys.PODSET_LABEL] == "workers"
     assert "schedulerName" not in workers["spec"]  # immutable in a Job template: the webhook sets it
     assert workers["spec"]["nodeSelector"] == {"gpu": "h100"}
     assert jobs.is_suspended("JobSet", jobs.suspended_job("JobSet", released))
+
+
+def test_release_of_a_partially_admitted_job_leaves_the_observed_job_alone() -> None:
+    spec = template()
+    spec["spec"]["nodeSelector"] = {"zone": "a"}
+    job = obj("Job", {"suspend": True, "parallelism": 4, "completions": 4, "template": spec})
+    job["metadata"]["annotations"] = {keys.MIN_PARALLELISM: "2"}
+    observed = copy.deepcopy(job)
+    released = jobs.released_job(
+        "Job", job, "wl-1", {"main": {"gpu": "h100"}}, {keys.LOCAL_QUEUE_LABEL: "team"}, counts={"main": 3}
+    )
+    assert job == observed
+    assert released["spec"]["parallelism"] == 3
+    assert released["spec"]["suspend"] is False
+    pod = released["spec"]["template"]
+    assert pod["spec"]["nodeSelector"] == {"zone": "a", "gpu": "h100"}
+    assert pod["metadata"]["labels"] == {
+        "app": "x",
+        keys.WORKLOAD_LABEL: "wl-1",
+        keys.KUEUE_WORKLOAD_LABEL: "wl-1",
+        keys.PODSET_LABEL: "main",
+        keys.LOCAL_QUEUE_LABEL: "team",
+    }
+    assert pod["spec"]["containers"] == observed["spec"]["template"]["spec"]["containers"]
 
 
 def test_pod_group_workload_counts_the_whole_group() -> None:

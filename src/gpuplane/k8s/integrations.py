@@ -11,7 +11,7 @@ job is released.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,14 +85,21 @@ def released_job(  # noqa: PLR0913  the job and its admission's parts; the count
     ``counts`` maps pod set name to its admitted pod count: a partially admitted batch Job runs
     that many pods (:func:`gpuplane.model.jobs.admitted_job_counts`).
     """
-    out = _with_counts(kind, copy.deepcopy(obj), counts)
+    # The job as observed is the cache's and stays as it is: only the maps and lists on the way to
+    # what changes are copied, and the rest is shared with it (a released Job's body is sent, not
+    # changed again). A whole deep copy of every released Job was most of a release's CPU.
+    out = dict(obj)
+    fresh = {id(out)}
+    if kind == "Job" and counts:
+        (pod_set,) = batch_job(obj)
+        if pod_set.name in counts:
+            _own_map(out, "spec", fresh).update(admitted_job_counts(obj, counts[pod_set.name]))
     integration = INTEGRATIONS[kind]
     for ps in integration.pod_sets(obj):
         if kind == "TrainJob":
             continue
-        template = _get(out, ps.template)
-        meta = template.setdefault("metadata", {})
-        meta.setdefault("labels", {}).update(
+        template = _own_path(out, ps.template, fresh)
+        _own_map(_own_map(template, "metadata", fresh), "labels", fresh).update(
             {
                 keys.WORKLOAD_LABEL: workload,
                 keys.KUEUE_WORKLOAD_LABEL: workload,
@@ -100,16 +107,42 @@ def released_job(  # noqa: PLR0913  the job and its admission's parts; the count
                 **(queue_labels or {}),
             }
         )
-        pod_spec = template.setdefault("spec", {})
+        pod_spec = _own_map(template, "spec", fresh)
         # The scheduler name is immutable in a Job's template; the webhook sets it on each
         # pod from the workload label stamped here.
         selector = flavor_labels.get(ps.name, {})
         if selector:
-            pod_spec.setdefault("nodeSelector", {}).update(selector)
+            _own_map(pod_spec, "nodeSelector", fresh).update(selector)
     if integration.suspend is not None:
-        parent = _get(out, integration.suspend[:-1]) if len(integration.suspend) > 1 else out
+        parent = _own_path(out, integration.suspend[:-1], fresh)
         parent[str(integration.suspend[-1])] = False
     return out
+
+
+def _own_path(root: Any, path: Sequence[str | int], fresh: set[int]) -> Any:
+    """The map or list at ``path`` inside ``root``, with every one on the way (``root`` itself
+    excepted) replaced by a shallow copy, once: ``fresh`` holds the ids of the copies made."""
+    node = root
+    for step in path:
+        child = node[step]
+        if id(child) not in fresh:
+            child = list(child) if isinstance(child, list) else dict(child)
+            node[step] = child
+            fresh.add(id(child))
+        node = child
+    return node
+
+
+def _own_map(node: dict[str, Any], key: str, fresh: set[int]) -> dict[str, Any]:
+    """``node[key]`` as a map of the caller's own: a shallow copy of the one there (once), or a new
+    empty one."""
+    child = node.get(key)
+    if isinstance(child, dict) and id(child) in fresh:
+        return child
+    own: dict[str, Any] = dict(child) if isinstance(child, dict) else {}
+    node[key] = own
+    fresh.add(id(own))
+    return own
 
 
 def is_suspended(kind: str, obj: dict[str, Any]) -> bool:

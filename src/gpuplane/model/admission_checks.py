@@ -135,14 +135,16 @@ def cluster_queue_checks(spec: Mapping[str, Any], path: str) -> tuple[CheckRef, 
     return tuple(refs)
 
 
+_CHECK_STATES = tuple(s.value for s in CheckState)  # read once: iterating an Enum is slow
+
+
 def workload_check_states(status: Mapping[str, Any]) -> tuple[CheckStatus, ...]:
     """A Workload's ``status.admissionChecks``."""
     out = []
-    allowed = tuple(s.value for s in CheckState)
     for i, raw in enumerate(f.get_list(status, "admissionChecks", "status")):
         here = f"status.admissionChecks[{i}]"
         entry = f.as_map(raw, here)
-        state = f.get_enum(entry, "state", here, allowed, None)
+        state = f.get_enum(entry, "state", here, _CHECK_STATES, None)
         if state is None:
             raise InputError("required field is missing", field=f.join(here, "state"))
         out.append(
