@@ -163,6 +163,21 @@ def test_release_of_a_partially_admitted_job_leaves_the_observed_job_alone() -> 
     assert pod["spec"]["containers"] == observed["spec"]["template"]["spec"]["containers"]
 
 
+def test_suspending_restores_the_counts_and_leaves_the_released_job_alone() -> None:
+    job = obj("Job", {"suspend": True, "parallelism": 4, "completions": 4, "template": template()})
+    job["metadata"]["annotations"] = {keys.MIN_PARALLELISM: "2"}
+    released = jobs.released_job("Job", job, "wl-1", {}, counts={"main": 3})
+    observed = copy.deepcopy(released)
+    stopped = jobs.suspended_job("Job", released, {"main": 4})
+    assert released == observed
+    assert stopped["spec"]["suspend"] is True
+    assert stopped["spec"]["parallelism"] == 4
+    # A PyTorchJob with no run policy gets one, on the copy only.
+    pytorch = obj("PyTorchJob", {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": template()}}})
+    assert jobs.is_suspended("PyTorchJob", jobs.suspended_job("PyTorchJob", pytorch))
+    assert "runPolicy" not in pytorch["spec"]
+
+
 def test_pod_group_workload_counts_the_whole_group() -> None:
     pod = {
         "metadata": {

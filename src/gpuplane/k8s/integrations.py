@@ -10,7 +10,6 @@ job is released.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,10 +89,7 @@ def released_job(  # noqa: PLR0913  the job and its admission's parts; the count
     # changed again). A whole deep copy of every released Job was most of a release's CPU.
     out = dict(obj)
     fresh = {id(out)}
-    if kind == "Job" and counts:
-        (pod_set,) = batch_job(obj)
-        if pod_set.name in counts:
-            _own_map(out, "spec", fresh).update(admitted_job_counts(obj, counts[pod_set.name]))
+    _set_counts(kind, out, counts, fresh)
     integration = INTEGRATIONS[kind]
     for ps in integration.pod_sets(obj):
         if kind == "TrainJob":
@@ -155,25 +151,28 @@ def is_suspended(kind: str, obj: dict[str, Any]) -> bool:
         return False
 
 
-def _with_counts(kind: str, obj: dict[str, Any], counts: Mapping[str, int] | None) -> dict[str, Any]:
-    """``obj`` (changed in place) set to run ``counts`` pods per pod set, where its kind supports
-    partial admission: a batch Job with a job-min-parallelism annotation."""
+def _set_counts(kind: str, out: dict[str, Any], counts: Mapping[str, int] | None, fresh: set[int]) -> None:
+    """Set ``out`` (a shallow copy whose own maps are in ``fresh``) to run ``counts`` pods per pod
+    set, where its kind supports partial admission: a batch Job with a job-min-parallelism
+    annotation."""
     if kind == "Job" and counts:
-        (pod_set,) = batch_job(obj)
+        (pod_set,) = batch_job(out)
         if pod_set.name in counts:
-            obj.setdefault("spec", {}).update(admitted_job_counts(obj, counts[pod_set.name]))
-    return obj
+            _own_map(out, "spec", fresh).update(admitted_job_counts(out, counts[pod_set.name]))
 
 
 def suspended_job(kind: str, obj: dict[str, Any], counts: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The job suspended; ``counts`` (pod set name to its Workload's pod count) restores what a
-    partial admission changed, as Kueue does when it stops a job."""
-    out = _with_counts(kind, copy.deepcopy(obj), counts)
+    partial admission changed, as Kueue does when it stops a job. ``obj`` stays as it is: only the
+    maps on the way to what changes are copied."""
+    out = dict(obj)
+    fresh = {id(out)}
+    _set_counts(kind, out, counts, fresh)
     integration = INTEGRATIONS[kind]
     if integration.suspend is not None:
-        parent: dict[str, Any] = out
+        parent = out
         for step in integration.suspend[:-1]:
-            parent = parent.setdefault(str(step), {})
+            parent = _own_map(parent, str(step), fresh)
         parent[str(integration.suspend[-1])] = True
     return out
 
