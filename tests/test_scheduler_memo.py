@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from calls import count_calls
+from gpuplane.core.flavors import FlavorAssigner
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.scheduling.cycle import Cycle
 from gpuplane.core.scheduling.nominator import Nominator
@@ -62,6 +63,40 @@ def test_remembered_outcomes_match_fresh_nominations(
         assert with_memory < nominations["count"]
     else:
         assert with_memory <= nominations["count"]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "load", "want_fewer_scans"),
+    [
+        # Saturated, with several flavors per queue: many heads of one shape, and scans resumed.
+        pytest.param("tiny-mixed", 1.6, True, id="tiny-mixed-saturated"),
+        # Each gang is a shape of its own here: nothing to reuse, and nothing may change.
+        pytest.param("gang-pressure", None, False, id="gangs"),
+    ],
+)
+def test_known_assignments_change_nothing_but_the_work(
+    scenario: str, load: float | None, want_fewer_scans: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workloads of one shape whose flavor scans start alike get the same assignment while
+    the state stays the same, and a scan requeued to resume at a later flavor gets, on the same
+    state, what the cycle's own look at that flavor found (``Nominator.known``). Same simulation
+    with them kept and with every one found afresh: the same document, fewer flavor scans."""
+    loaded = load_scenario(GOLDEN / f"{scenario}.yaml").with_days(0.5)
+    if load is not None:
+        loaded = loaded.with_load(load)
+    sim = scenario_input(loaded)
+    scans = count_calls(monkeypatch, FlavorAssigner, "assign")
+    _, kept = run_configuration("gpuplane", sim)
+    with_known = scans["count"]
+    scans["count"] = 0
+    monkeypatch.setattr(Nominator, "known", lambda _self: {})  # nothing is ever found again
+    _, afresh = run_configuration("gpuplane", sim)
+    assert _without_timings(kept) == _without_timings(afresh)
+    assert kept["started"] > 0
+    if want_fewer_scans:
+        assert with_known < scans["count"]
+    else:
+        assert with_known == scans["count"]
 
 
 def test_cycles_that_only_park_heads_run_in_one_call_with_the_same_outcome(

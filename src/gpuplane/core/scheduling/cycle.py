@@ -119,18 +119,20 @@ class Cycle:
             # shape does not capture: only scans that start at the first flavor are remembered.
             progress = scan.get(pending.key)
             fresh = progress is None or not progress.pending_flavors
-            shape = shape_of(pending) if fresh else None
-            if shape is not None:
+            shape = shape_of(pending)
+            if shape is not None and fresh:
                 known = failed.get(shape)
                 if known is not None:
                     status[pending.key] = Status(known.reason, known.message)
                     park(pending, result)
                     continue
                 shapes[pending.key] = shape
-            nominated = nominate(pending)
+            # The shape, with where the scan resumes, also finds an assignment another workload
+            # of the shape got on this state (Nominator.known).
+            nominated = nominate(pending, shape)
             if isinstance(nominated, Status):
                 status[pending.key] = nominated
-                if shape is not None:
+                if shape is not None and fresh:
                     failed[shape] = nominated
                 park(pending, result)
                 continue

@@ -32,10 +32,14 @@ from gpuplane.core.victims import PreemptionContext, Target
 from gpuplane.core.workloads import PendingWorkload
 from gpuplane.model.objects import ClusterState, ResourceFlavor
 
+ScanKey = tuple[tuple[tuple[int, str], int], ...]
+
 
 class Nominator:
-    """Nominates one head workload at a time. Owns each workload's flavor scan progress (``scan``)
-    and, per ClusterQueue, why it is inactive (read once: the state and flavors are fixed)."""
+    """Nominates one head workload at a time. Owns each workload's flavor scan progress (``scan``),
+    per ClusterQueue why it is inactive (read once: the state and flavors are fixed), and the
+    assignments found without preemption targets by shape and scan start (``known``), valid while
+    the ledger's ``state_version`` and clock stay the same."""
 
     def __init__(  # noqa: PLR0913, PLR0917 - the parts a nomination reads, each passed in
         self,
@@ -62,6 +66,20 @@ class Nominator:
         self.has_nodes = has_nodes
         self.scan: dict[str, ScanProgress] = {}
         self._inactive: dict[str, str | None] = {}
+        self._known: dict[tuple[int, ScanKey], Assignment] = {}
+        self._known_at: tuple[int, float] = (-1, 0.0)
+
+    def known(self) -> dict[tuple[int, ScanKey], Assignment]:
+        """The assignments found on the present state, by the workload's shape and where its scan
+        started. An assignment reads the quota tree, the nodes' flavors and (through the
+        preemption it simulates) the clock, never who asks beyond its shape: two workloads of one
+        shape whose scans start alike get the same one until the state changes. Only those with
+        no preemption targets are kept (targets are the workload's own victims)."""
+        at = (self.ledger.state_version, self.ledger.now)
+        if at != self._known_at:
+            self._known.clear()
+            self._known_at = at
+        return self._known
 
     def inactive_reason(self, cq: ClusterQueueNode) -> str | None:
         """Why Kueue's cache keeps the queue inactive (``Stopped``, ``FlavorNotFound``), if it does
@@ -80,7 +98,10 @@ class Nominator:
             return f"ClusterQueue {cq.name} is inactive: FlavorNotFound ({', '.join(missing)})"
         return self.gate.inactive_reason(cq.spec)
 
-    def nominate(self, pending: PendingWorkload) -> Entry | Status:
+    def nominate(self, pending: PendingWorkload, shape: int | None = None) -> Entry | Status:
+        """The head's entry, or why it cannot be nominated. ``shape`` (:meth:`.shapes.Shapes.of`),
+        where given, lets a nomination on the cycle's starting state reuse the assignment another
+        workload of that shape got on the same state (:meth:`known`)."""
         cq = self.tree.queues[pending.cluster_queue]
         inactive = self.inactive_reason(cq)
         if inactive is not None:
@@ -104,8 +125,8 @@ class Nominator:
         spot_only = serving_block(pending.workload, cq.spec, self.flavors)
         if spot_only is not None:
             return Status(Reason.SPOT_WITHOUT_FALLBACK, spot_only)
-        assignment, targets = self.assignments(pending, cq)
-        entry = Entry(pending, cq, assignment, targets)
+        assignment, targets = self.assignments(pending, cq, shape=shape)
+        entry = Entry(pending, cq, assignment, targets, shape=shape)
         entry.message = assignment.message()
         entry.reason = assignment.no_fit_reason or Reason.WAITING_FOR_QUOTA
         return entry
@@ -117,9 +138,33 @@ class Nominator:
         return self.preemptor.get_targets(ctx)
 
     def assignments(
-        self, pending: PendingWorkload, cq: ClusterQueueNode, nominated: list[dict[str, str]] | None = None
+        self,
+        pending: PendingWorkload,
+        cq: ClusterQueueNode,
+        nominated: list[dict[str, str]] | None = None,
+        *,
+        shape: int | None = None,
     ) -> tuple[Assignment, list[Target]]:
         start = None if nominated is not None else self.scan_start(pending.key, cq)
+        if shape is None or nominated is not None:
+            return self._assignments(pending, cq, nominated, start)
+        known = self.known()
+        memo = (shape, _scan_key(start))
+        assignment = known.get(memo)
+        if assignment is not None:
+            return assignment, []
+        assignment, targets = self._assignments(pending, cq, nominated, start)
+        if not targets:
+            known[memo] = assignment
+        return assignment, targets
+
+    def _assignments(
+        self,
+        pending: PendingWorkload,
+        cq: ClusterQueueNode,
+        nominated: list[dict[str, str]] | None,
+        start: Mapping[tuple[int, str], int] | None,
+    ) -> tuple[Assignment, list[Target]]:
         assigner = FlavorAssigner(
             pending,
             cq,
@@ -139,7 +184,7 @@ class Nominator:
             if targets:
                 return full, targets
         pod_sets = pending.workload.pod_sets
-        deltas = [ps.count - (ps.count if ps.min_count is None else ps.min_count) for ps in pod_sets]
+        deltas = _partial_deltas(pending)
         total = sum(deltas)
         if not self.config.partial_admission or total == 0:
             return full, []
@@ -208,26 +253,40 @@ class Nominator:
             return False
         if not any(index != -1 for index in progress.values()):
             return False
-        assigner = FlavorAssigner(
-            e.pending,
-            e.cq,
-            self.flavors,
-            self.preemptor,
-            self.config,
-            start=progress,
-            eligibility=self.eligibility,
-        )
-        assignment = assigner.assign()
+        # On the cycle's starting state (nothing before the entry in the cycle changed the tree),
+        # the scan from ``progress`` is what a nomination resuming there gets, when it would try
+        # no partial admission after it: one :meth:`known` assignment serves both.
+        memo = None
+        if e.shape is not None and e.decided_alone and not self._partial(e.pending):
+            memo = (e.shape, _scan_key(progress))
+        assignment = None if memo is None else self.known().get(memo)
+        if assignment is None:
+            assigner = FlavorAssigner(
+                e.pending,
+                e.cq,
+                self.flavors,
+                self.preemptor,
+                self.config,
+                start=progress,
+                eligibility=self.eligibility,
+            )
+            assignment = assigner.assign()
+            targets = self.targets(e.pending, e.cq, assignment) if assignment.mode() == PREEMPT else []
+            if memo is not None and not targets:
+                self.known()[memo] = assignment
+        else:
+            targets = []  # known assignments have none
         mode = assignment.mode()
-        if mode == NO_FIT:
-            return False
-        targets = self.targets(e.pending, e.cq, assignment) if mode == PREEMPT else []
-        if mode == PREEMPT and not targets:
-            return False
+        if mode == NO_FIT or (mode == PREEMPT and not targets):
+            return False  # requeued: the scan resumes from ``progress`` next cycle
         e.assignment, e.targets = assignment, targets
         e.message = assignment.message()
         e.reason = assignment.no_fit_reason or Reason.WAITING_FOR_QUOTA
         return True
+
+    def _partial(self, pending: PendingWorkload) -> bool:
+        """Whether a nomination of ``pending`` would try a partial admission after a full one."""
+        return self.config.partial_admission and sum(_partial_deltas(pending)) > 0
 
     def recompute_after_overlap(self, e: Entry, victims: Mapping[str, Target]) -> bool:
         """Kueue's updateAssignmentIfNeeded for overlapping targets.
@@ -246,3 +305,15 @@ class Nominator:
         e.message = e.assignment.message()
         e.reason = e.assignment.no_fit_reason or Reason.WAITING_FOR_QUOTA
         return e.assignment.mode() == FIT
+
+
+def _partial_deltas(pending: PendingWorkload) -> list[int]:
+    """Per pod set, how many pods a partial admission may leave out (its count less its minimum)."""
+    pod_sets = pending.workload.pod_sets
+    return [ps.count - (ps.count if ps.min_count is None else ps.min_count) for ps in pod_sets]
+
+
+def _scan_key(start: Mapping[tuple[int, str], int] | None) -> ScanKey:
+    """Where a flavor scan starts, as a key: a resource whose scan went past its last flavor (-1)
+    starts at the first, as one with no start does."""
+    return tuple(sorted(item for item in start.items() if item[1] != -1)) if start else ()

@@ -52,6 +52,8 @@ class Entry:
     # Decided on the cycle's starting state alone: nothing was reserved or evicted before it
     # in the cycle, and it reserved nothing itself.
     decided_alone: bool = False
+    # What the nomination read of the workload (:meth:`.shapes.Shapes.of`), where known.
+    shape: int | None = None
 
 
 @dataclass(slots=True)
