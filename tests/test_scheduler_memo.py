@@ -34,69 +34,50 @@ def _without_timings(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("scenario", "load", "want_fewer_nominations"),
+    ("memory", "scenario", "load", "want_fewer"),
     [
         # Its queues have several flavors, so a parked head usually has a flavor scan under way
-        # (Kueue's LastTriedFlavorIdx), which the memory leaves out by design: same decisions,
-        # and never more nominations.
-        pytest.param("tiny-mixed", 1.6, False, id="tiny-mixed-saturated"),
-        pytest.param("gang-pressure", None, True, id="gangs"),
-    ],
-)
-def test_remembered_outcomes_match_fresh_nominations(
-    scenario: str, load: float | None, want_fewer_nominations: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    loaded = load_scenario(GOLDEN / f"{scenario}.yaml").with_days(0.5)
-    if load is not None:
-        loaded = loaded.with_load(load)
-    sim = scenario_input(loaded)
-    nominations = count_calls(monkeypatch, Nominator, "nominate")
-    _, remembered = run_configuration("gpuplane", sim)
-    with_memory = nominations["count"]
-    nominations["count"] = 0
-    monkeypatch.setattr(Shapes, "of", lambda *_: None)
-    _, fresh = run_configuration("gpuplane", sim)
-    assert _without_timings(remembered) == _without_timings(fresh)
-    assert remembered["started"] > 0
-    # The memory is used: fewer nominations for the same decisions.
-    if want_fewer_nominations:
-        assert with_memory < nominations["count"]
-    else:
-        assert with_memory <= nominations["count"]
-
-
-@pytest.mark.parametrize(
-    ("scenario", "load", "want_fewer_scans"),
-    [
+        # (Kueue's LastTriedFlavorIdx), which the parked outcomes leave out by design: same
+        # decisions, and never more nominations.
+        pytest.param("parked", "tiny-mixed", 1.6, False, id="parked-tiny-mixed-saturated"),
+        pytest.param("parked", "gang-pressure", None, True, id="parked-gangs"),
         # Saturated, with several flavors per queue: many heads of one shape, and scans resumed.
-        pytest.param("tiny-mixed", 1.6, True, id="tiny-mixed-saturated"),
+        pytest.param("assignments", "tiny-mixed", 1.6, True, id="assignments-tiny-mixed-saturated"),
         # Each gang is a shape of its own here: nothing to reuse, and nothing may change.
-        pytest.param("gang-pressure", None, False, id="gangs"),
+        pytest.param("assignments", "gang-pressure", None, False, id="assignments-gangs"),
     ],
 )
-def test_known_assignments_change_nothing_but_the_work(
-    scenario: str, load: float | None, want_fewer_scans: bool, monkeypatch: pytest.MonkeyPatch
+def test_remembered_outcomes_change_nothing_but_the_work(
+    memory: str, scenario: str, load: float | None, want_fewer: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two workloads of one shape whose flavor scans start alike get the same assignment while
-    the state stays the same, and a scan requeued to resume at a later flavor gets, on the same
-    state, what the cycle's own look at that flavor found (``Nominator.known``). Same simulation
-    with them kept and with every one found afresh: the same document, fewer flavor scans."""
+    """The same simulation with a memory of the core and without it: the same document, and no
+    more work. ``parked``: a head whose shape was parked on the same state is parked unnominated
+    (counted: nominations). ``assignments``: two workloads of one shape whose flavor scans start
+    alike get the same assignment while the state stays the same, and a scan requeued to resume
+    at a later flavor gets what the cycle's own look at that flavor found (``Nominator.known``;
+    counted: flavor scans)."""
     loaded = load_scenario(GOLDEN / f"{scenario}.yaml").with_days(0.5)
     if load is not None:
         loaded = loaded.with_load(load)
     sim = scenario_input(loaded)
-    scans = count_calls(monkeypatch, FlavorAssigner, "assign")
+    if memory == "parked":
+        counted = count_calls(monkeypatch, Nominator, "nominate")
+    else:
+        counted = count_calls(monkeypatch, FlavorAssigner, "assign")
     _, kept = run_configuration("gpuplane", sim)
-    with_known = scans["count"]
-    scans["count"] = 0
-    monkeypatch.setattr(Nominator, "known", lambda _self: {})  # nothing is ever found again
+    with_memory = counted["count"]
+    counted["count"] = 0
+    if memory == "parked":
+        monkeypatch.setattr(Shapes, "of", lambda *_: None)
+    else:
+        monkeypatch.setattr(Nominator, "known", lambda _self: {})  # nothing is ever found again
     _, afresh = run_configuration("gpuplane", sim)
     assert _without_timings(kept) == _without_timings(afresh)
     assert kept["started"] > 0
-    if want_fewer_scans:
-        assert with_known < scans["count"]
+    if want_fewer:
+        assert with_memory < counted["count"]
     else:
-        assert with_known == scans["count"]
+        assert with_memory <= counted["count"]
 
 
 def test_cycles_that_only_park_heads_run_in_one_call_with_the_same_outcome(
