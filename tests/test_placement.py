@@ -1192,3 +1192,36 @@ def test_cli_refuses_an_invalid_mig_layout_annotation_as_bad_input(tmp_path: Pat
     assert run.returncode == 2, run.stderr
     assert run.stderr.decode().startswith("error:")
     assert "mig-layout" in run.stderr.decode()
+
+
+def _learned(cluster: PlacementState) -> tuple[Any, ...]:
+    """What placements taught the node scores: profile reads, owners seen, pods per shape."""
+    scores = cluster._scores
+    return (scores.profile_reads, sorted(scores._seen_owners), dict(scores._shapes))
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["surely-no-room", "searched"])
+def test_a_replayed_failure_leaves_what_the_failed_search_left(full: bool) -> None:
+    """A one-pod gang that finds no place takes nothing; what it leaves behind is the workload
+    learned and the profile read. ``relearn`` (the scheduler's replay of a failure it already
+    knows, on the same nodes) leaves the same, so later scores cannot tell the two apart."""
+    nodes = [gpu_node("a", 8), gpu_node("b", 8)]
+    # Either every GPU is held (the cheap bound ends the search) or half of each node's (a 5-GPU
+    # pod is searched for and fits nowhere).
+    held = 8 if full else 4
+    before = [pinned("one", "a", held), pinned("two", "b", held)]
+    state = loaded(*nodes, *before, workload("gang").podset(count=1, gpu=5))
+    searched, replayed = (
+        PlacementState(state.nodes, DeviceConfig()),
+        PlacementState(state.nodes, DeviceConfig()),
+    )
+    for cluster in (searched, replayed):
+        for name in ("one", "two"):
+            assert isinstance(cluster.place(f"default/{name}", gang_for(state, name)), GangPlacement)
+    gang = gang_for(state, "gang")
+    reads = searched.profile_reads
+    assert isinstance(searched.place("default/gang", gang), PlacementFailure)
+    assert _learned(searched) != _learned(replayed)  # the search left something behind
+    replayed.relearn("default/gang", gang, read_profile=searched.profile_reads != reads)
+    assert _learned(searched) == _learned(replayed)
+    assert snapshot(searched) == snapshot(replayed)

@@ -16,9 +16,11 @@ import pytest
 
 from calls import count_calls
 from gpuplane.core.flavors import FlavorAssigner
+from gpuplane.core.placement.gang_placement import PlacementState
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.scheduling.cycle import Cycle
 from gpuplane.core.scheduling.nominator import Nominator
+from gpuplane.core.scheduling.placer import NodePlacer
 from gpuplane.core.scheduling.shapes import Shapes
 from gpuplane.core.scheduling.state import Kind, Parked
 from gpuplane.core.workloads import PendingWorkload
@@ -45,6 +47,8 @@ def _without_timings(doc: dict[str, Any]) -> dict[str, Any]:
         pytest.param("assignments", "tiny-mixed", 1.6, True, id="assignments-tiny-mixed-saturated"),
         # Each gang is a shape of its own here: nothing to reuse, and nothing may change.
         pytest.param("assignments", "gang-pressure", None, False, id="assignments-gangs"),
+        # One-pod heads of one shape, woken together, that find no place on the same nodes.
+        pytest.param("placements", "tiny-mixed", 2.5, True, id="placements-tiny-mixed-past-capacity"),
     ],
 )
 def test_remembered_outcomes_change_nothing_but_the_work(
@@ -55,22 +59,28 @@ def test_remembered_outcomes_change_nothing_but_the_work(
     (counted: nominations). ``assignments``: two workloads of one shape whose flavor scans start
     alike get the same assignment while the state stays the same, and a scan requeued to resume
     at a later flavor gets what the cycle's own look at that flavor found (``Nominator.known``;
-    counted: flavor scans)."""
+    counted: flavor scans). ``placements``: a one-pod gang with a known assignment that found no
+    place is not searched for again on the same nodes (counted: searches)."""
     loaded = load_scenario(GOLDEN / f"{scenario}.yaml").with_days(0.5)
     if load is not None:
         loaded = loaded.with_load(load)
     sim = scenario_input(loaded)
     if memory == "parked":
         counted = count_calls(monkeypatch, Nominator, "nominate")
-    else:
+    elif memory == "assignments":
         counted = count_calls(monkeypatch, FlavorAssigner, "assign")
+    else:
+        counted = count_calls(monkeypatch, PlacementState, "place")
     _, kept = run_configuration("gpuplane", sim)
     with_memory = counted["count"]
     counted["count"] = 0
     if memory == "parked":
         monkeypatch.setattr(Shapes, "of", lambda *_: None)
-    else:
+    elif memory == "assignments":
         monkeypatch.setattr(Nominator, "known", lambda _self: {})  # nothing is ever found again
+    else:
+        search = NodePlacer.placement_for
+        monkeypatch.setattr(NodePlacer, "placement_for", lambda self, e, probe, **_: search(self, e, probe))
     _, afresh = run_configuration("gpuplane", sim)
     assert _without_timings(kept) == _without_timings(afresh)
     assert kept["started"] > 0

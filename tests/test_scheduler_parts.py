@@ -125,8 +125,8 @@ class RefusingPlacer:
     cluster: object = field(default_factory=object)  # not None: the cycle asks the nodes
     asked: list[str] = field(default_factory=list)
 
-    def placement_for(self, e: Entry, probe: bool) -> PlacementFailure:
-        del probe  # a probe is refused too
+    def placement_for(self, e: Entry, probe: bool, at: tuple[int, float] | None = None) -> PlacementFailure:
+        del probe, at  # a probe is refused too, on any state
         self.asked.append(e.pending.key)
         return PlacementFailure(Reason.FRAGMENTED, "no node has room")
 

@@ -87,6 +87,19 @@ class PlacementState:
         """The profile for the workload seen so far (rebuilt on a new shape or twice the pods)."""
         return self._scores.profile()
 
+    @property
+    def profile_reads(self) -> int:
+        """How often a placement asked for the profile so far (:meth:`relearn`)."""
+        return self._scores.profile_reads
+
+    def relearn(self, owner: str, pod_sets: Sequence[GangPodSet], read_profile: bool) -> None:
+        """What a :meth:`place` of ``pod_sets`` for ``owner`` that failed without taking anything
+        leaves behind: the workload learned, and the profile read where that search read it (a
+        rebuild happens at the read). A caller that knows the failure already replays it so."""
+        self._scores.record(owner, pod_sets)
+        if read_profile:
+            self._scores.profile()
+
     def eligible(self, ps: GangPodSet) -> list[NodeState]:
         return self._eligibility.of(ps)[0]
 

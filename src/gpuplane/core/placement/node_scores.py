@@ -50,6 +50,7 @@ class NodeScores:
         self._shape_total = 0
         self._new_shape = False
         self._seen_owners: set[str] = set()
+        self.profile_reads = 0  # how often the profile was asked for (see PlacementState.relearn)
         self._profile: engine.Profile | None = None
         self._profile_total = 0
         # Scores by request and node look (None: does not fit).
@@ -110,6 +111,7 @@ class NodeScores:
 
     def profile(self) -> engine.Profile | None:
         """The profile for the workload seen so far (rebuilt on a new shape or twice the pods)."""
+        self.profile_reads += 1
         if not self._shapes or self.profile_name is None:
             return None
         if self._profile is None or self._new_shape or self._shape_total >= 2 * self._profile_total:

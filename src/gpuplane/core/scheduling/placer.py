@@ -5,6 +5,7 @@ placement's :class:`~gpuplane.core.placement.gang_placement.PlacementState`)."""
 from __future__ import annotations
 
 from gpuplane.core.config import SchedulerConfig
+from gpuplane.core.flavors import Assignment
 from gpuplane.core.karpenter import capacity_to_come
 from gpuplane.core.placement.devices import NeedsMemo, pod_needs, recorded_grants
 from gpuplane.core.placement.dra_alloc import ClaimNeed, DraError, resolve_claims
@@ -21,7 +22,8 @@ from gpuplane.model.records import recorded_claims, recorded_placement
 
 class NodePlacer:
     """Places gangs on the scheduler's node inventory. Owns that inventory (``cluster``: None when
-    the state has no nodes, and then nothing is placed) and adds to the notes what did not fit."""
+    the state has no nodes, and then nothing is placed), adds to the notes what did not fit, and
+    keeps the one-pod gangs that found no place on one state, by assignment (``_no_place``)."""
 
     def __init__(
         self,
@@ -37,6 +39,8 @@ class NodePlacer:
         self.needs = needs
         self.notes = notes
         self.cluster = PlacementState(state.nodes, config.devices, dra=state.dra) if state.nodes else None
+        self._no_place: dict[int, tuple[Assignment, list[GangPodSet], PlacementFailure, bool]] = {}
+        self._no_place_at: tuple[int, float] = (-1, 0.0)
         if self.cluster is not None:
             self._hold_allocated_claims()
 
@@ -163,13 +167,41 @@ class NodePlacer:
         if isinstance(result, PlacementFailure):
             self.notes.append(f"admitted workload {wl.key} has no room on the nodes: {result.message}")
 
-    def placement_for(self, e: Entry, probe: bool) -> GangPlacement | PlacementFailure:
+    def placement_for(
+        self, e: Entry, probe: bool, at: tuple[int, float] | None = None
+    ) -> GangPlacement | PlacementFailure:
+        """The entry's gang placed (or, with ``probe``, placed with its targets gone and given
+        back). ``at`` (the state version and clock) says the nodes are as the cycle found them;
+        then a one-pod gang without claims that found no place is kept by its assignment, and an
+        entry with that same assignment object (a known one, :meth:`Nominator.known`: same shape
+        and flavors) gets the same failure without a search, leaving behind what the search did
+        (:meth:`PlacementState.relearn`): such a search takes nothing."""
         assert self.cluster is not None
+        if at is not None and not probe:
+            if at != self._no_place_at:
+                self._no_place.clear()
+                self._no_place_at = at
+            known = self._no_place.get(id(e.assignment))
+            if known is not None and known[0] is e.assignment:
+                _, gang, failure, read_profile = known
+                self.cluster.relearn(e.pending.key, gang, read_profile)
+                return failure
         counts = [ps.count for ps in e.assignment.pod_sets]
         flavors = [{r: c.flavor for r, c in ps.flavors.items()} for ps in e.assignment.pod_sets]
         gang = self.gang(e.pending.workload, counts, flavors)
         if not probe:
-            return self.cluster.place(e.pending.key, gang)
+            reads = self.cluster.profile_reads
+            placed = self.cluster.place(e.pending.key, gang)
+            if (
+                at is not None
+                and isinstance(placed, PlacementFailure)
+                and len(gang) == 1
+                and gang[0].count == 1
+                and not gang[0].claims
+            ):
+                read_profile = self.cluster.profile_reads != reads
+                self._no_place[id(e.assignment)] = (e.assignment, gang, placed, read_profile)
+            return placed
         owner = f"probe:{e.pending.key}"
         with self.cluster.without(t.workload.key for t in e.targets):
             result = self.cluster.place(owner, gang)
