@@ -125,8 +125,8 @@ class RefusingPlacer:
     cluster: object = field(default_factory=object)  # not None: the cycle asks the nodes
     asked: list[str] = field(default_factory=list)
 
-    def placement_for(self, e: Entry, probe: bool, at: tuple[int, float] | None = None) -> PlacementFailure:
-        del probe, at  # a probe is refused too, on any state
+    def placement_for(self, e: Entry, probe: bool, recall: bool = False) -> PlacementFailure:
+        del probe, recall  # a probe is refused too, on any state
         self.asked.append(e.pending.key)
         return PlacementFailure(Reason.FRAGMENTED, "no node has room")
 
@@ -236,9 +236,9 @@ def test_the_fair_order_keeps_queues_outside_a_cohort_in_the_order_given() -> No
 def test_the_placer_places_an_admitted_gang_and_notes_what_does_not_fit() -> None:
     state = state_of(nodes=1)
     cfg = config(state)
-    notes: list[str] = []
     scheduler = Scheduler(state, cfg, 0.0)
-    placer = NodePlacer(state, cfg, scheduler.flavors, scheduler.nominator.needs, notes)
+    ledger = Ledger(scheduler.tree, 0.0)
+    placer = NodePlacer(state, cfg, scheduler.flavors, scheduler.nominator.needs, ledger)
     assert placer.cluster is not None
     scheduler.submit(one_workload("w1", cpu="6"))
     (pending,) = scheduler.queues["a"]
@@ -249,7 +249,7 @@ def test_the_placer_places_an_admitted_gang_and_notes_what_does_not_fit() -> Non
     second = scheduler.nominate(scheduler.queues["a"][1])
     assert isinstance(second, Entry)
     assert isinstance(placer.placement_for(second, probe=True), PlacementFailure)  # 2 CPUs left
-    assert notes == []
+    assert ledger.notes == []
 
 
 class FreedShapes:

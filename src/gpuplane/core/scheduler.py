@@ -83,7 +83,7 @@ class Scheduler:
         self.gate = gate = CheckGate(state)
         needs = NeedsMemo(config.devices)  # each pod template's needs, read once
         eligibility = EligibilityMemo()  # which flavors each pod template may take
-        self.placer = placer = NodePlacer(state, config, self.flavors, needs, ledger.notes)
+        self.placer = placer = NodePlacer(state, config, self.flavors, needs, ledger)
         cluster = placer.cluster
         self.shapes = shapes = Shapes(tree, config, self.flavors, eligibility)
         self.queue_manager = queues = QueueManager(state, tree, shapes)

@@ -20,14 +20,22 @@ from gpuplane.core.scheduling.nominator import Nominator
 from gpuplane.core.scheduling.queue_manager import QueueManager
 from gpuplane.core.scheduling.reservations import CheckedReservations
 from gpuplane.core.scheduling.shapes import Shapes
-from gpuplane.core.scheduling.state import CycleResult, CycleWork, Entry, Ledger, Status, classical_key
+from gpuplane.core.scheduling.state import (
+    CycleResult,
+    CycleWork,
+    Entry,
+    Ledger,
+    StateMemo,
+    Status,
+    classical_key,
+)
 from gpuplane.core.workloads import usage_from_assignment
 
 
 class Cycle:
     """Runs cycles over the parts it is given. Owns the nomination outcomes that parked a workload,
-    by shape, valid while the ledger's ``state_version`` stays the same (``failed``), and whether
-    every ClusterQueue is BestEffortFIFO."""
+    by shape, valid while the ledger's ``state_version`` stays the same (``failed``, a
+    :class:`StateMemo` that ignores the clock), and whether every ClusterQueue is BestEffortFIFO."""
 
     def __init__(  # noqa: PLR0913, PLR0917 - the parts a cycle drives, each passed in
         self,
@@ -52,8 +60,7 @@ class Cycle:
         self.reservations = reservations
         self.preemptor = preemptor
         self.fair_order = FairOrder(config)
-        self.failed: dict[int, Status] = {}
-        self._failed_version = -1
+        self.failed: StateMemo[int, Status] = StateMemo(ledger, clock=False)
         self._all_best_effort: bool | None = None  # see best_effort_only
 
     def run(self, budget: int = 1) -> CycleResult:
@@ -105,10 +112,7 @@ class Cycle:
         entries and, for the heads nominated afresh, their shapes; ``generations`` gets each
         visited head's cohort generation."""
         entries: list[Entry] = []
-        ledger, queues, failed = self.ledger, self.queues, self.failed
-        if self._failed_version != ledger.state_version:
-            failed.clear()
-            self._failed_version = ledger.state_version
+        ledger, queues, failed = self.ledger, self.queues, self.failed.entries()
         shapes: dict[str, int] = {}
         status, scan, park = queues.status, self.nominator.scan, queues.park
         shape_of, nominate = self.shapes.of, self.nominator.nominate
@@ -190,8 +194,9 @@ class Cycle:
                 if shape is not None and e.decided_alone:
                     # Parked on the cycle's starting state alone, with no effect on the
                     # others: a workload of the same shape meets the same outcome until
-                    # the state changes.
-                    self.failed[shape] = Status(outcome.reason, e.message)
+                    # the state changes (the cycle's starting state: gone already if the
+                    # cycle admitted or preempted).
+                    self.failed.as_checked()[shape] = Status(outcome.reason, e.message)
 
     def admit(self, e: Entry, result: CycleResult) -> None:
         """Admit an entry: it holds its quota, leaves its queue and is recorded."""

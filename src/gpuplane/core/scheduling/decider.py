@@ -97,10 +97,8 @@ class Decider:
         """Place the entry's gang (a probe when it preempts). False when the entry has no place and
         is done with in this cycle: it waits, or went on to a later flavor (processed again)."""
         # An entry decided alone with a known assignment finds the nodes as the cycle found them.
-        at = None
-        if mode == FIT and e.decided_alone and e.shape is not None:
-            at = (self.nominator.ledger.state_version, self.nominator.ledger.now)
-        placed = self.placer.placement_for(e, probe=mode == PREEMPT, at=at)
+        recall = mode == FIT and e.decided_alone and e.shape is not None
+        placed = self.placer.placement_for(e, probe=mode == PREEMPT, recall=recall)
         if isinstance(placed, PlacementFailure):
             if not self.checks_for(e):
                 e.reason, e.message = placed.reason, placed.message + self.placer.to_come(e)

@@ -25,6 +25,7 @@ from gpuplane.core.scheduling.state import (
     Entry,
     Ledger,
     ScanProgress,
+    StateMemo,
     Status,
 )
 from gpuplane.core.spot import serving_block
@@ -66,8 +67,7 @@ class Nominator:
         self.has_nodes = has_nodes
         self.scan: dict[str, ScanProgress] = {}
         self._inactive: dict[str, str | None] = {}
-        self._known: dict[tuple[int, ScanKey], Assignment] = {}
-        self._known_at: tuple[int, float] = (-1, 0.0)
+        self._known: StateMemo[tuple[int, ScanKey], Assignment] = StateMemo(ledger, clock=True)
 
     def known(self) -> dict[tuple[int, ScanKey], Assignment]:
         """The assignments found on the present state, by the workload's shape and where its scan
@@ -75,11 +75,7 @@ class Nominator:
         preemption it simulates) the clock, never who asks beyond its shape: two workloads of one
         shape whose scans start alike get the same one until the state changes. Only those with
         no preemption targets are kept (targets are the workload's own victims)."""
-        at = (self.ledger.state_version, self.ledger.now)
-        if at != self._known_at:
-            self._known.clear()
-            self._known_at = at
-        return self._known
+        return self._known.entries()
 
     def inactive_reason(self, cq: ClusterQueueNode) -> str | None:
         """Why Kueue's cache keeps the queue inactive (``Stopped``, ``FlavorNotFound``), if it does

@@ -14,10 +14,16 @@ from gpuplane.core.placement.gangs import GangPlacement, GangPodSet, PlacementFa
 from gpuplane.core.scheduling.state import (
     WORKLOAD_LABEL,
     Entry,
+    Ledger,
+    StateMemo,
 )
 from gpuplane.model.labels import DEVICES_ANNOTATION, PLACEMENT_ANNOTATION
 from gpuplane.model.objects import WARM_BUFFER_LABEL, ClusterState, ResourceFlavor, Workload
 from gpuplane.model.records import recorded_claims, recorded_placement
+
+# A one-pod gang that found no place: its assignment (kept alive, so that its id stays its own),
+# its gang, the failure and whether the search read the node scores' profile.
+NoPlace = tuple[Assignment, list[GangPodSet], PlacementFailure, bool]
 
 
 class NodePlacer:
@@ -31,16 +37,15 @@ class NodePlacer:
         config: SchedulerConfig,
         flavors: dict[str, ResourceFlavor],
         needs: NeedsMemo,
-        notes: list[str],
+        ledger: Ledger,
     ) -> None:
         self.state = state
         self.config = config
         self.flavors = flavors
         self.needs = needs
-        self.notes = notes
+        self.notes = ledger.notes
         self.cluster = PlacementState(state.nodes, config.devices, dra=state.dra) if state.nodes else None
-        self._no_place: dict[int, tuple[Assignment, list[GangPodSet], PlacementFailure, bool]] = {}
-        self._no_place_at: tuple[int, float] = (-1, 0.0)
+        self._no_place: StateMemo[int, NoPlace] = StateMemo(ledger, clock=True)
         if self.cluster is not None:
             self._hold_allocated_claims()
 
@@ -167,21 +172,17 @@ class NodePlacer:
         if isinstance(result, PlacementFailure):
             self.notes.append(f"admitted workload {wl.key} has no room on the nodes: {result.message}")
 
-    def placement_for(
-        self, e: Entry, probe: bool, at: tuple[int, float] | None = None
-    ) -> GangPlacement | PlacementFailure:
+    def placement_for(self, e: Entry, probe: bool, recall: bool = False) -> GangPlacement | PlacementFailure:
         """The entry's gang placed (or, with ``probe``, placed with its targets gone and given
-        back). ``at`` (the state version and clock) says the nodes are as the cycle found them;
-        then a one-pod gang without claims that found no place is kept by its assignment, and an
-        entry with that same assignment object (a known one, :meth:`Nominator.known`: same shape
-        and flavors) gets the same failure without a search, leaving behind what the search did
-        (:meth:`PlacementState.relearn`): such a search takes nothing."""
+        back). ``recall`` says the nodes are as the cycle found them; then a one-pod gang without
+        claims that found no place is kept by its assignment while the state stays the same, and
+        an entry with that same assignment object (a known one, :meth:`Nominator.known`: same
+        shape and flavors) gets the same failure without a search, leaving behind what the search
+        did (:meth:`PlacementState.relearn`): such a search takes nothing."""
         assert self.cluster is not None
-        if at is not None and not probe:
-            if at != self._no_place_at:
-                self._no_place.clear()
-                self._no_place_at = at
-            known = self._no_place.get(id(e.assignment))
+        no_place = self._no_place.entries() if recall and not probe else None
+        if no_place is not None:
+            known = no_place.get(id(e.assignment))
             if known is not None and known[0] is e.assignment:
                 _, gang, failure, read_profile = known
                 self.cluster.relearn(e.pending.key, gang, read_profile)
@@ -193,14 +194,14 @@ class NodePlacer:
             reads = self.cluster.profile_reads
             placed = self.cluster.place(e.pending.key, gang)
             if (
-                at is not None
+                no_place is not None
                 and isinstance(placed, PlacementFailure)
                 and len(gang) == 1
                 and gang[0].count == 1
                 and not gang[0].claims
             ):
                 read_profile = self.cluster.profile_reads != reads
-                self._no_place[id(e.assignment)] = (e.assignment, gang, placed, read_profile)
+                no_place[id(e.assignment)] = (e.assignment, gang, placed, read_profile)
             return placed
         owner = f"probe:{e.pending.key}"
         with self.cluster.without(t.workload.key for t in e.targets):

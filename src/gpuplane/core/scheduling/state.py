@@ -19,6 +19,7 @@ of the scheduler is one object in its own module, holding references to the part
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from gpuplane.core.flavors import Assignment
 from gpuplane.core.lifecycle import Reason
@@ -195,6 +196,10 @@ def flavors_of(state: ClusterState) -> dict[str, ResourceFlavor]:
     return {name: ResourceFlavor(name=name) for name in named}
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
 class Ledger:
     """The record that the scheduler's parts share: the clock and the cycle count, the version that
     invalidates what is remembered about outcomes (``state_version``), each cohort tree's generation
@@ -224,3 +229,32 @@ class Ledger:
             root = self.tree.queues[cq_name].root().name
             self.generation[root] = self.generation.get(root, 0) + 1
         self.state_version += 1  # whatever moves a cohort's generation may change an outcome
+
+
+class StateMemo(Generic[K, V]):
+    """What one part of the scheduler remembers about outcomes on the present state (the parked
+    outcomes by shape, the known assignments, the one-pod gangs that found no place). Owns the
+    check that keeps it true: :meth:`entries` empties it once the ledger's ``state_version`` has
+    moved, and, with ``clock``, once the ledger's clock has (for what the clock may change even
+    where the version does not, such as the preemption an assignment simulates)."""
+
+    def __init__(self, ledger: Ledger, *, clock: bool) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self._entries: dict[K, V] = {}
+        self._at: tuple[int, float] = (-1, 0.0)
+
+    def entries(self) -> dict[K, V]:
+        """The entries kept on the ledger's present state."""
+        ledger = self.ledger
+        at = (ledger.state_version, ledger.now if self.clock else 0.0)
+        if at != self._at:
+            self._entries.clear()
+            self._at = at
+        return self._entries
+
+    def as_checked(self) -> dict[K, V]:
+        """The entries as :meth:`entries` last found them, without checking again: what is added
+        here belongs to the state of that check and goes with it (an outcome found on a state
+        that has moved on since is never taken for one on the new state)."""
+        return self._entries
