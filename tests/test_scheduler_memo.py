@@ -17,14 +17,15 @@ import pytest
 from calls import count_calls
 from gpuplane.core.flavors import FlavorAssigner
 from gpuplane.core.placement.gang_placement import PlacementState
+from gpuplane.core.quota import QuotaTree
 from gpuplane.core.scheduler import Scheduler
 from gpuplane.core.scheduling.cycle import Cycle
 from gpuplane.core.scheduling.nominator import Nominator
 from gpuplane.core.scheduling.placer import NodePlacer
 from gpuplane.core.scheduling.shapes import Shapes
-from gpuplane.core.scheduling.state import Kind, Parked
+from gpuplane.core.scheduling.state import Kind, Ledger, Parked, StateMemo
 from gpuplane.core.workloads import PendingWorkload
-from gpuplane.model.objects import Workload
+from gpuplane.model.objects import ClusterState, Workload
 from gpuplane.sim.experiment import run_configuration, scenario_input
 from gpuplane.sim.scenario import load_scenario
 
@@ -88,6 +89,25 @@ def test_remembered_outcomes_change_nothing_but_the_work(
         assert with_memory < counted["count"]
     else:
         assert with_memory <= counted["count"]
+
+
+@pytest.mark.parametrize("clock", [True, False])
+def test_a_state_memo_forgets_when_the_state_moves_and_as_checked_never_outlives_it(clock: bool) -> None:
+    """A :class:`StateMemo` keeps its entries while the ledger's state version (and, with
+    ``clock``, its clock) stays; an entry added through ``as_checked`` after the state moved
+    belongs to the old state and is gone at the next check."""
+    ledger = Ledger(QuotaTree(ClusterState()), 0.0)
+    memo: StateMemo[str, int] = StateMemo(ledger, clock=clock)
+    memo.entries()["a"] = 1
+    assert memo.entries() == {"a": 1}
+    ledger.now = 5.0
+    assert memo.entries() == ({} if clock else {"a": 1})
+    memo.entries()["b"] = 2
+    ledger.state_version += 1
+    memo.as_checked()["late"] = 3  # found on the state before the move
+    assert memo.entries() == {}
+    memo.entries()["c"] = 4
+    assert memo.as_checked() == memo.entries() == {"c": 4}
 
 
 def test_cycles_that_only_park_heads_run_in_one_call_with_the_same_outcome(
