@@ -86,6 +86,11 @@ def summary(document: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]
         "gpusToMatch": {name: match.get("gpus") for name, match in matches.items()},
         "runs": runs,
         "matchRuns": {name: len(match.get("runs", [])) for name, match in matches.items()},
+        "matchRunSeconds": {
+            name: round(sum(r.get("wallSeconds") or 0.0 for r in match.get("runs", [])), 1)
+            for name, match in matches.items()
+        },
+        "phaseSeconds": {phase: part["wallSeconds"] for phase, part in document.get("phases", {}).items()},
         "headline": document.get("headline", ""),
     }
 

@@ -265,6 +265,8 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
         document["strongestPeer"] = strongest
     if reference is not None and reference.load:
         document["peerGaps"] = peer_gaps(capacity, reference.load)
+    searched = time.perf_counter()
+    document["phases"] = {"search": {"wallSeconds": round(searched - started, 3)}}
     if grown is not None and "gpuplane" in capacity:
         document["gpusToMatch"] = match_gpus(
             grown,
@@ -274,6 +276,7 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
             jobs=jobs,
             progress=progress,
         )
+        document["phases"]["gpusToMatch"] = {"wallSeconds": round(time.perf_counter() - searched, 3)}
     document["wallSeconds"] = round(time.perf_counter() - started, 3)
     return SweepResult(grid, runs, document)
 

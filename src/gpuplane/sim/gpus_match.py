@@ -56,16 +56,17 @@ def at_demand(scenario: Scenario, load: float, multiplier: float) -> Scenario:
 
 @dataclass(slots=True)
 class _Search:
-    """One configuration's search: the multiplier runs made so far, as (m, GPUs, load, p95 wait)."""
+    """One configuration's search: the multiplier runs made so far, as (m, GPUs, load, p95 wait,
+    the run's wall seconds: 0 where a multiplier reused a cluster already run)."""
 
     name: str
     start: float
-    runs: list[tuple[float, int, float, float]] = field(default_factory=list)
+    runs: list[tuple[float, int, float, float, float]] = field(default_factory=list)
 
-    def met(self, target: float) -> list[tuple[float, int, float, float]]:
+    def met(self, target: float) -> list[tuple[float, int, float, float, float]]:
         return sorted((r for r in self.runs if r[3] <= target), key=lambda r: (r[1], r[0]))
 
-    def missed(self, target: float) -> list[tuple[float, int, float, float]]:
+    def missed(self, target: float) -> list[tuple[float, int, float, float, float]]:
         return sorted((r for r in self.runs if r[3] > target), key=lambda r: (r[1], r[0]))
 
     def next_multiplier(self, target: float, installed: int) -> float | None:
@@ -85,8 +86,8 @@ class _Search:
     def answer(self, target: float) -> dict[str, Any]:
         """The smallest cluster that met the target, or the largest miss as a lower bound."""
         runs = [
-            {"nodeMultiplier": m, "gpus": g, "load": load, "waitP95Seconds": w}
-            for m, g, load, w in sorted(self.runs)
+            {"nodeMultiplier": m, "gpus": g, "load": load, "waitP95Seconds": w, "wallSeconds": wall}
+            for m, g, load, w, wall in sorted(self.runs)
         ]
         met = self.met(target)
         if met:
@@ -168,7 +169,7 @@ def _round(  # noqa: PLR0913 - the search's state and settings
         if same is None:
             fresh.append((name, m))
         else:
-            searches[name].runs.append((m, *same[1:]))
+            searches[name].runs.append((m, *same[1:4], 0.0))
     keys = sorted({m for _, m in fresh})
     index = {m: i for i, m in enumerate(keys)}
     tasks = [Task(f"{n} x{m:g} nodes", n, index[m], m * demand * expected_cost(n)) for n, m in fresh]
@@ -177,5 +178,6 @@ def _round(  # noqa: PLR0913 - the search's state and settings
     for (name, m), (_, doc) in zip(fresh, results, strict=True):
         gpus = inputs[m].cluster.gpus
         wait = float(doc["waitP95Seconds"] or 0.0)
-        searches[name].runs.append((m, gpus, round(demand * installed / gpus, 4), wait))
+        wall = float(doc.get("wallSeconds") or 0.0)
+        searches[name].runs.append((m, gpus, round(demand * installed / gpus, 4), wait, wall))
     return True
