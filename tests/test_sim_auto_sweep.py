@@ -295,3 +295,36 @@ def test_spare_workers_split_the_bracket_into_more_points_and_take_fewer_rounds(
         assert doc["capacityBound"]["gpuplane"] == "interpolated"
         assert doc["capacityAtWaitTarget"]["gpuplane"] == pytest.approx(CROSSING["gpuplane"], abs=0.05)
     assert len(fake_runs) == len(set(fake_runs))  # no load runs twice
+
+
+@pytest.mark.usefixtures("fake_runs")
+def test_spare_workers_give_the_gpus_to_match_search_more_clusters_a_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One configuration left to match on three workers: each round runs up to three clusters
+    (further steps up, then points splitting the bracket), so the search takes fewer rounds, and
+    the answer is still within the tolerance of what the fake needs."""
+    rounds: list[list[str]] = []
+    fake = gpus_match.run_tasks
+
+    def counted(
+        runner: object, inputs: Sequence[SimInput], tasks: Sequence[Task], *rest: object
+    ) -> list[RunResult]:
+        rounds.append([task.label for task in tasks])
+        return fake(runner, inputs, tasks, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpus_match, "run_tasks", counted)
+    found = {}
+    for jobs in (1, 3):
+        rounds.clear()
+        sweep = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=jobs, grown=_grown)
+        doc = sweep.document
+        match = doc["gpusToMatch"]["stock"]
+        need = 100 * doc["capacityAtWaitTarget"]["gpuplane"] / CROSSING["stock"]
+        assert match["bound"] == "interpolated"
+        assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match
+        assert len({run["gpus"] for run in match["runs"]}) <= gpus_match.MAX_RUNS
+        found[jobs] = [len(labels) for labels in rounds]
+    assert set(found[1]) == {1}  # one cluster a round, as before
+    assert max(found[3]) == 3  # every worker busy
+    assert len(found[3]) < len(found[1])

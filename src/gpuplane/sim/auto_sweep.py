@@ -40,7 +40,7 @@ from gpuplane.sim.experiment import (
     run_named,
 )
 from gpuplane.sim.gpus_match import GrownInput, match_gpus
-from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, run_tasks
+from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, points_per_search, run_tasks
 from gpuplane.sim.sweep import (
     AT_LEAST,
     BELOW,
@@ -57,7 +57,6 @@ ALLOCATION_MARGIN = 0.1  # how far past full allocation (by proportion) a step u
 MAX_LOAD = 8.0
 MIN_LOAD = 0.05
 RESOLUTION = 0.05
-MAX_POINTS = 4  # loads one configuration runs in a round, at most (see AutoSweep.points)
 GOAL = 2.0  # gpuplane's capacity over the strongest peer's that the sweep is held to
 
 
@@ -132,11 +131,8 @@ class AutoSweep:
         return max(step, highest + 2 * self.resolution)
 
     def points(self, searching: int) -> int:
-        """Loads each of ``searching`` configurations runs this round: one, or where there are
-        more workers than configurations still searching, the workers shared among them (at most
-        :data:`MAX_POINTS`), so that a round keeps every worker busy and the search takes fewer
-        rounds (the rounds of the costliest configuration are the sweep's wall time)."""
-        return max(1, min(MAX_POINTS, self.jobs // max(1, searching)))
+        """Loads each of ``searching`` configurations runs this round (:func:`points_per_search`)."""
+        return points_per_search(self.jobs, searching)
 
     def search(self) -> None:
         self.run([(n, load) for load in START_LOADS for n in self.names])

@@ -15,8 +15,10 @@ sweep simulates it instead, on larger clusters of the same shape::
 A configuration whose capacity is at least gpuplane's needs no more GPUs than installed (no run).
 One that never met the target within ``MAX_RUNS`` gets its largest miss as a lower bound
 (``atLeast``). A multiplier that rounds to a cluster already run reuses that run. Each round's
-runs go side by side, one per configuration still searching, so the search costs at most
-``MAX_RUNS`` runs per configuration, each at gpuplane's demand on a larger cluster.
+runs go side by side, one per configuration still searching, or more where workers would idle
+(:func:`~gpuplane.sim.parallel.points_per_search`: further steps up, or points that split the
+bracket in equal parts), so the search costs at most ``MAX_RUNS`` runs per configuration, each at
+gpuplane's demand on a larger cluster.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from functools import partial
 from typing import Any
 
 from gpuplane.sim.experiment import SimInput, expected_cost, run_named
-from gpuplane.sim.parallel import ProgressCallback, Task, run_tasks
+from gpuplane.sim.parallel import ProgressCallback, Task, points_per_search, run_tasks
 from gpuplane.sim.scenario import Scenario
 from gpuplane.sim.sweep import AT_LEAST, EXACT, Capacity
 
@@ -69,19 +71,27 @@ class _Search:
     def missed(self, target: float) -> list[tuple[float, int, float, float, float]]:
         return sorted((r for r in self.runs if r[3] > target), key=lambda r: (r[1], r[0]))
 
-    def next_multiplier(self, target: float, installed: int) -> float | None:
+    def next_multipliers(self, target: float, installed: int, k: int = 1) -> list[float]:
+        """The next ``k`` multipliers to run side by side (fewer near the end; none once done):
+        the scaling estimate and, with ``k`` > 1, further steps up by :data:`GROWTH` (a peer
+        that pools its demand on a larger cluster may need less than the estimate, but on the
+        built-in week the peers needed more); while nothing met, ``k`` steps up from the largest
+        miss; then ``k`` points that split the bracket between the largest miss below the
+        smallest meet and that meet in equal parts."""
+        distinct = len({r[1] for r in self.runs})
+        if distinct >= MAX_RUNS or len(self.runs) >= 4 * MAX_RUNS:
+            return []
+        k = max(1, min(k, MAX_RUNS - distinct))
         if not self.runs:
-            return self.start
-        if len({r[1] for r in self.runs}) >= MAX_RUNS or len(self.runs) >= 4 * MAX_RUNS:
-            return None
+            return [self.start * GROWTH**i for i in range(k)]
         met, missed = self.met(target), self.missed(target)
         if not met:
-            return missed[-1][0] * GROWTH
+            return [missed[-1][0] * GROWTH**i for i in range(1, k + 1)]
         low = max((r for r in missed if r[1] < met[0][1]), key=lambda r: (r[1], r[0]), default=None)
         low_m, low_gpus = (1.0, installed) if low is None else (low[0], low[1])
         if met[0][1] - low_gpus <= max(1, TOLERANCE * installed) or met[0][0] - low_m < 1e-3:
-            return None  # close enough, or no cluster between the two (node counts round up)
-        return (low_m + met[0][0]) / 2
+            return []  # close enough, or no cluster between the two (node counts round up)
+        return [low_m + (met[0][0] - low_m) * i / (k + 1) for i in range(1, k + 1)]
 
     def answer(self, target: float) -> dict[str, Any]:
         """The smallest cluster that met the target, or the largest miss as a lower bound."""
@@ -151,25 +161,30 @@ def _round(  # noqa: PLR0913 - the search's state and settings
     jobs: int,
     progress: ProgressCallback | None,
 ) -> bool:
-    """Run each searching configuration's next multiplier side by side; False when none is left."""
-    todo = []
-    for search in searches.values():
-        m = search.next_multiplier(wait_target, installed)
-        if m is not None:
-            todo.append((search.name, round(m, 4)))
-    if not todo:
+    """Run each searching configuration's next multipliers side by side (more than one each where
+    workers would idle, :func:`points_per_search`); False when none is left."""
+    searching = [s for s in searches.values() if s.next_multipliers(wait_target, installed)]
+    if not searching:
         return False
+    k = points_per_search(jobs, len(searching))
+    todo = [
+        (search.name, m)
+        for search in searching
+        for m in dict.fromkeys(round(m, 4) for m in search.next_multipliers(wait_target, installed, k))
+    ]
     for _, m in todo:
         if m not in inputs:
             inputs[m] = grown(demand, m)
     fresh = []
+    planned: set[tuple[str, int]] = set()
     for name, m in todo:  # a multiplier that rounds to a cluster already run reuses that run
         gpus = inputs[m].cluster.gpus
         same = next((r for r in searches[name].runs if r[1] == gpus), None)
-        if same is None:
-            fresh.append((name, m))
-        else:
+        if same is not None:
             searches[name].runs.append((m, *same[1:4], 0.0))
+        elif (name, gpus) not in planned:  # two of this round's multipliers round to one cluster
+            planned.add((name, gpus))
+            fresh.append((name, m))
     keys = sorted({m for _, m in fresh})
     index = {m: i for i, m in enumerate(keys)}
     tasks = [Task(f"{n} x{m:g} nodes", n, index[m], m * demand * expected_cost(n)) for n, m in fresh]

@@ -53,6 +53,17 @@ class Task:
     weight: float = 1.0  # expected cost, only to start the longest runs first
 
 
+MAX_POINTS = 4  # runs one search makes in a round, at most (see points_per_search)
+
+
+def points_per_search(jobs: int, searching: int) -> int:
+    """Runs each of ``searching`` searches makes in one round of runs side by side: one, or where
+    there are more workers than searches, the workers shared among them (at most
+    :data:`MAX_POINTS`), so that a round keeps every worker busy and a search takes fewer rounds
+    (the rounds of the costliest search are its wall time)."""
+    return max(1, min(MAX_POINTS, jobs // max(1, searching)))
+
+
 def run_tasks(
     runner: Runner,
     inputs: Sequence[Any],
