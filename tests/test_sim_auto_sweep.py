@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -46,6 +48,71 @@ def _wait(name: str, load: float) -> float:
     return TARGET * math.exp(4.0 * (load - CROSSING[name]))
 
 
+def _fake_doc(name: str, load: float) -> dict[str, Any]:
+    doc: dict[str, Any] = {"waitP95Seconds": _wait(name, load), "wallSeconds": 0.0, "gpuBusyOfCapacity": 0.5}
+    if doc["waitP95Seconds"] > CUT_PAST * TARGET:  # as a run cut once sure to miss reports
+        doc["cut"] = {"atSeconds": 1800.0, "waitP95": "atLeast"}
+    return doc
+
+
+class FakeWorkers:
+    """Stands in for :class:`~gpuplane.sim.parallel.Workers`: a started run takes
+    ``duration(name, load)`` on a fake clock (by default its load), the first to end is done
+    first, and its summary is ``doc(name, load)``. A stopped run frees its worker at once."""
+
+    def __init__(
+        self,
+        _runner: object,
+        jobs: int,
+        _progress: object = None,
+        *,
+        doc: Callable[[str, float], dict[str, Any]] = _fake_doc,
+        ran: list[tuple[str, float]],
+        duration: Callable[[str, float], float] = lambda _name, load: load,
+    ) -> None:
+        self.jobs = jobs
+        self.doc = doc
+        self.ran = ran
+        self.duration = duration
+        self.clock = 0.0
+        self.serial = 0
+        self.going: dict[Hashable, tuple[float, int, str, float]] = {}
+        self.cancelled: list[Hashable] = []
+        self.most = 0  # runs going at once, at most
+
+    def __enter__(self) -> FakeWorkers:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def free(self) -> int:
+        return self.jobs - len(self.going)
+
+    def running(self) -> list[Hashable]:
+        return sorted(self.going, key=lambda key: self.going[key][1])
+
+    def start(self, key: Hashable, task: Task, source: SimInput) -> None:
+        assert self.free() >= 1
+        load = source.notes["load"]
+        self.ran.append((task.name, load))
+        self.going[key] = (self.clock + self.duration(task.name, load), self.serial, task.name, load)
+        self.serial += 1
+        self.most = max(self.most, len(self.going))
+
+    def cancel(self, key: Hashable) -> None:
+        self.cancelled.append(key)
+        del self.going[key]
+
+    def next_done(self) -> tuple[Hashable, RunResult] | None:
+        if not self.going:
+            return None
+        key = min(self.going, key=lambda k: self.going[k][:2])
+        end, _, name, load = self.going.pop(key)
+        self.clock = end
+        return key, (None, self.doc(name, load))  # type: ignore[return-value]
+
+
 @pytest.fixture
 def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
     ran: list[tuple[str, float]] = []
@@ -57,13 +124,10 @@ def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
         for task in tasks:
             load = inputs[task.source].notes["load"]
             ran.append((task.name, load))
-            doc = {"waitP95Seconds": _wait(task.name, load), "wallSeconds": 0.0, "gpuBusyOfCapacity": 0.5}
-            if doc["waitP95Seconds"] > CUT_PAST * TARGET:  # as a run cut once sure to miss reports
-                doc["cut"] = {"atSeconds": 1800.0, "waitP95": "atLeast"}
-            out.append((None, doc))  # type: ignore[arg-type]
+            out.append((None, _fake_doc(task.name, load)))  # type: ignore[arg-type]
         return out
 
-    monkeypatch.setattr(auto_sweep, "run_tasks", run_tasks)
+    monkeypatch.setattr(auto_sweep, "Workers", partial(FakeWorkers, ran=ran))
     monkeypatch.setattr(gpus_match, "run_tasks", run_tasks)
     return ran
 
@@ -224,27 +288,15 @@ def test_gpus_to_match_ends_when_node_counts_round_to_clusters_already_run() -> 
 
 def test_a_step_up_stops_near_full_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
     full = 3.2  # the fake's GPUs are fully allocated at this load (allocation grows with load)
-    ran: list[float] = []
+    ran: list[tuple[str, float]] = []
 
-    def run_tasks(
-        _runner: object, inputs: Sequence[SimInput], tasks: Sequence[Task], *_: object
-    ) -> list[RunResult]:
-        out: list[RunResult] = []
-        for task in tasks:
-            load = inputs[task.source].notes["load"]
-            ran.append(load)
-            doc = {
-                "waitP95Seconds": _wait(task.name, load),
-                "wallSeconds": 0.0,
-                "gpuAllocatedShare": load / full,
-            }
-            out.append((None, doc))  # type: ignore[arg-type]
-        return out
+    def doc(name: str, load: float) -> dict[str, Any]:
+        return {"waitP95Seconds": _wait(name, load), "wallSeconds": 0.0, "gpuAllocatedShare": load / full}
 
-    monkeypatch.setattr(auto_sweep, "run_tasks", run_tasks)
-    doc = run_auto_sweep(_sim, ("gpuplane",), wait_target=TARGET, jobs=1).document
-    assert max(ran) <= full * (1 + auto_sweep.ALLOCATION_MARGIN) + 1e-9  # 1.5x steps would have run 3.6
-    assert doc["capacityAtWaitTarget"]["gpuplane"] == pytest.approx(CROSSING["gpuplane"], abs=0.05)
+    monkeypatch.setattr(auto_sweep, "Workers", partial(FakeWorkers, doc=doc, ran=ran))
+    doc_ = run_auto_sweep(_sim, ("gpuplane",), wait_target=TARGET, jobs=1).document
+    assert max(load for _, load in ran) <= full * (1 + auto_sweep.ALLOCATION_MARGIN) + 1e-9  # 1.5x: 3.6
+    assert doc_["capacityAtWaitTarget"]["gpuplane"] == pytest.approx(CROSSING["gpuplane"], abs=0.05)
 
 
 def test_a_peer_within_twice_gpuplanes_capacity_names_the_feature_that_closes_the_gap(
@@ -269,32 +321,37 @@ def test_a_peer_within_twice_gpuplanes_capacity_names_the_feature_that_closes_th
     assert fake_runs  # the runs were the fake's
 
 
-def test_spare_workers_split_the_bracket_into_more_points_and_take_fewer_rounds(
+def test_spare_workers_run_more_loads_at_once_and_stop_the_runs_no_longer_needed(
     monkeypatch: pytest.MonkeyPatch, fake_runs: list[tuple[str, float]]
 ) -> None:
-    rounds: list[int] = []
-    fake = auto_sweep.run_tasks
+    """One configuration on one worker, then on three: with three, its search runs up to three
+    loads at once (further steps up, then points in the bracket), a run starts whenever a worker
+    is free, and a step up beyond a load that missed is stopped. The search takes far less time
+    on the fake clock, and both find the capacity within the resolution."""
+    made: list[FakeWorkers] = []
 
-    def counted(
-        runner: object, inputs: Sequence[SimInput], tasks: Sequence[Task], *rest: object
-    ) -> list[RunResult]:
-        rounds.append(len(tasks))
-        return fake(runner, inputs, tasks, *rest)  # type: ignore[arg-type]
+    def workers(*args: Any, **kwargs: Any) -> FakeWorkers:
+        made.append(FakeWorkers(*args, ran=fake_runs, **kwargs))
+        return made[-1]
 
-    monkeypatch.setattr(auto_sweep, "run_tasks", counted)
+    monkeypatch.setattr(auto_sweep, "Workers", workers)
     alone = run_auto_sweep(_sim, ("gpuplane",), wait_target=TARGET, jobs=1).document
-    one_by_one = len(rounds)
-    assert rounds[0] == 3  # the grid
-    assert set(rounds[1:]) == {1}  # then one load a round
-    rounds.clear()
+    one_by_one = made[-1]
+    assert one_by_one.most == 1
+    assert not one_by_one.cancelled  # one at a time, nothing runs ahead of what is known
     fake_runs.clear()
     spread = run_auto_sweep(_sim, ("gpuplane",), wait_target=TARGET, jobs=3).document
-    assert len(rounds) < one_by_one
-    assert max(rounds[1:]) == 3  # every worker busy in the search's rounds
+    side_by_side = made[-1]
+    assert side_by_side.most == 3
+    assert side_by_side.clock < 0.7 * one_by_one.clock
     for doc in (alone, spread):
         assert doc["capacityBound"]["gpuplane"] == "interpolated"
         assert doc["capacityAtWaitTarget"]["gpuplane"] == pytest.approx(CROSSING["gpuplane"], abs=0.05)
     assert len(fake_runs) == len(set(fake_runs))  # no load runs twice
+    # What was stopped was above a load that missed: never a load whose result the bracket uses.
+    assert side_by_side.cancelled
+    lowest_miss = min(p["load"] for p in spread["autoSweep"]["gpuplane"] if p["waitP95Seconds"] > TARGET)
+    assert all(load > lowest_miss for _, load in side_by_side.cancelled)
 
 
 @pytest.mark.usefixtures("fake_runs")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from gpuplane.sim.experiment import SimInput, run_experiment, run_named, scenario_input
 from gpuplane.sim.metrics import Ledger
-from gpuplane.sim.parallel import Task, run_tasks
+from gpuplane.sim.parallel import Task, Workers, run_tasks
 from gpuplane.sim.scenario import load_scenario
 from gpuplane.sim.sweep import run_sweep
 from test_sim_golden import without_timings
@@ -93,3 +94,39 @@ def test_the_cli_gives_the_same_json_with_one_job_or_two() -> None:
         return document
 
     assert without_timings(simulate("2")) == without_timings(simulate("1"))
+
+
+def _slow_unless_stopped(name: str, sim: SimInput, progress: Any) -> tuple[Ledger, dict[str, Any]]:
+    if name == "slow":
+        for i in range(600):  # a minute, reporting progress as a run does
+            progress(i / 600)
+            time.sleep(0.1)
+    return run_named("stock", sim, progress)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_workers_hand_out_runs_and_stop_one_no_longer_needed(jobs: int) -> None:
+    """:class:`Workers` runs what it is given as workers free up and returns each result as it
+    ends; a run stopped while it goes ends at its next progress report and frees its worker,
+    and a run stopped before it started never runs. With one job, runs go in the order started."""
+    sim = _tiny()
+    started = time.perf_counter()
+    with Workers(_slow_unless_stopped, jobs) as workers:
+        workers.start("slow", Task("slow", "slow", 0), sim)
+        if jobs == 2:
+            workers.start("quick", Task("quick", "stock", 0), sim)
+            assert workers.free() == 0
+            time.sleep(3)  # the slow run is under way in its worker
+        workers.cancel("slow")
+        assert workers.running() == ([] if jobs == 1 else ["quick"])
+        if jobs == 1:
+            workers.start("quick", Task("quick", "stock", 0), sim)
+        done = workers.next_done()
+        assert done is not None
+        key, (ledger, doc) = done
+        assert key == "quick"
+        assert doc["started"] > 0
+        assert ledger.events > 0
+        assert workers.next_done() is None  # the stopped run ended and gives nothing back
+        assert workers.free() == jobs
+    assert time.perf_counter() - started < 40  # far less than the slow run's minute

@@ -9,27 +9,32 @@
        down: a configuration that missed at every load runs at half its lowest, until it meets it
     3. bisect each configuration between the highest load that met the target below the lowest that
        missed it, until the two are within RESOLUTION (0.05) of load
-       (where a round has more workers than configurations still searching, each gets k > 1
-       loads: k steps up, or k points that split its bracket in k + 1: fewer rounds)
     4. capacity: interpolated linearly between the two, a number (never a bound, unless step 2 ran
        out of room)
     5. GPUs to match (given ``grown``): each configuration on larger clusters at gpuplane's
        capacity demand (:mod:`gpuplane.sim.gpus_match`), simulated, not scaled
 
-Every load is drawn once (same seed, so the same kinds of work), and only the configurations that
-need a load run at it; the runs of one round go side by side (``jobs``). Which loads run depends on
-``jobs`` where a round has workers to spare, so capacities found with different ``jobs`` may differ
-within the resolution. A configuration's p95 wait
-is taken to grow with load; where the draws make it dip, the bracket is the lowest load that missed
-and the highest below it that met.
+Steps 1-3 run on :class:`~gpuplane.sim.parallel.Workers` (``jobs`` worker processes), with no
+rounds: whenever a worker is free, the next useful run starts. A configuration may have several
+runs going where workers would otherwise idle (:func:`~gpuplane.sim.parallel.points_per_search`):
+further steps up beyond a run still going, or the middle of the widest gap left in its bracket
+between the runs going there. A run whose result can no longer narrow its configuration's
+capacity (a step up beyond a load that missed) is stopped. Every load is drawn once (same seed,
+so the same kinds of work), and only the configurations that need a load run at it.
+
+Which loads run depends on ``jobs`` and, with more than one, on which runs end first, so two
+sweeps may find capacities that differ within the resolution; ``jobs`` 1 runs one load at a time
+and finds the same every time. A configuration's p95 wait is taken to grow with load; where the
+draws make it dip, the bracket is the lowest load that missed and the highest below it that met.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from gpuplane.sim.experiment import (
     PEER_FEATURES,
@@ -40,7 +45,7 @@ from gpuplane.sim.experiment import (
     run_named,
 )
 from gpuplane.sim.gpus_match import GrownInput, match_gpus
-from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, points_per_search, run_tasks
+from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, Workers, points_per_search
 from gpuplane.sim.sweep import (
     AT_LEAST,
     BELOW,
@@ -85,23 +90,8 @@ class AutoSweep:
         self.progress = progress
         self.resolution = resolution
         self.inputs: dict[float, SimInput] = {}
+        self.sources: dict[float, int] = {}  # each load's input number, for the workers
         self.done: dict[str, dict[float, RunResult]] = {name: {} for name in names}
-
-    def run(self, pairs: Sequence[tuple[str, float]]) -> None:
-        """Run each (configuration, load) not run yet, side by side."""
-        todo = [(n, round(load, 4)) for n, load in dict.fromkeys(pairs) if round(load, 4) not in self.done[n]]
-        if not todo:
-            return
-        loads = sorted({load for _, load in todo})
-        for load in loads:
-            if load not in self.inputs:
-                self.inputs[load] = self.sim_at(load)
-        index = {load: i for i, load in enumerate(loads)}
-        tasks = [Task(f"{n} @ {load:g}", n, index[load], load * expected_cost(n)) for n, load in todo]
-        runner = partial(run_named, cut_above=self.target)  # a run stops once it surely misses
-        results = run_tasks(runner, [self.inputs[load] for load in loads], tasks, self.jobs, self.progress)
-        for (n, load), result in zip(todo, results, strict=True):
-            self.done[n][load] = result
 
     def wait(self, name: str, load: float) -> float:
         value = self.done[name][load][1]["waitP95Seconds"]
@@ -130,52 +120,101 @@ class AutoSweep:
             step = min(step, highest / float(share) * (1 + ALLOCATION_MARGIN))
         return max(step, highest + 2 * self.resolution)
 
-    def points(self, searching: int) -> int:
-        """Loads each of ``searching`` configurations runs this round (:func:`points_per_search`)."""
-        return points_per_search(self.jobs, searching)
-
     def search(self) -> None:
-        self.run([(n, load) for load in START_LOADS for n in self.names])
-        while True:  # up until each configuration misses, down until each meets
-            ups, downs = [], []
-            for n in self.names:
-                low, high = self.bracket(n)
-                if high is None and max(self.done[n]) < MAX_LOAD:
-                    ups.append(n)
-                elif low is None and min(self.done[n]) > MIN_LOAD:
-                    downs.append(n)
-            if not ups and not downs:
-                break
-            k = self.points(len(ups) + len(downs))
-            pairs = [(n, load) for n in ups for load in self.steps_up(n, k)]
-            pairs += [(n, max(MIN_LOAD, min(self.done[n]) / 2**i)) for n in downs for i in range(1, k + 1)]
-            self.run(pairs)
-        while True:  # bisect (n-sect, with k points a round)
-            brackets = {}
-            for n in self.names:
-                low, high = self.bracket(n)
-                if low is not None and high is not None and high - low > self.resolution:
-                    brackets[n] = (low, high)
-            if not brackets:
-                break
-            k = self.points(len(brackets))
-            self.run(
-                [
-                    (n, low + (high - low) * i / (k + 1))
-                    for n, (low, high) in brackets.items()
-                    for i in range(1, k + 1)
-                ]
-            )
+        """Steps 1-3 of the module docstring, on :class:`Workers`: whenever a worker is free, the
+        next run that can narrow some configuration's capacity starts (:meth:`next_run`), and a
+        started run that no longer can is stopped (:meth:`useless`). No worker waits for a
+        round's longest run; with ``jobs`` 1 the runs go one at a time, the same every time."""
+        grid = sorted(
+            ((n, load) for load in START_LOADS for n in self.names), key=lambda p: -p[1] * expected_cost(p[0])
+        )
+        runner = partial(run_named, cut_above=self.target)  # a run stops once it surely misses
+        with Workers(runner, self.jobs, self.progress) as workers:
+            while True:
+                while workers.free():
+                    pair = grid.pop(0) if grid else self.next_run(self._flying(workers))
+                    if pair is None:
+                        break
+                    self._start(workers, pair)
+                finished = workers.next_done()
+                if finished is None:
+                    break
+                (name, load), result = cast(tuple[tuple[str, float], RunResult], finished)
+                self.done[name][load] = result
+                for flying in self._flying(workers):
+                    if self.useless(*flying):
+                        workers.cancel(flying)
 
-    def steps_up(self, name: str, k: int) -> list[float]:
-        """``k`` loads above ``name``'s highest: :meth:`step_up`, then (run in the same round, on
-        workers that would idle) each further by the same ratio, up to :data:`MAX_LOAD`."""
-        highest = max(self.done[name])
-        first = min(MAX_LOAD, self.step_up(name))
-        out = [first]
-        while len(out) < k and out[-1] < MAX_LOAD:
-            out.append(min(MAX_LOAD, max(out[-1] * first / highest, out[-1] + 2 * self.resolution)))
-        return out
+    @staticmethod
+    def _flying(workers: Workers) -> list[tuple[str, float]]:
+        return cast(list[tuple[str, float]], workers.running())
+
+    def _start(self, workers: Workers, pair: tuple[str, float]) -> None:
+        name, load = pair
+        if load not in self.inputs:
+            self.inputs[load] = self.sim_at(load)
+            self.sources[load] = len(self.sources)
+        task = Task(f"{name} @ {load:g}", name, self.sources[load], load * expected_cost(name))
+        workers.start(pair, task, self.inputs[load])
+
+    def next_run(self, flying: Sequence[tuple[str, float]]) -> tuple[str, float] | None:
+        """The next (configuration, load) to start beside the runs ``flying``, or None. Each
+        configuration still searching may have :func:`points_per_search` runs going at once, and
+        the one whose runs cost most (the highest load run, by its expected cost) goes first:
+        its runs are the sweep's wall time."""
+        going: dict[str, list[float]] = {n: [] for n in self.names}
+        for n, load in flying:
+            going[n].append(load)
+        wanted = {n: self.candidate(n, going[n]) for n in self.names}
+        searching = sum(1 for n in self.names if wanted[n] is not None or going[n])
+        k = points_per_search(self.jobs, searching)
+        order = sorted(self.names, key=lambda n: -max(self.done[n], default=0.0) * expected_cost(n))
+        for n in order:
+            want = wanted[n]
+            if want is None or len(going[n]) >= k:
+                continue
+            load = round(want, 4)
+            if load not in self.done[n] and load not in going[n]:
+                return n, load
+        return None
+
+    def candidate(self, name: str, going: Sequence[float]) -> float | None:
+        """The load ``name`` would run next beside its runs ``going``, or None: up (no miss yet)
+        by :meth:`step_up`, and beyond a run still going by the same ratio; down (no load met
+        yet) to half the lowest; or the middle of the widest gap between the bracket's ends and
+        the loads going inside it, while that gap is wider than the resolution."""
+        done = self.done[name]
+        if not done:
+            return None
+        low, high = self.bracket(name)
+        if high is None:
+            top = max([*done, *going])
+            if top >= MAX_LOAD:
+                return None
+            highest = max(done)
+            first = min(MAX_LOAD, self.step_up(name))
+            if top == highest:
+                return first
+            return min(MAX_LOAD, max(top * first / highest, top + 2 * self.resolution))
+        if low is None:
+            bottom = min([*done, *going])
+            return None if bottom <= MIN_LOAD else max(MIN_LOAD, bottom / 2)
+        points = sorted({low, high, *(load for load in going if low < load < high)})
+        width, a, b = max((b - a, a, b) for a, b in itertools.pairwise(points))
+        return None if width <= self.resolution else (a + b) / 2
+
+    def useless(self, name: str, load: float) -> bool:
+        """Whether a run of ``name`` at ``load`` can no longer narrow its capacity: above the
+        lowest miss, below the highest met load under it, or the bracket is already narrow
+        enough. The grid's loads always run to the end (every configuration runs there)."""
+        if load in START_LOADS:
+            return False
+        low, high = self.bracket(name)
+        if high is not None and load > high:
+            return True
+        if low is not None and load < low:
+            return True
+        return low is not None and high is not None and high - low <= self.resolution
 
     def capacity(self, name: str) -> Capacity:
         low, high = self.bracket(name)

@@ -22,8 +22,8 @@ import os
 import pickle
 import queue
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +113,129 @@ def run_tasks(
     return [r for r in results if r is not None]
 
 
+class RunCancelledError(Exception):
+    """Raised inside a worker's run that :meth:`Workers.cancel` stopped."""
+
+
+CANCEL_SLOTS = 4096  # runs a Workers can tell apart at once, to stop them (slot = serial mod this)
+
+
+class Workers:
+    """Worker processes kept for a whole search and handed one run at a time: :meth:`start` hands
+    a run to a free worker, and :meth:`next_done` waits for the first run to finish, so that the
+    search starts its next run at once instead of waiting, as a round of :func:`run_tasks` does,
+    for the round's longest run while the other workers idle. A run whose result the search no
+    longer needs is stopped (:meth:`cancel`): the worker's run checks a shared flag at each of its
+    progress reports (about 200 a run) and ends there, which frees the worker.
+
+    Each input is pickled once, by its task's ``source``. With ``jobs`` 1 nothing runs aside: a
+    started run runs in the calling process when :meth:`next_done` asks for it, in the order
+    started, so the search is the same every time.
+    """
+
+    def __init__(self, runner: Runner, jobs: int, progress: ProgressCallback | None = None) -> None:
+        if jobs < 1:
+            raise ValueError(f"jobs must be at least 1, got {jobs}")
+        self.runner = runner
+        self.jobs = jobs
+        self.progress = progress
+        self._blobs: dict[int, bytes] = {}
+        self._waiting: list[tuple[Hashable, Task, Any]] = []  # jobs 1: started, not run yet
+        self._running: dict[Future[RunResult], tuple[Hashable, int]] = {}
+        self._cancelled: set[Future[RunResult]] = set()
+        self._serial = 0
+        self._pool: ProcessPoolExecutor | None = None
+        self._listener: _Listener | None = None
+        self._flags: Any = None
+        if jobs > 1:
+            context = multiprocessing.get_context("spawn")  # no fork under the parent's threads
+            reports: Any = context.Queue()
+            self._flags = context.RawArray("b", CANCEL_SLOTS)
+            self._listener = _Listener(reports, progress)
+            self._pool = ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=context,
+                initializer=_start_worker,
+                initargs=(reports, self._flags),
+            )
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def free(self) -> int:
+        """Workers with no run (a stopped run holds its worker until it has ended)."""
+        return self.jobs - len(self._running) - len(self._waiting)
+
+    def running(self) -> list[Hashable]:
+        """The keys of the runs started and not yet done, nor stopped."""
+        keys = [key for key, _, _ in self._waiting]
+        return keys + [key for f, (key, _) in self._running.items() if f not in self._cancelled]
+
+    def start(self, key: Hashable, task: Task, source: Any) -> None:
+        """Run ``task`` on ``source`` (the input numbered ``task.source``), known as ``key``."""
+        if self.free() < 1:
+            raise RuntimeError("no free worker to start a run on")
+        if self._pool is None:
+            self._waiting.append((key, task, source))
+            return
+        if task.source not in self._blobs:
+            self._blobs[task.source] = pickle.dumps(source, protocol=pickle.HIGHEST_PROTOCOL)
+        serial = self._serial
+        self._serial += 1
+        self._flags[serial % CANCEL_SLOTS] = 0
+        blob = self._blobs[task.source]
+        future = self._pool.submit(_work, self.runner, task, blob, self.progress is not None, serial)
+        self._running[future] = (key, serial)
+
+    def cancel(self, key: Hashable) -> None:
+        """Stop the run known as ``key``: its result will not be asked for."""
+        self._waiting = [w for w in self._waiting if w[0] != key]
+        for future, (k, serial) in self._running.items():
+            if k == key and future not in self._cancelled:
+                self._cancelled.add(future)
+                if not future.cancel():
+                    self._flags[serial % CANCEL_SLOTS] = 1
+
+    def next_done(self) -> tuple[Hashable, RunResult] | None:
+        """The key and result of the first started run to finish (with ``jobs`` 1: the first
+        started, run now); None when no run is left but stopped ones, once those have ended."""
+        if self._waiting:
+            key, task, source = self._waiting.pop(0)
+            return key, self.runner(task.name, source, labelled(self.progress, task.label))
+        while self._running:
+            done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: self._running[f][1]):  # in the order started
+                key, _ = self._running.pop(future)
+                if future in self._cancelled:
+                    self._cancelled.discard(future)
+                    continue
+                try:
+                    result = future.result()
+                except BrokenProcessPool as broken:
+                    self.close()
+                    message = (
+                        "a simulation worker process stopped unexpectedly (killed, or out of "
+                        "memory?); --jobs 1 runs everything in one process"
+                    )
+                    raise RuntimeError(message) from broken
+                return key, result
+        return None
+
+    def close(self) -> None:
+        """Stop every run still going and the workers (waits for them to end)."""
+        for key in self.running():
+            self.cancel(key)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+
+
 def labelled(progress: ProgressCallback | None, label: str) -> Callable[[float], None] | None:
     """One run's progress callback: ``progress`` with the run's label."""
     if progress is None:
@@ -152,23 +275,31 @@ class _Listener:
 # --- in the worker -----------------------------------------------------------------------------
 
 _reports: Any = None
+_flags: Any = None  # Workers' stop flags, by run serial (mod CANCEL_SLOTS)
 _kept: tuple[int, Any] | None = None  # the last input unpickled, by source number
 
 
-def _start_worker(reports: Any) -> None:
-    global _reports  # noqa: PLW0603 - one queue per worker process, set once at its start
+def _start_worker(reports: Any, flags: Any = None) -> None:
+    global _reports, _flags  # noqa: PLW0603 - one queue per worker process, set once at its start
     _reports = reports
+    _flags = flags
 
 
-def _work(runner: Runner, task: Task, blob: bytes, report: bool) -> RunResult:
+def _work(runner: Runner, task: Task, blob: bytes, report: bool, serial: int = -1) -> RunResult:
+    """One run in a worker. ``serial`` (a :class:`Workers` run) is the run's stop flag: checked at
+    each progress report, it ends the run with :class:`RunCancelledError`."""
     global _kept  # noqa: PLW0603 - a sweep's runs on one input reuse it in the same worker
     if _kept is None or _kept[0] != task.source:
         _kept = (task.source, pickle.loads(blob))  # our own bytes, from the parent process
+    reports = _reports if report else None
+    flags = _flags if serial >= 0 else None
     callback = None
-    if report and _reports is not None:
-        reports = _reports
+    if reports is not None or flags is not None:
 
         def callback(fraction: float) -> None:
-            reports.put((task.label, fraction))
+            if flags is not None and flags[serial % CANCEL_SLOTS]:
+                raise RunCancelledError(task.label)
+            if reports is not None:
+                reports.put((task.label, fraction))
 
     return runner(task.name, _kept[1], callback)
