@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from gpuplane.sim.cluster import ClusterSpec, NodeSpec
 from gpuplane.sim.experiment import SimInput
 from gpuplane.sim.gpus_match import at_demand, grow
 from gpuplane.sim.headline import sweep_headline
-from gpuplane.sim.parallel import RunResult, Task
+from gpuplane.sim.parallel import RunResult
 from gpuplane.sim.report import write_sweep_report
 from gpuplane.sim.scenario import Team, load_scenario
 from gpuplane.sim.sweep import sweep_points
@@ -92,11 +92,11 @@ class FakeWorkers:
     def running(self) -> list[Hashable]:
         return sorted(self.going, key=lambda key: self.going[key][1])
 
-    def start(self, key: Hashable, task: Task, source: SimInput) -> None:
+    def start(self, key: Hashable, name: str, _label: str, source: SimInput) -> None:
         assert self.free() >= 1
         load = source.notes["load"]
-        self.ran.append((task.name, load))
-        self.going[key] = (self.clock + self.duration(task.name, load), self.serial, task.name, load)
+        self.ran.append((name, load))
+        self.going[key] = (self.clock + self.duration(name, load), self.serial, name, load)
         self.serial += 1
         self.most = max(self.most, len(self.going))
 
@@ -116,19 +116,7 @@ class FakeWorkers:
 @pytest.fixture
 def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
     ran: list[tuple[str, float]] = []
-
-    def run_tasks(
-        _runner: object, inputs: Sequence[SimInput], tasks: Sequence[Task], *_: object
-    ) -> list[RunResult]:
-        out: list[RunResult] = []
-        for task in tasks:
-            load = inputs[task.source].notes["load"]
-            ran.append((task.name, load))
-            out.append((None, _fake_doc(task.name, load)))  # type: ignore[arg-type]
-        return out
-
     monkeypatch.setattr(auto_sweep, "Workers", partial(FakeWorkers, ran=ran))
-    monkeypatch.setattr(gpus_match, "run_tasks", run_tasks)
     return ran
 
 
@@ -157,7 +145,7 @@ def test_auto_sweep_goes_down_for_a_configuration_that_misses_everywhere() -> No
 
 def test_auto_sweep_refuses_a_bad_resolution() -> None:
     with pytest.raises(ValueError, match="resolution"):
-        AutoSweep(_sim, ("stock",), wait_target=TARGET, jobs=1, progress=None, resolution=0.0)
+        AutoSweep(_sim, ("stock",), wait_target=TARGET, jobs=1, resolution=0.0)
 
 
 def _grown(load: float, multiplier: float) -> SimInput:
@@ -354,26 +342,22 @@ def test_spare_workers_run_more_loads_at_once_and_stop_the_runs_no_longer_needed
     assert all(load > lowest_miss for _, load in side_by_side.cancelled)
 
 
-@pytest.mark.usefixtures("fake_runs")
-def test_spare_workers_give_the_gpus_to_match_search_more_clusters_a_round(
-    monkeypatch: pytest.MonkeyPatch,
+def test_spare_workers_give_the_gpus_to_match_search_more_clusters_at_once(
+    monkeypatch: pytest.MonkeyPatch, fake_runs: list[tuple[str, float]]
 ) -> None:
-    """One configuration left to match on three workers: each round runs up to three clusters
-    (further steps up, then points splitting the bracket), so the search takes fewer rounds, and
-    the answer is still within the tolerance of what the fake needs."""
-    rounds: list[list[str]] = []
-    fake = gpus_match.run_tasks
+    """The GPUs-to-match search on the same workers: with three, one configuration left to match
+    runs up to three clusters at once, the search takes less time on the fake clock, and the
+    answer is still within the tolerance of what the fake needs."""
+    made: list[FakeWorkers] = []
 
-    def counted(
-        runner: object, inputs: Sequence[SimInput], tasks: Sequence[Task], *rest: object
-    ) -> list[RunResult]:
-        rounds.append([task.label for task in tasks])
-        return fake(runner, inputs, tasks, *rest)  # type: ignore[arg-type]
+    def workers(*args: Any, **kwargs: Any) -> FakeWorkers:
+        made.append(FakeWorkers(*args, ran=fake_runs, **kwargs))
+        return made[-1]
 
-    monkeypatch.setattr(gpus_match, "run_tasks", counted)
-    found = {}
+    monkeypatch.setattr(auto_sweep, "Workers", workers)
+    clocks = {}
     for jobs in (1, 3):
-        rounds.clear()
+        fake_runs.clear()
         sweep = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=jobs, grown=_grown)
         doc = sweep.document
         match = doc["gpusToMatch"]["stock"]
@@ -381,7 +365,9 @@ def test_spare_workers_give_the_gpus_to_match_search_more_clusters_a_round(
         assert match["bound"] == "interpolated"
         assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match
         assert len({run["gpus"] for run in match["runs"]}) <= gpus_match.MAX_RUNS
-        found[jobs] = [len(labels) for labels in rounds]
-    assert set(found[1]) == {1}  # one cluster a round, as before
-    assert max(found[3]) == 3  # every worker busy
-    assert len(found[3]) < len(found[1])
+        searched = {p["load"] for p in doc["autoSweep"]["stock"]}
+        matched = [load for name, load in fake_runs if name == "stock" and load not in searched]
+        assert len(matched) == len(set(matched)) >= len({run["gpus"] for run in match["runs"]})
+        clocks[jobs] = made[-1].clock
+        assert made[-1].most == jobs
+    assert clocks[3] < 0.7 * clocks[1]

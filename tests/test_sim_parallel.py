@@ -112,15 +112,15 @@ def test_workers_hand_out_runs_and_stop_one_no_longer_needed(jobs: int) -> None:
     sim = _tiny()
     started = time.perf_counter()
     with Workers(_slow_unless_stopped, jobs) as workers:
-        workers.start("slow", Task("slow", "slow", 0), sim)
+        workers.start("slow", "slow", "slow", sim)
         if jobs == 2:
-            workers.start("quick", Task("quick", "stock", 0), sim)
+            workers.start("quick", "stock", "quick", sim)
             assert workers.free() == 0
             time.sleep(3)  # the slow run is under way in its worker
         workers.cancel("slow")
         assert workers.running() == ([] if jobs == 1 else ["quick"])
         if jobs == 1:
-            workers.start("quick", Task("quick", "stock", 0), sim)
+            workers.start("quick", "stock", "quick", sim)
         done = workers.next_done()
         assert done is not None
         key, (ledger, doc) = done

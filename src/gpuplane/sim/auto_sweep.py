@@ -38,6 +38,7 @@ from typing import Any, cast
 
 from gpuplane.sim.experiment import (
     PEER_FEATURES,
+    ExperimentResult,
     SimInput,
     check_names,
     expected_cost,
@@ -45,7 +46,7 @@ from gpuplane.sim.experiment import (
     run_named,
 )
 from gpuplane.sim.gpus_match import GrownInput, match_gpus
-from gpuplane.sim.parallel import ProgressCallback, RunResult, Task, Workers, points_per_search
+from gpuplane.sim.parallel import ProgressCallback, RunResult, Workers, points_per_search
 from gpuplane.sim.sweep import (
     AT_LEAST,
     BELOW,
@@ -69,14 +70,13 @@ class AutoSweep:
     """One auto sweep in progress: the inputs drawn per load (``inputs``) and every run's summary
     by configuration and load (``done``)."""
 
-    def __init__(  # noqa: PLR0913 - keyword-only settings
+    def __init__(
         self,
         sim_at: Callable[[float], SimInput],
         names: tuple[str, ...],
         *,
         wait_target: float,
         jobs: int,
-        progress: ProgressCallback | None,
         resolution: float = RESOLUTION,
     ) -> None:
         if resolution <= 0:
@@ -87,10 +87,8 @@ class AutoSweep:
         self.names = names
         self.target = wait_target
         self.jobs = jobs
-        self.progress = progress
         self.resolution = resolution
         self.inputs: dict[float, SimInput] = {}
-        self.sources: dict[float, int] = {}  # each load's input number, for the workers
         self.done: dict[str, dict[float, RunResult]] = {name: {} for name in names}
 
     def wait(self, name: str, load: float) -> float:
@@ -120,7 +118,7 @@ class AutoSweep:
             step = min(step, highest / float(share) * (1 + ALLOCATION_MARGIN))
         return max(step, highest + 2 * self.resolution)
 
-    def search(self) -> None:
+    def search(self, workers: Workers) -> None:
         """Steps 1-3 of the module docstring, on :class:`Workers`: whenever a worker is free, the
         next run that can narrow some configuration's capacity starts (:meth:`next_run`), and a
         started run that no longer can is stopped (:meth:`useless`). No worker waits for a
@@ -128,22 +126,20 @@ class AutoSweep:
         grid = sorted(
             ((n, load) for load in START_LOADS for n in self.names), key=lambda p: -p[1] * expected_cost(p[0])
         )
-        runner = partial(run_named, cut_above=self.target)  # a run stops once it surely misses
-        with Workers(runner, self.jobs, self.progress) as workers:
-            while True:
-                while workers.free():
-                    pair = grid.pop(0) if grid else self.next_run(self._flying(workers))
-                    if pair is None:
-                        break
-                    self._start(workers, pair)
-                finished = workers.next_done()
-                if finished is None:
+        while True:
+            while workers.free():
+                pair = grid.pop(0) if grid else self.next_run(self._flying(workers))
+                if pair is None:
                     break
-                (name, load), result = cast(tuple[tuple[str, float], RunResult], finished)
-                self.done[name][load] = result
-                for flying in self._flying(workers):
-                    if self.useless(*flying):
-                        workers.cancel(flying)
+                self._start(workers, pair)
+            finished = workers.next_done()
+            if finished is None:
+                break
+            (name, load), result = cast(tuple[tuple[str, float], RunResult], finished)
+            self.done[name][load] = result
+            for flying in self._flying(workers):
+                if self.useless(*flying):
+                    workers.cancel(flying)
 
     @staticmethod
     def _flying(workers: Workers) -> list[tuple[str, float]]:
@@ -153,9 +149,7 @@ class AutoSweep:
         name, load = pair
         if load not in self.inputs:
             self.inputs[load] = self.sim_at(load)
-            self.sources[load] = len(self.sources)
-        task = Task(f"{name} @ {load:g}", name, self.sources[load], load * expected_cost(name))
-        workers.start(pair, task, self.inputs[load])
+        workers.start(pair, name, f"{name} @ {load:g}", self.inputs[load])
 
     def next_run(self, flying: Sequence[tuple[str, float]]) -> tuple[str, float] | None:
         """The next (configuration, load) to start beside the runs ``flying``, or None. Each
@@ -216,6 +210,13 @@ class AutoSweep:
             return True
         return low is not None and high is not None and high - low <= self.resolution
 
+    def grid_result(self, load: float) -> ExperimentResult:
+        """Every configuration's run at one of the grid's loads, as one experiment."""
+        results = [self.done[n][load] for n in self.names]
+        return experiment_result(
+            self.inputs[load], self.names, results, sum(d["wallSeconds"] for _, d in results)
+        )
+
     def capacity(self, name: str) -> Capacity:
         low, high = self.bracket(name)
         if high is None:
@@ -244,17 +245,22 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
     check_names(names)
     started = time.perf_counter()
     unique = tuple(dict.fromkeys(names))
-    sweep = AutoSweep(
-        sim_at, unique, wait_target=wait_target, jobs=jobs, progress=progress, resolution=resolution
-    )
-    sweep.search()
+    sweep = AutoSweep(sim_at, unique, wait_target=wait_target, jobs=jobs, resolution=resolution)
+    # One set of workers for both searches: the capacities, then the GPUs to match.
+    runner = partial(run_named, cut_above=wait_target)  # a run stops once it surely misses
+    with Workers(runner, jobs, progress) as workers:
+        document = _auto_sweep_document(sweep, workers, grown, started)
     grid = [load for load in START_LOADS if all(load in sweep.done[n] for n in unique)]
-    runs = []
-    for load in grid:
-        results = [sweep.done[n][load] for n in unique]
-        runs.append(
-            experiment_result(sweep.inputs[load], unique, results, sum(d["wallSeconds"] for _, d in results))
-        )
+    return SweepResult(grid, [sweep.grid_result(load) for load in grid], document)
+
+
+def _auto_sweep_document(
+    sweep: AutoSweep, workers: Workers, grown: GrownInput | None, started: float
+) -> dict[str, Any]:
+    unique, wait_target = sweep.names, sweep.target
+    sweep.search(workers)
+    grid = [load for load in START_LOADS if all(load in sweep.done[n] for n in unique)]
+    runs = [sweep.grid_result(load) for load in grid]
     capacity = {n: sweep.capacity(n) for n in unique}
     first = sweep.inputs[grid[0]] if grid else next(iter(sweep.inputs.values()))
     document: dict[str, Any] = {
@@ -263,7 +269,7 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
         "days": first.days,
         "gpus": first.cluster.gpus,
         "waitTargetSeconds": wait_target,
-        "resolution": resolution,
+        "resolution": sweep.resolution,
         "sweep": [
             {
                 "load": load,
@@ -308,12 +314,11 @@ def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs
             capacity,
             installed=first.cluster.gpus,
             wait_target=wait_target,
-            jobs=jobs,
-            progress=progress,
+            workers=workers,
         )
         document["phases"]["gpusToMatch"] = {"wallSeconds": round(time.perf_counter() - searched, 3)}
     document["wallSeconds"] = round(time.perf_counter() - started, 3)
-    return SweepResult(grid, runs, document)
+    return document
 
 
 def peer_gaps(capacity: dict[str, Capacity], gpuplane: float) -> dict[str, dict[str, Any]]:

@@ -14,23 +14,25 @@ sweep simulates it instead, on larger clusters of the same shape::
 
 A configuration whose capacity is at least gpuplane's needs no more GPUs than installed (no run).
 One that never met the target within ``MAX_RUNS`` gets its largest miss as a lower bound
-(``atLeast``). A multiplier that rounds to a cluster already run reuses that run. Each round's
-runs go side by side, one per configuration still searching, or more where workers would idle
-(:func:`~gpuplane.sim.parallel.points_per_search`: further steps up, or points that split the
-bracket in equal parts), so the search costs at most ``MAX_RUNS`` runs per configuration, each at
-gpuplane's demand on a larger cluster.
+(``atLeast``). A multiplier that rounds to a cluster already run reuses that run. The runs go on
+the auto sweep's workers with no rounds (:class:`~gpuplane.sim.parallel.Workers`): whenever one is
+free, the next useful run starts, several for one configuration where workers would otherwise idle
+(:func:`~gpuplane.sim.parallel.points_per_search`: further steps up, or the middle of the widest
+gap left in the bracket), and a run that can no longer change its configuration's answer (a
+larger cluster than one that met) is stopped. The search costs at most ``MAX_RUNS`` runs per
+configuration, each at gpuplane's demand on a larger cluster.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Any
+from typing import Any, cast
 
-from gpuplane.sim.experiment import SimInput, expected_cost, run_named
-from gpuplane.sim.parallel import ProgressCallback, Task, points_per_search, run_tasks
+from gpuplane.sim.experiment import SimInput, expected_cost
+from gpuplane.sim.parallel import Workers, points_per_search
 from gpuplane.sim.scenario import Scenario
 from gpuplane.sim.sweep import AT_LEAST, EXACT, Capacity
 
@@ -40,6 +42,7 @@ MAX_RUNS = 5
 METHOD = "simulated with more nodes at gpuplane's capacity demand"
 
 GrownInput = Callable[[float, float], SimInput]
+Run = tuple[float, int, float, float, float]  # (multiplier, GPUs, load, p95 wait, wall seconds)
 
 
 def grow(scenario: Scenario, multiplier: float) -> Scenario:
@@ -63,35 +66,60 @@ class _Search:
 
     name: str
     start: float
-    runs: list[tuple[float, int, float, float, float]] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
 
-    def met(self, target: float) -> list[tuple[float, int, float, float, float]]:
+    def met(self, target: float) -> list[Run]:
         return sorted((r for r in self.runs if r[3] <= target), key=lambda r: (r[1], r[0]))
 
-    def missed(self, target: float) -> list[tuple[float, int, float, float, float]]:
+    def missed(self, target: float) -> list[Run]:
         return sorted((r for r in self.runs if r[3] > target), key=lambda r: (r[1], r[0]))
 
-    def next_multipliers(self, target: float, installed: int, k: int = 1) -> list[float]:
-        """The next ``k`` multipliers to run side by side (fewer near the end; none once done):
-        the scaling estimate and, with ``k`` > 1, further steps up by :data:`GROWTH` (a peer
-        that pools its demand on a larger cluster may need less than the estimate, but on the
-        built-in week the peers needed more); while nothing met, ``k`` steps up from the largest
-        miss; then ``k`` points that split the bracket between the largest miss below the
-        smallest meet and that meet in equal parts."""
-        distinct = len({r[1] for r in self.runs})
-        if distinct >= MAX_RUNS or len(self.runs) >= 4 * MAX_RUNS:
-            return []
-        k = max(1, min(k, MAX_RUNS - distinct))
-        if not self.runs:
-            return [self.start * GROWTH**i for i in range(k)]
+    def closed(self, target: float, installed: int) -> bool:
+        """Whether the smallest cluster that met and the largest miss below it are close enough
+        (or no cluster lies between them: node counts round up)."""
+        met = self.met(target)
+        if not met:
+            return False
+        low_m, low_gpus = self._below(met[0], installed, target)
+        return met[0][1] - low_gpus <= max(1, TOLERANCE * installed) or met[0][0] - low_m < 1e-3
+
+    def _below(
+        self, met: tuple[float, int, float, float, float], installed: int, target: float
+    ) -> tuple[float, int]:
+        """The largest miss below the cluster ``met`` as (m, GPUs); the installed cluster if none."""
+        low = max((r for r in self.missed(target) if r[1] < met[1]), key=lambda r: (r[1], r[0]), default=None)
+        return (1.0, installed) if low is None else (low[0], low[1])
+
+    def candidate(self, target: float, installed: int, going: Sequence[float]) -> float | None:
+        """The multiplier to run next beside the multipliers ``going``, or None: the scaling
+        estimate; while nothing met, a :data:`GROWTH` step up from the largest miss or multiplier
+        going (a peer that pools its demand on a larger cluster may need less than the estimate,
+        but on the built-in week the peers needed more); then the middle of the widest gap left
+        between the largest miss below the smallest meet, that meet and the multipliers going
+        between them, while that gap spans more than the tolerance."""
+        if len({r[1] for r in self.runs}) + len(going) >= MAX_RUNS or len(self.runs) >= 4 * MAX_RUNS:
+            return None
         met, missed = self.met(target), self.missed(target)
         if not met:
-            return [missed[-1][0] * GROWTH**i for i in range(1, k + 1)]
-        low = max((r for r in missed if r[1] < met[0][1]), key=lambda r: (r[1], r[0]), default=None)
-        low_m, low_gpus = (1.0, installed) if low is None else (low[0], low[1])
-        if met[0][1] - low_gpus <= max(1, TOLERANCE * installed) or met[0][0] - low_m < 1e-3:
-            return []  # close enough, or no cluster between the two (node counts round up)
-        return [low_m + (met[0][0] - low_m) * i / (k + 1) for i in range(1, k + 1)]
+            tops = [r[0] for r in missed] + list(going)
+            return max(tops) * GROWTH if tops else self.start
+        if self.closed(target, installed):
+            return None
+        low_m, _ = self._below(met[0], installed, target)
+        points = sorted({low_m, met[0][0], *(m for m in going if low_m < m < met[0][0])})
+        width, a, b = max((b - a, a, b) for a, b in itertools.pairwise(points))
+        if width < 1e-3 or width * installed <= max(1, TOLERANCE * installed):
+            return None
+        return (a + b) / 2
+
+    def useless(self, target: float, installed: int, m: float) -> bool:
+        """Whether a run at ``m`` can no longer change the answer: above the smallest cluster that
+        met, below the largest miss under it, or the search is closed."""
+        met = self.met(target)
+        if not met:
+            return False
+        low_m, _ = self._below(met[0], installed, target)
+        return m > met[0][0] or m < low_m or self.closed(target, installed)
 
     def answer(self, target: float) -> dict[str, Any]:
         """The smallest cluster that met the target, or the largest miss as a lower bound."""
@@ -105,19 +133,20 @@ class _Search:
         return {"gpus": self.missed(target)[-1][1], "bound": AT_LEAST, "method": METHOD, "runs": runs}
 
 
-def match_gpus(  # noqa: PLR0913 - keyword-only settings
+def match_gpus(
     grown: GrownInput,
     capacity: dict[str, Capacity],
     *,
     installed: int,
     wait_target: float,
-    jobs: int,
-    progress: ProgressCallback | None = None,
+    workers: Workers,
 ) -> dict[str, dict[str, Any]]:
     """Per configuration other than gpuplane: the GPUs it needs to serve gpuplane's capacity.
 
     ``grown(load, m)`` draws the input of the cluster grown ``m`` times at the absolute demand of
-    ``load`` on the installed one (:func:`at_demand`).
+    ``load`` on the installed one (:func:`at_demand`). The runs go on ``workers`` (whose runner
+    stops a run once sure to miss): whenever one is free, the next useful run starts; a run that
+    can no longer change its configuration's answer is stopped.
     """
     reference = capacity.get("gpuplane")
     out: dict[str, dict[str, Any]] = {}
@@ -133,66 +162,73 @@ def match_gpus(  # noqa: PLR0913 - keyword-only settings
             continue
         start = demand / own.load if own.load else demand / 0.05
         searches[name] = _Search(name, max(1.0, start))
-    inputs: dict[float, SimInput] = {}
-    while _round(
-        searches,
-        grown,
-        inputs,
-        demand=demand,
-        installed=installed,
-        wait_target=wait_target,
-        jobs=jobs,
-        progress=progress,
-    ):
-        pass
+    matching = _Matching(searches, grown, demand, installed, wait_target, workers)
+    matching.run()
     for name, search in searches.items():
         out[name] = search.answer(wait_target)
     return {n: out[n] for n in capacity if n in out}
 
 
-def _round(  # noqa: PLR0913 - the search's state and settings
-    searches: dict[str, _Search],
-    grown: GrownInput,
-    inputs: dict[float, SimInput],
-    *,
-    demand: float,
-    installed: int,
-    wait_target: float,
-    jobs: int,
-    progress: ProgressCallback | None,
-) -> bool:
-    """Run each searching configuration's next multipliers side by side (more than one each where
-    workers would idle, :func:`points_per_search`); False when none is left."""
-    searching = [s for s in searches.values() if s.next_multipliers(wait_target, installed)]
-    if not searching:
+@dataclass(slots=True)
+class _Matching:
+    """The searches of :func:`match_gpus` on the workers: the inputs drawn per multiplier, and the
+    clusters (GPUs) of the runs going, by (configuration, multiplier)."""
+
+    searches: dict[str, _Search]
+    grown: GrownInput
+    demand: float
+    installed: int
+    target: float
+    workers: Workers
+    inputs: dict[float, SimInput] = field(default_factory=dict)
+    going: dict[tuple[str, float], int] = field(default_factory=dict)
+
+    def run(self) -> None:
+        workers = self.workers
+        while True:
+            while workers.free() and self.start_next():
+                pass
+            finished = workers.next_done()
+            if finished is None:
+                return
+            key, (_, doc) = finished
+            name, m = cast(tuple[str, float], key)
+            gpus = self.going.pop((name, m))
+            wait = float(doc["waitP95Seconds"] or 0.0)
+            wall = float(doc.get("wallSeconds") or 0.0)
+            load = round(self.demand * self.installed / gpus, 4)
+            self.searches[name].runs.append((m, gpus, load, wait, wall))
+            for other in list(self.going):
+                if self.searches[other[0]].useless(self.target, self.installed, other[1]):
+                    workers.cancel(other)
+                    del self.going[other]
+
+    def start_next(self) -> bool:
+        """Start one run (or reuse one: a multiplier that rounds to a cluster already run); False
+        when no search has a run to start now."""
+        going: dict[str, list[float]] = {n: [] for n in self.searches}
+        for n, m in self.going:
+            going[n].append(m)
+        wanted = {n: s.candidate(self.target, self.installed, going[n]) for n, s in self.searches.items()}
+        searching = sum(1 for n in self.searches if wanted[n] is not None or going[n])
+        k = points_per_search(self.workers.jobs, searching)
+        order = sorted(self.searches, key=lambda n: -self.searches[n].start * expected_cost(n))
+        for name in order:
+            want = wanted[name]
+            if want is None or len(going[name]) >= k:
+                continue
+            m = round(want, 4)
+            if m not in self.inputs:
+                self.inputs[m] = self.grown(self.demand, m)
+            gpus = self.inputs[m].cluster.gpus
+            search = self.searches[name]
+            same = next((r for r in search.runs if r[1] == gpus), None)
+            if same is not None:
+                search.runs.append((m, *same[1:4], 0.0))
+                return True
+            if any(n == name and g == gpus for (n, _), g in self.going.items()):
+                continue  # that cluster is running already
+            self.workers.start((name, m), name, f"{name} x{m:g} nodes", self.inputs[m])
+            self.going[(name, m)] = gpus
+            return True
         return False
-    k = points_per_search(jobs, len(searching))
-    todo = [
-        (search.name, m)
-        for search in searching
-        for m in dict.fromkeys(round(m, 4) for m in search.next_multipliers(wait_target, installed, k))
-    ]
-    for _, m in todo:
-        if m not in inputs:
-            inputs[m] = grown(demand, m)
-    fresh = []
-    planned: set[tuple[str, int]] = set()
-    for name, m in todo:  # a multiplier that rounds to a cluster already run reuses that run
-        gpus = inputs[m].cluster.gpus
-        same = next((r for r in searches[name].runs if r[1] == gpus), None)
-        if same is not None:
-            searches[name].runs.append((m, *same[1:4], 0.0))
-        elif (name, gpus) not in planned:  # two of this round's multipliers round to one cluster
-            planned.add((name, gpus))
-            fresh.append((name, m))
-    keys = sorted({m for _, m in fresh})
-    index = {m: i for i, m in enumerate(keys)}
-    tasks = [Task(f"{n} x{m:g} nodes", n, index[m], m * demand * expected_cost(n)) for n, m in fresh]
-    runner = partial(run_named, cut_above=wait_target)  # a run stops once it surely misses
-    results = run_tasks(runner, [inputs[m] for m in keys], tasks, jobs, progress) if tasks else []
-    for (name, m), (_, doc) in zip(fresh, results, strict=True):
-        gpus = inputs[m].cluster.gpus
-        wait = float(doc["waitP95Seconds"] or 0.0)
-        wall = float(doc.get("wallSeconds") or 0.0)
-        searches[name].runs.append((m, gpus, round(demand * installed / gpus, 4), wait, wall))
-    return True

@@ -128,7 +128,7 @@ class Workers:
     longer needs is stopped (:meth:`cancel`): the worker's run checks a shared flag at each of its
     progress reports (about 200 a run) and ends there, which frees the worker.
 
-    Each input is pickled once, by its task's ``source``. With ``jobs`` 1 nothing runs aside: a
+    Each input is pickled once (the workers keep the last they read). With ``jobs`` 1 nothing runs aside: a
     started run runs in the calling process when :meth:`next_done` asks for it, in the order
     started, so the search is the same every time.
     """
@@ -139,7 +139,9 @@ class Workers:
         self.runner = runner
         self.jobs = jobs
         self.progress = progress
-        self._blobs: dict[int, bytes] = {}
+        self._blobs: dict[int, bytes] = {}  # by input number
+        self._numbers: dict[int, int] = {}  # input number by id(input), the inputs kept alive below
+        self._inputs: list[Any] = []
         self._waiting: list[tuple[Hashable, Task, Any]] = []  # jobs 1: started, not run yet
         self._running: dict[Future[RunResult], tuple[Hashable, int]] = {}
         self._cancelled: set[Future[RunResult]] = set()
@@ -174,10 +176,15 @@ class Workers:
         keys = [key for key, _, _ in self._waiting]
         return keys + [key for f, (key, _) in self._running.items() if f not in self._cancelled]
 
-    def start(self, key: Hashable, task: Task, source: Any) -> None:
-        """Run ``task`` on ``source`` (the input numbered ``task.source``), known as ``key``."""
+    def start(self, key: Hashable, name: str, label: str, source: Any) -> None:
+        """Run configuration ``name`` on the input ``source``, known as ``key`` (reported as ``label``)."""
         if self.free() < 1:
             raise RuntimeError("no free worker to start a run on")
+        number = self._numbers.get(id(source))
+        if number is None:
+            number = self._numbers[id(source)] = len(self._inputs)
+            self._inputs.append(source)
+        task = Task(label, name, number)
         if self._pool is None:
             self._waiting.append((key, task, source))
             return
