@@ -130,3 +130,10 @@ def test_workers_hand_out_runs_and_stop_one_no_longer_needed(jobs: int) -> None:
         assert workers.next_done() is None  # the stopped run ended and gives nothing back
         assert workers.free() == jobs
     assert time.perf_counter() - started < 40  # far less than the slow run's minute
+
+
+def test_a_worker_that_dies_under_workers_is_the_same_clear_error() -> None:
+    with Workers(_dies, 2) as workers:
+        workers.start("boom", "boom", "boom", _tiny())
+        with pytest.raises(RuntimeError, match=r"worker process stopped unexpectedly .* --jobs 1"):
+            workers.next_done()

@@ -53,6 +53,10 @@ class Task:
     weight: float = 1.0  # expected cost, only to start the longest runs first
 
 
+WORKER_DIED = (
+    "a simulation worker process stopped unexpectedly (killed, or out of memory?); "
+    "--jobs 1 runs everything in one process"
+)
 MAX_POINTS = 4  # runs one search makes in a round, at most (see points_per_search)
 
 
@@ -99,11 +103,7 @@ def run_tasks(
             results[i] = futures[i].result()
     except BrokenProcessPool as broken:
         pool.shutdown(wait=False, cancel_futures=True)
-        message = (
-            "a simulation worker process stopped unexpectedly (killed, or out of memory?); "
-            "--jobs 1 runs everything in one process"
-        )
-        raise RuntimeError(message) from broken
+        raise RuntimeError(WORKER_DIED) from broken
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
@@ -223,11 +223,7 @@ class Workers:
                     result = future.result()
                 except BrokenProcessPool as broken:
                     self.close()
-                    message = (
-                        "a simulation worker process stopped unexpectedly (killed, or out of "
-                        "memory?); --jobs 1 runs everything in one process"
-                    )
-                    raise RuntimeError(message) from broken
+                    raise RuntimeError(WORKER_DIED) from broken
                 return key, result
         return None
 
