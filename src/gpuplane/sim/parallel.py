@@ -81,36 +81,27 @@ def run_tasks(
     """
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    if jobs == 1 or len(tasks) == 1:
-        return [runner(t.name, inputs[t.source], labelled(progress, t.label)) for t in tasks]
-    blobs: dict[int, bytes] = {}  # each input pickled once, when its first task is handed out
-    context = multiprocessing.get_context("spawn")  # no fork under the parent's threads
-    reports: Any = context.Queue()
-    listener = _Listener(reports, progress)
-    order = sorted(range(len(tasks)), key=lambda i: -tasks[i].weight)
-    results: list[RunResult | None] = [None] * len(tasks)
-    pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(tasks)), mp_context=context, initializer=_start_worker, initargs=(reports,)
+    jobs = min(jobs, max(1, len(tasks)))
+    # One at a time in the order given; side by side, the longest expected first.
+    order = (
+        list(range(len(tasks))) if jobs == 1 else sorted(range(len(tasks)), key=lambda i: -tasks[i].weight)
     )
-    try:
-        futures: dict[int, Future[RunResult]] = {}
+    results: dict[Hashable, RunResult] = {}
+    with Workers(runner, jobs, progress) as workers:
         for i in order:
-            source = tasks[i].source
-            if source not in blobs:
-                blobs[source] = pickle.dumps(inputs[source], protocol=pickle.HIGHEST_PROTOCOL)
-            futures[i] = pool.submit(_work, runner, tasks[i], blobs[source], progress is not None)
-        for i in order:
-            results[i] = futures[i].result()
-    except BrokenProcessPool as broken:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise RuntimeError(WORKER_DIED) from broken
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    finally:
-        pool.shutdown(wait=True)
-        listener.stop()
-    return [r for r in results if r is not None]
+            if not workers.free():
+                _collect(workers, results)
+            workers.start(i, tasks[i].name, tasks[i].label, inputs[tasks[i].source])
+        while len(results) < len(tasks):
+            _collect(workers, results)
+    return [results[i] for i in range(len(tasks))]
+
+
+def _collect(workers: Workers, results: dict[Hashable, RunResult]) -> None:
+    done = workers.next_done()
+    if done is not None:
+        key, result = done
+        results[key] = result
 
 
 class RunCancelledError(Exception):
