@@ -204,12 +204,18 @@ class VolcanoModel(StockModel):
             if not ready:
                 return
             queue = min(ready, key=lambda q: (q.share, q.name))
-            entry = queue.waiting[cursor[queue.name]]
-            sj = self.jobs[entry[2]]
-            signature = (id(sj.mask), sj.gpus, sj.cpu, sj.memory, sj.job.pods)
-            if signature in failed or not self._place(sj, now):
-                failed.add(signature)
-                cursor[queue.name] += 1
+            # A job that does not fit changes no share, so this queue keeps its turn until one binds
+            # (which removes it from ``waiting``: the cursor then points at the next) or none is left.
+            waiting, i = queue.waiting, cursor[queue.name]
+            while i < len(waiting):
+                sj = self.jobs[waiting[i][2]]
+                signature = (id(sj.mask), sj.gpus, sj.cpu, sj.memory, sj.job.pods)
+                if signature not in failed:
+                    if self._place(sj, now):
+                        break
+                    failed.add(signature)
+                i += 1
+            cursor[queue.name] = i
 
     def _place(self, sj: _StockJob, now: float) -> bool:
         """Bind every pod of the gang, or none (the tentative binds are undone)."""
@@ -247,13 +253,15 @@ class VolcanoModel(StockModel):
 
     def _reclaim_for(self, sj: _StockJob, now: float) -> bool:
         """Evict jobs of overused queues on the gang's nodes until it fits; undone if it never does."""
+        team = sj.job.team
+        overused = {name for name, q in self.queues.items() if q.allocated > q.deserved and name != team}
+        if not overused:
+            return False
+        mask = sj.mask
         victims = [
             v
-            for v in self.jobs.values()
-            if v.running
-            and v.job.team != sj.job.team
-            and self._queue_of(v.job).allocated > self._queue_of(v.job).deserved
-            and any(sj.mask[n] for n in v.bound)
+            for v in map(self.jobs.__getitem__, self.started_at)  # the running jobs
+            if v.job.team in overused and any(mask[n] for n in v.bound)
         ]
         victims.sort(key=lambda v: (self.priority(v.job), -self.started_at.get(v.job.id, 0.0), v.job.id))
         taken: list[_StockJob] = []
