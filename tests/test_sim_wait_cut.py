@@ -7,7 +7,9 @@ same as without the cut).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,3 +127,25 @@ def test_the_cut_decides_exactly_what_the_whole_run_says(name: str, load: float)
         assert {k: v for k, v in cut.items() if k != "wallSeconds"} == {
             k: v for k, v in full.items() if k != "wallSeconds"
         }
+
+
+def _without_eta(doc: Any) -> Any:
+    """``doc`` without its ETA figures (any key that starts with ``eta``), at every depth."""
+    if isinstance(doc, dict):
+        return {k: _without_eta(v) for k, v in doc.items() if not k.startswith("eta")}
+    return doc
+
+
+@pytest.mark.parametrize("name", ["gpuplane", "volcano"])
+def test_a_run_without_eta_predictions_schedules_the_same(name: str) -> None:
+    """What a capacity search runs beyond its grid: no ETA figures, every other figure the same."""
+    sim = _tiny(1.5)
+    full_ledger, full = run_named(name, sim)
+    bare_ledger, bare = run_named(name, replace(sim, eta=False))
+    assert full["etaWaitedCount"] > 0
+    assert (bare["etaWaitedCount"], bare["etaErrorP50"]) == (0, None)
+    assert bare_ledger.cycles == full_ledger.cycles
+    for key, group in full_ledger.groups.items():
+        assert bare_ledger.groups[key].waits == group.waits
+    del bare["wallSeconds"], full["wallSeconds"]
+    assert _without_eta(bare) == _without_eta(full)

@@ -20,7 +20,9 @@ runs going where workers would otherwise idle (:func:`~gpuplane.sim.parallel.poi
 further steps up beyond a run still going, or the middle of the widest gap left in its bracket
 between the runs going there. A run whose result can no longer narrow its configuration's
 capacity (a step up beyond a load that missed) is stopped. Every load is drawn once (same seed,
-so the same kinds of work), and only the configurations that need a load run at it.
+so the same kinds of work), and only the configurations that need a load run at it. Beyond the
+grid a run predicts no ETAs (``SimInput.eta``): the search reads only its waits, and the schedule
+is the same.
 
 Which loads run depends on ``jobs`` and, with more than one, on which runs end first, so two
 sweeps may find capacities that differ within the resolution; ``jobs`` 1 runs one load at a time
@@ -33,6 +35,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, cast
 
@@ -148,7 +151,9 @@ class AutoSweep:
     def _start(self, workers: Workers, pair: tuple[str, float]) -> None:
         name, load = pair
         if load not in self.inputs:
-            self.inputs[load] = self.sim_at(load)
+            sim = self.sim_at(load)
+            # Beyond the grid only the waits are read: no ETA predictions (same schedule, cheaper).
+            self.inputs[load] = sim if load in START_LOADS else replace(sim, eta=False)
         workers.start(pair, name, f"{name} @ {load:g}", self.inputs[load])
 
     def next_run(self, flying: Sequence[tuple[str, float]]) -> tuple[str, float] | None:

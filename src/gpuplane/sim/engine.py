@@ -165,6 +165,7 @@ class Engine:
         bin_width: float = 3600.0,
         tick: float = 0.0,
         cut: WaitCut | None = None,
+        predict: bool = True,
     ) -> None:
         self.model = model
         self.workloads = workloads
@@ -188,6 +189,7 @@ class Engine:
         self.checkpoint_due: list[tuple[float, int, int]] = []  # (next checkpoint, job, run gen)
         self.arrived: list[JobRun] = []  # arrived at this instant, their ETA not asked yet
         self.cut = cut  # stops the run once its p95 wait is sure to miss a target
+        self.predict = predict  # whether each job pending on arrival gets an ETA (no effect on the schedule)
 
     # --- events ---------------------------------------------------------------
 
@@ -313,7 +315,7 @@ class Engine:
         self.forecast.queued(run, now)
         if self.cut is not None:
             self.cut.arrived(run)
-        if now >= 0 and job.continuation_of is None:
+        if self.predict and now >= 0 and job.continuation_of is None:
             self.arrived.append(run)
         if job.deadline is not None:
             self.push(job.deadline, END, job.id)

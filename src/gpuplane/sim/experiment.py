@@ -73,6 +73,9 @@ class SimInput:
     days: float = 0.0
     sources: tuple[tuple[str, str, str], ...] = ()
     notes: dict[str, Any] = field(default_factory=dict)
+    # Whether a run predicts each pending job's ETA (its etaError figures): a capacity search asks
+    # only for the waits, and on the core the predictions cost about a tenth of a run near capacity.
+    eta: bool = True
 
 
 def scenario_input(scenario: Scenario) -> SimInput:
@@ -146,7 +149,9 @@ def run_named(
     model = build_model(name, sim)
     started = time.perf_counter()
     cut = None if cut_above is None else WaitCut(cut_above, sim.workloads.jobs)
-    engine = Engine(model, sim.workloads, sim.cluster.gpus, sim.reaper_idle, progress=progress, cut=cut)
+    engine = Engine(
+        model, sim.workloads, sim.cluster.gpus, sim.reaper_idle, progress=progress, cut=cut, predict=sim.eta
+    )
     ledger = engine.run()
     doc = configuration_document(ledger)
     doc["schedulerLivelocks"] = getattr(model, "livelocks", 0)

@@ -219,7 +219,7 @@ class _Matching:
                 continue
             m = round(want, 4)
             if m not in self.inputs:
-                self.inputs[m] = self.grown(self.demand, m)
+                self.inputs[m] = replace(self.grown(self.demand, m), eta=False)  # only its waits are read
             gpus = self.inputs[m].cluster.gpus
             search = self.searches[name]
             same = next((r for r in search.runs if r[1] == gpus), None)
