@@ -371,3 +371,25 @@ def test_spare_workers_give_the_gpus_to_match_search_more_clusters_at_once(
         clocks[jobs] = made[-1].clock
         assert made[-1].most == jobs
     assert clocks[3] < 0.7 * clocks[1]
+
+
+def test_the_costliest_configurations_step_up_goes_before_the_grids_cheaper_runs(
+    monkeypatch: pytest.MonkeyPatch, fake_runs: list[tuple[str, float]]
+) -> None:
+    """gpuplane's runs cost most and each of its steps needs the one before, so once its highest
+    grid load is in, its step up starts on the next free worker, ahead of the grid runs still to
+    start; the grid still runs everywhere, and every capacity is found within the resolution."""
+
+    def duration(name: str, load: float) -> float:
+        return load * (10.0 if name == "gpuplane" else 3.0)
+
+    monkeypatch.setattr(auto_sweep, "Workers", partial(FakeWorkers, ran=fake_runs, duration=duration))
+    names = ("stock", "gpuplane", "kueue")
+    doc = run_auto_sweep(_sim, names, wait_target=TARGET, jobs=2).document
+    grid = [i for i, (_, load) in enumerate(fake_runs) if load in auto_sweep.START_LOADS]
+    assert len(grid) == len(names) * len(auto_sweep.START_LOADS)
+    first_step = next(i for i, (n, load) in enumerate(fake_runs) if n == "gpuplane" and load > 1.6)
+    assert first_step < grid[-1]  # before the grid's last run started
+    assert fake_runs.index(("gpuplane", 1.6)) < first_step  # and only once its own top load was in
+    for name in names:
+        assert doc["capacityAtWaitTarget"][name] == pytest.approx(CROSSING[name], abs=0.05)

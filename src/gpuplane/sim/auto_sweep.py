@@ -15,14 +15,16 @@
        capacity demand (:mod:`gpuplane.sim.gpus_match`), simulated, not scaled
 
 Steps 1-3 run on :class:`~gpuplane.sim.parallel.Workers` (``jobs`` worker processes), with no
-rounds: whenever a worker is free, the next useful run starts. A configuration may have several
-runs going where workers would otherwise idle (:func:`~gpuplane.sim.parallel.points_per_search`):
-further steps up beyond a run still going, or the middle of the widest gap left in its bracket
-between the runs going there. A run whose result can no longer narrow its configuration's
-capacity (a step up beyond a load that missed) is stopped. Every load is drawn once (same seed,
-so the same kinds of work), and only the configurations that need a load run at it. Beyond the
-grid a run predicts no ETAs (``SimInput.eta``): the search reads only its waits, and the schedule
-is the same.
+rounds: whenever a worker is free, the next useful run starts. The configuration whose runs cost
+most goes first: its next step starts before the grid's remaining runs
+(:meth:`AutoSweep.lead_run`), since its chain of runs, each needing the one before, is the sweep's
+wall time. A configuration may have several runs going where workers would otherwise idle
+(:func:`~gpuplane.sim.parallel.points_per_search`): further steps up beyond a run still going, or
+the middle of the widest gap left in its bracket between the runs going there. A run whose result
+can no longer narrow its configuration's capacity (a step up beyond a load that missed) is
+stopped. Every load is drawn once (same seed, so the same kinds of work), and only the
+configurations that need a load run at it. Beyond the grid a run predicts no ETAs
+(``SimInput.eta``): the search reads only its waits, and the schedule is the same.
 
 Which loads run depends on ``jobs`` and, with more than one, on which runs end first, so two
 sweeps may find capacities that differ within the resolution; ``jobs`` 1 runs one load at a time
@@ -131,7 +133,10 @@ class AutoSweep:
         )
         while True:
             while workers.free():
-                pair = grid.pop(0) if grid else self.next_run(self._flying(workers))
+                going = self._flying(workers)
+                pair = self.lead_run(going) if grid else None
+                if pair is None:
+                    pair = grid.pop(0) if grid else self.next_run(going)
                 if pair is None:
                     break
                 self._start(workers, pair)
@@ -155,6 +160,23 @@ class AutoSweep:
             # Beyond the grid only the waits are read: no ETA predictions (same schedule, cheaper).
             self.inputs[load] = sim if load in START_LOADS else replace(sim, eta=False)
         workers.start(pair, name, f"{name} @ {load:g}", self.inputs[load])
+
+    def lead_run(self, flying: Sequence[tuple[str, float]]) -> tuple[str, float] | None:
+        """The next run of the configuration whose runs cost most, while the grid still has runs to
+        start: that configuration's chain of runs, each needing the one before, is the sweep's
+        wall time, so its next step goes before the grid's cheaper runs instead of after them.
+        Only with none of its runs going, and only a step up, or a step its grid loads are all in
+        for (a step down or a bisection before them could be one they answer)."""
+        lead = max(self.names, key=lambda n: max(self.done[n], default=0.0) * expected_cost(n))
+        if not self.done[lead] or any(n == lead for n, _ in flying):
+            return None
+        if self.bracket(lead)[1] is not None and not all(load in self.done[lead] for load in START_LOADS):
+            return None
+        want = self.candidate(lead, [])
+        if want is None:
+            return None
+        load = round(want, 4)
+        return None if load in self.done[lead] else (lead, load)
 
     def next_run(self, flying: Sequence[tuple[str, float]]) -> tuple[str, float] | None:
         """The next (configuration, load) to start beside the runs ``flying``, or None. Each
@@ -181,7 +203,8 @@ class AutoSweep:
         """The load ``name`` would run next beside its runs ``going``, or None: up (no miss yet)
         by :meth:`step_up`, and beyond a run still going by the same ratio; down (no load met
         yet) to half the lowest; or the middle of the widest gap between the bracket's ends and
-        the loads going inside it, while that gap is wider than the resolution."""
+        the loads going inside it, while that gap is wider than the resolution (of two gaps as wide,
+        the higher)."""
         done = self.done[name]
         if not done:
             return None
@@ -199,7 +222,7 @@ class AutoSweep:
             bottom = min([*done, *going])
             return None if bottom <= MIN_LOAD else max(MIN_LOAD, bottom / 2)
         points = sorted({low, high, *(load for load in going if low < load < high)})
-        width, a, b = max((b - a, a, b) for a, b in itertools.pairwise(points))
+        width, a, b = max((round(b - a, 9), a, b) for a, b in itertools.pairwise(points))
         return None if width <= self.resolution else (a + b) / 2
 
     def useless(self, name: str, load: float) -> bool:

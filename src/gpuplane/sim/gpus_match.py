@@ -107,7 +107,7 @@ class _Search:
             return None
         low_m, _ = self._below(met[0], installed, target)
         points = sorted({low_m, met[0][0], *(m for m in going if low_m < m < met[0][0])})
-        width, a, b = max((b - a, a, b) for a, b in itertools.pairwise(points))
+        width, a, b = max((round(b - a, 9), a, b) for a, b in itertools.pairwise(points))
         if width < 1e-3 or width * installed <= max(1, TOLERANCE * installed):
             return None
         return (a + b) / 2
