@@ -84,6 +84,7 @@ def summary(document: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]
         "meetsGoal": multiple is not None and multiple >= GOAL,
         "peerGaps": document.get("peerGaps", {}),
         "gpusToMatch": {name: match.get("gpus") for name, match in matches.items()},
+        "gpusToMatchLoad": document.get("gpusToMatchLoad"),
         "runs": runs,
         "matchRuns": {name: len(match.get("runs", [])) for name, match in matches.items()},
         "matchRunSeconds": {

@@ -171,11 +171,18 @@ def test_gpus_to_match_is_simulated_on_larger_clusters() -> None:
         _sim, ("stock", "gpuplane", "kueue"), wait_target=TARGET, jobs=1, grown=_grown
     ).document
     capacity = doc["capacityAtWaitTarget"]
+    # The demand matched is that of the highest load gpuplane met, within the resolution below
+    # its interpolated capacity.
+    runs = doc["autoSweep"]["gpuplane"]
+    lowest_miss = min(r["load"] for r in runs if r["waitP95Seconds"] > TARGET)
+    met = max(r["load"] for r in runs if r["waitP95Seconds"] <= TARGET and r["load"] < lowest_miss)
+    assert doc["gpusToMatchLoad"] == met
+    assert met <= capacity["gpuplane"] <= met + auto_sweep.RESOLUTION
     for name in ("stock", "kueue"):
         match = doc["gpusToMatch"][name]
         # The fake's wait depends on the load of the cluster it runs on: a configuration meets the
         # target on G' GPUs once gpuplane's demand is at most its own capacity fraction of G'.
-        need = 100 * capacity["gpuplane"] / CROSSING[name]
+        need = 100 * doc["gpusToMatchLoad"] / CROSSING[name]
         assert match["bound"] == "interpolated"
         assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match
         assert 1 <= len(match["runs"]) <= gpus_match.MAX_RUNS
@@ -268,7 +275,7 @@ def test_gpus_to_match_ends_when_node_counts_round_to_clusters_already_run() -> 
 
     doc = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=1, grown=coarse).document
     match = doc["gpusToMatch"]["stock"]
-    need = 16 * doc["capacityAtWaitTarget"]["gpuplane"] / CROSSING["stock"]
+    need = 16 * doc["gpusToMatchLoad"] / CROSSING["stock"]
     assert match["bound"] == "interpolated"
     assert need <= match["gpus"] < need + 8
     assert len({run["gpus"] for run in match["runs"]}) <= gpus_match.MAX_RUNS
@@ -361,7 +368,7 @@ def test_spare_workers_give_the_gpus_to_match_search_more_clusters_at_once(
         sweep = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=jobs, grown=_grown)
         doc = sweep.document
         match = doc["gpusToMatch"]["stock"]
-        need = 100 * doc["capacityAtWaitTarget"]["gpuplane"] / CROSSING["stock"]
+        need = 100 * doc["gpusToMatchLoad"] / CROSSING["stock"]
         assert match["bound"] == "interpolated"
         assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match
         assert len({run["gpus"] for run in match["runs"]}) <= gpus_match.MAX_RUNS
@@ -393,3 +400,85 @@ def test_the_costliest_configurations_step_up_goes_before_the_grids_cheaper_runs
     assert fake_runs.index(("gpuplane", 1.6)) < first_step  # and only once its own top load was in
     for name in names:
         assert doc["capacityAtWaitTarget"][name] == pytest.approx(CROSSING[name], abs=0.05)
+
+
+class TimedWorkers(FakeWorkers):
+    """The fake, recording when each run started and ended on its clock."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.starts: dict[Hashable, float] = {}
+        self.ends: dict[Hashable, float] = {}
+
+    def start(self, key: Hashable, name: str, label: str, source: SimInput) -> None:
+        self.starts[key] = self.clock
+        super().start(key, name, label, source)
+
+    def next_done(self) -> tuple[Hashable, RunResult] | None:
+        done = super().next_done()
+        if done is not None:
+            self.ends[done[0]] = self.clock
+        return done
+
+
+def _gpuplane_slow(name: str, load: float) -> float:
+    return load * (30.0 if name == "gpuplane" else 1.0)
+
+
+def _timed(monkeypatch: pytest.MonkeyPatch, ran: list[tuple[str, float]]) -> list[TimedWorkers]:
+    """Timed fakes in place of the workers, gpuplane's runs 30 times the others'."""
+    made: list[TimedWorkers] = []
+
+    def workers(*args: Any, **more: Any) -> TimedWorkers:
+        made.append(TimedWorkers(*args, ran=ran, duration=_gpuplane_slow, **more))
+        return made[-1]
+
+    monkeypatch.setattr(auto_sweep, "Workers", workers)
+    return made
+
+
+def test_the_gpus_to_match_start_on_a_worker_the_search_leaves_idle(
+    monkeypatch: pytest.MonkeyPatch, fake_runs: list[tuple[str, float]]
+) -> None:
+    """gpuplane's last runs are long; once no search has a run to start, the idle worker takes
+    the GPUs to match at the load gpuplane met, before gpuplane's last run ends, and the answers
+    are those of that load's demand."""
+    made = _timed(monkeypatch, fake_runs)
+    doc = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=2, grown=_grown).document
+    workers = made[-1]
+    matched = [k for k in workers.starts if isinstance(k, gpus_match.MatchKey)]
+    searched = [k for k in workers.ends if not isinstance(k, gpus_match.MatchKey)]
+    assert matched
+    assert min(workers.starts[k] for k in matched) < max(workers.ends[k] for k in searched)
+    demand = doc["gpusToMatchLoad"]
+    match = doc["gpusToMatch"]["stock"]
+    assert all(run["load"] == round(demand * doc["gpus"] / run["gpus"], 4) for run in match["runs"])
+    need = 100 * demand / CROSSING["stock"]
+    assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match
+
+
+def test_the_gpus_to_match_start_again_when_gpuplanes_last_run_meets_the_target(
+    monkeypatch: pytest.MonkeyPatch, fake_runs: list[tuple[str, float]]
+) -> None:
+    """The matching starts at the load gpuplane met while its last run is going; that run meets
+    the target too, so the load moves up: the runs at the old demand are stopped, and every
+    answer is of the new demand."""
+    monkeypatch.setitem(CROSSING, "gpuplane", 2.6)  # on this fake, the last run going meets
+    made = _timed(monkeypatch, fake_runs)
+    demands: list[float] = []
+    made_matching = auto_sweep.match_gpus
+
+    def recorded(*args: Any, **kwargs: Any) -> gpus_match.Matching:
+        demands.append(args[2])
+        return made_matching(*args, **kwargs)
+
+    monkeypatch.setattr(auto_sweep, "match_gpus", recorded)
+    doc = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=2, grown=_grown).document
+    assert len(demands) == 2
+    assert demands[0] < demands[1] == doc["gpusToMatchLoad"]
+    stopped = [k for k in made[-1].cancelled if isinstance(k, gpus_match.MatchKey)]
+    assert stopped
+    match = doc["gpusToMatch"]["stock"]
+    assert all(run["load"] == round(demands[1] * doc["gpus"] / run["gpus"], 4) for run in match["runs"])
+    need = 100 * demands[1] / CROSSING["stock"]
+    assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match

@@ -11,8 +11,9 @@
        missed it, until the two are within RESOLUTION (0.05) of load
     4. capacity: interpolated linearly between the two, a number (never a bound, unless step 2 ran
        out of room)
-    5. GPUs to match (given ``grown``): each configuration on larger clusters at gpuplane's
-       capacity demand (:mod:`gpuplane.sim.gpus_match`), simulated, not scaled
+    5. GPUs to match (given ``grown``): each configuration on larger clusters at the demand of
+       the load gpuplane met below its lowest miss (:mod:`gpuplane.sim.gpus_match`), simulated,
+       not scaled; started on a worker the search leaves idle beside gpuplane's last runs
 
 Steps 1-3 run on :class:`~gpuplane.sim.parallel.Workers` (``jobs`` worker processes), with no
 rounds: whenever a worker is free, the next useful run starts. The configuration whose runs cost
@@ -50,7 +51,7 @@ from gpuplane.sim.experiment import (
     experiment_result,
     run_named,
 )
-from gpuplane.sim.gpus_match import GrownInput, match_gpus
+from gpuplane.sim.gpus_match import GrownInput, Matching, MatchKey, match_gpus, unknown_matches
 from gpuplane.sim.parallel import ProgressCallback, RunResult, Workers, points_per_search
 from gpuplane.sim.sweep import (
     AT_LEAST,
@@ -95,6 +96,9 @@ class AutoSweep:
         self.resolution = resolution
         self.inputs: dict[float, SimInput] = {}
         self.done: dict[str, dict[float, RunResult]] = {name: {} for name in names}
+        self.matching: Matching | None = None  # the GPUs to match, once started (see search)
+        # When the search's last run ended, and when the matching (the last one made) began.
+        self.searched = self.matched = time.perf_counter()
 
     def wait(self, name: str, load: float) -> float:
         value = self.done[name][load][1]["waitP95Seconds"]
@@ -123,11 +127,15 @@ class AutoSweep:
             step = min(step, highest / float(share) * (1 + ALLOCATION_MARGIN))
         return max(step, highest + 2 * self.resolution)
 
-    def search(self, workers: Workers) -> None:
-        """Steps 1-3 of the module docstring, on :class:`Workers`: whenever a worker is free, the
-        next run that can narrow some configuration's capacity starts (:meth:`next_run`), and a
-        started run that no longer can is stopped (:meth:`useless`). No worker waits for a
-        round's longest run; with ``jobs`` 1 the runs go one at a time, the same every time."""
+    def search(self, workers: Workers, grown: GrownInput | None = None) -> None:
+        """Steps 1-3 of the module docstring, and step 5 given ``grown``, on :class:`Workers`:
+        whenever a worker is free, the next run that can narrow some configuration's capacity
+        starts (:meth:`next_run`), and a started run that no longer can is stopped
+        (:meth:`useless`). No worker waits for a round's longest run; with ``jobs`` 1 the runs go
+        one at a time, the same every time. Once no search has a run to start and only
+        gpuplane's runs are going, a free worker takes the GPUs to match (``matching``) at the
+        load gpuplane met (:meth:`match_load`); a going run of gpuplane that meets the target
+        moves that load, and the matching starts again there."""
         grid = sorted(
             ((n, load) for load in START_LOADS for n in self.names), key=lambda p: -p[1] * expected_cost(p[0])
         )
@@ -137,21 +145,57 @@ class AutoSweep:
                 pair = self.lead_run(going) if grid else None
                 if pair is None:
                     pair = grid.pop(0) if grid else self.next_run(going)
-                if pair is None:
+                if pair is not None:
+                    self._start(workers, pair)
+                    continue
+                if grown is None or grid or not self._start_matching(workers, grown, going):
                     break
-                self._start(workers, pair)
             finished = workers.next_done()
             if finished is None:
                 break
-            (name, load), result = cast(tuple[tuple[str, float], RunResult], finished)
+            key, result = finished
+            if isinstance(key, MatchKey):
+                assert self.matching is not None
+                self.matching.finished(key, result[1])
+                continue
+            name, load = cast(tuple[str, float], key)
             self.done[name][load] = result
+            self.searched = time.perf_counter()
             for flying in self._flying(workers):
                 if self.useless(*flying):
                     workers.cancel(flying)
+            if self.matching is not None and self.matching.demand != self.match_load():
+                self.matching.cancel()
+                self.matching = None
 
-    @staticmethod
-    def _flying(workers: Workers) -> list[tuple[str, float]]:
-        return cast(list[tuple[str, float]], workers.running())
+    def match_load(self) -> float | None:
+        """The load whose demand the GPUs to match are sought at: the highest load at which
+        gpuplane met the target below its lowest miss, once both are known (so its capacity is a
+        number, within the resolution above this load)."""
+        if "gpuplane" not in self.names:
+            return None
+        low, high = self.bracket("gpuplane")
+        return None if high is None else low
+
+    def _start_matching(self, workers: Workers, grown: GrownInput, going: list[tuple[str, float]]) -> bool:
+        """Start a GPUs-to-match run, the matching first made if it may start now; False if not."""
+        if self.matching is None:
+            load = self.match_load()
+            if load is None or any(n != "gpuplane" for n, _ in going):
+                return False
+            if any(self.candidate(n, [x for m, x in going if m == n]) is not None for n in self.names):
+                return False
+            capacity = {n: self.capacity(n) for n in self.names}
+            installed = next(iter(self.inputs.values())).cluster.gpus
+            self.matching = match_gpus(
+                grown, capacity, load, installed=installed, wait_target=self.target, workers=workers
+            )
+            self.matched = time.perf_counter()
+        return self.matching.start_next()
+
+    def _flying(self, workers: Workers) -> list[tuple[str, float]]:
+        """The search's runs going (not the GPUs to match)."""
+        return [cast(tuple[str, float], key) for key in workers.running() if not isinstance(key, MatchKey)]
 
     def _start(self, workers: Workers, pair: tuple[str, float]) -> None:
         name, load = pair
@@ -286,7 +330,7 @@ def _auto_sweep_document(
     sweep: AutoSweep, workers: Workers, grown: GrownInput | None, started: float
 ) -> dict[str, Any]:
     unique, wait_target = sweep.names, sweep.target
-    sweep.search(workers)
+    sweep.search(workers, grown)
     grid = [load for load in START_LOADS if all(load in sweep.done[n] for n in unique)]
     runs = [sweep.grid_result(load) for load in grid]
     capacity = {n: sweep.capacity(n) for n in unique}
@@ -334,18 +378,16 @@ def _auto_sweep_document(
         document["strongestPeer"] = strongest
     if reference is not None and reference.load:
         document["peerGaps"] = peer_gaps(capacity, reference.load)
-    searched = time.perf_counter()
-    document["phases"] = {"search": {"wallSeconds": round(searched - started, 3)}}
+    ended = time.perf_counter()
+    document["phases"] = {"search": {"wallSeconds": round(sweep.searched - started, 3)}}
     if grown is not None and "gpuplane" in capacity:
-        document["gpusToMatch"] = match_gpus(
-            grown,
-            capacity,
-            installed=first.cluster.gpus,
-            wait_target=wait_target,
-            workers=workers,
-        )
-        document["phases"]["gpusToMatch"] = {"wallSeconds": round(time.perf_counter() - searched, 3)}
-    document["wallSeconds"] = round(time.perf_counter() - started, 3)
+        if sweep.matching is None:
+            document["gpusToMatch"] = unknown_matches(capacity)
+        else:
+            document["gpusToMatchLoad"] = sweep.matching.demand
+            document["gpusToMatch"] = sweep.matching.answers()
+            document["phases"]["gpusToMatch"] = {"wallSeconds": round(ended - sweep.matched, 3)}
+    document["wallSeconds"] = round(ended - started, 3)
     return document
 
 

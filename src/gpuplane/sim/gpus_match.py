@@ -1,18 +1,20 @@
-"""GPUs to match, simulated: how many GPUs each configuration needs to serve gpuplane's capacity.
+"""GPUs to match, simulated: how many GPUs each configuration needs to serve what gpuplane serves.
 
 The grid sweep estimates this by scaling capacity fractions (:mod:`gpuplane.sim.sweep`). The auto
 sweep simulates it instead, on larger clusters of the same shape::
 
-    demand   D = Cg x G            gpuplane's capacity (a bisected number) on the installed G GPUs
+    demand   D = Lg x G            a load gpuplane met the target at on the installed G GPUs (the
+                                   auto sweep's: the highest below its lowest miss, within the
+                                   resolution below its bisected capacity)
     cluster  every pool's node count x m, rounded up   -> G'(m) GPUs
     load     D / G'(m)             the same absolute demand: the same arrival rates, so the same
                                    kinds of work drawn with the same seed
-    search   m0 = Cg / Cc (the scaling estimate); missed -> x GROWTH until one meets the target;
+    search   m0 = Lg / Cc (the scaling estimate); missed -> x GROWTH until one meets the target;
              then bisect m between the largest miss and the smallest meet until the two clusters
              differ by at most TOLERANCE of G in GPUs, or MAX_RUNS runs were made
     answer   G'(m) of the smallest cluster that met the target
 
-A configuration whose capacity is at least gpuplane's needs no more GPUs than installed (no run).
+A configuration whose capacity is at least ``Lg`` needs no more GPUs than installed (no run).
 One that never met the target within ``MAX_RUNS`` gets its largest miss as a lower bound
 (``atLeast``). A multiplier that rounds to a cluster already run reuses that run. The runs go on
 the auto sweep's workers with no rounds (:class:`~gpuplane.sim.parallel.Workers`): whenever one is
@@ -20,7 +22,9 @@ free, the next useful run starts, several for one configuration where workers wo
 (:func:`~gpuplane.sim.parallel.points_per_search`: further steps up, or the middle of the widest
 gap left in the bracket), and a run that can no longer change its configuration's answer (a
 larger cluster than one that met) is stopped. The search costs at most ``MAX_RUNS`` runs per
-configuration, each at gpuplane's demand on a larger cluster.
+configuration, each at gpuplane's demand on a larger cluster. The auto sweep drives the runs
+(:meth:`Matching.start_next`, :meth:`Matching.finished`) beside its own last ones, and stops them
+all (:meth:`Matching.cancel`) if the load gpuplane met moves.
 """
 
 from __future__ import annotations
@@ -133,46 +137,54 @@ class _Search:
         return {"gpus": self.missed(target)[-1][1], "bound": AT_LEAST, "method": METHOD, "runs": runs}
 
 
-def match_gpus(
+def unknown_matches(capacity: dict[str, Capacity]) -> dict[str, dict[str, Any]]:
+    """What each configuration other than gpuplane needs where gpuplane's capacity is no number."""
+    return {n: {"gpus": None, "bound": "unknown", "method": METHOD} for n in capacity if n != "gpuplane"}
+
+
+@dataclass(frozen=True, slots=True)
+class MatchKey:
+    """A GPUs-to-match run on the workers: configuration ``name`` on a cluster grown ``m`` times."""
+
+    name: str
+    m: float
+
+
+def match_gpus(  # noqa: PLR0913 - keyword-only: the installed GPUs, the target, the workers
     grown: GrownInput,
     capacity: dict[str, Capacity],
+    demand: float,
     *,
     installed: int,
     wait_target: float,
     workers: Workers,
-) -> dict[str, dict[str, Any]]:
-    """Per configuration other than gpuplane: the GPUs it needs to serve gpuplane's capacity.
+) -> Matching:
+    """The search for each configuration other than gpuplane: the GPUs it needs to serve the
+    absolute demand of ``demand`` (a load gpuplane met on the ``installed`` GPUs).
 
     ``grown(load, m)`` draws the input of the cluster grown ``m`` times at the absolute demand of
     ``load`` on the installed one (:func:`at_demand`). The runs go on ``workers`` (whose runner
-    stops a run once sure to miss): whenever one is free, the next useful run starts; a run that
-    can no longer change its configuration's answer is stopped.
+    stops a run once sure to miss): :meth:`Matching.run` to the end, or started by a caller that
+    shares the workers (:meth:`Matching.start_next`, :meth:`Matching.finished`).
     """
-    reference = capacity.get("gpuplane")
-    out: dict[str, dict[str, Any]] = {}
-    if reference is None or reference.load is None or reference.bound != EXACT:
-        return {n: {"gpus": None, "bound": "unknown", "method": METHOD} for n in capacity if n != "gpuplane"}
-    demand = reference.load
+    fixed: dict[str, dict[str, Any]] = {}
     searches: dict[str, _Search] = {}
     for name, own in capacity.items():
         if name == "gpuplane":
             continue
         if own.load is not None and own.load >= demand:
-            out[name] = {"gpus": installed, "bound": EXACT, "method": METHOD, "runs": []}
+            fixed[name] = {"gpus": installed, "bound": EXACT, "method": METHOD, "runs": []}
             continue
         start = demand / own.load if own.load else demand / 0.05
         searches[name] = _Search(name, max(1.0, start))
-    matching = _Matching(searches, grown, demand, installed, wait_target, workers)
-    matching.run()
-    for name, search in searches.items():
-        out[name] = search.answer(wait_target)
-    return {n: out[n] for n in capacity if n in out}
+    order = [n for n in capacity if n in fixed or n in searches]
+    return Matching(searches, grown, demand, installed, wait_target, workers, fixed, order)
 
 
 @dataclass(slots=True)
-class _Matching:
-    """The searches of :func:`match_gpus` on the workers: the inputs drawn per multiplier, and the
-    clusters (GPUs) of the runs going, by (configuration, multiplier)."""
+class Matching:
+    """The searches of :func:`match_gpus` on the workers: the inputs drawn per multiplier, the
+    clusters (GPUs) of the runs going (``going``), and the answers that needed no run (``fixed``)."""
 
     searches: dict[str, _Search]
     grown: GrownInput
@@ -180,10 +192,14 @@ class _Matching:
     installed: int
     target: float
     workers: Workers
+    fixed: dict[str, dict[str, Any]]
+    order: list[str]
     inputs: dict[float, SimInput] = field(default_factory=dict)
-    going: dict[tuple[str, float], int] = field(default_factory=dict)
+    going: dict[MatchKey, int] = field(default_factory=dict)
 
     def run(self) -> None:
+        """Every search to its end, with no rounds: whenever a worker is free the next useful run
+        starts."""
         workers = self.workers
         while True:
             while workers.free() and self.start_next():
@@ -191,24 +207,39 @@ class _Matching:
             finished = workers.next_done()
             if finished is None:
                 return
-            key, (_, doc) = finished
-            name, m = cast(tuple[str, float], key)
-            gpus = self.going.pop((name, m))
-            wait = float(doc["waitP95Seconds"] or 0.0)
-            wall = float(doc.get("wallSeconds") or 0.0)
-            load = round(self.demand * self.installed / gpus, 4)
-            self.searches[name].runs.append((m, gpus, load, wait, wall))
-            for other in list(self.going):
-                if self.searches[other[0]].useless(self.target, self.installed, other[1]):
-                    workers.cancel(other)
-                    del self.going[other]
+            self.finished(cast(MatchKey, finished[0]), finished[1][1])
+
+    def finished(self, key: MatchKey, doc: dict[str, Any]) -> None:
+        """Record the run ``key``, and stop the runs that can no longer change an answer."""
+        gpus = self.going.pop(key)
+        wait = float(doc["waitP95Seconds"] or 0.0)
+        wall = float(doc.get("wallSeconds") or 0.0)
+        load = round(self.demand * self.installed / gpus, 4)
+        self.searches[key.name].runs.append((key.m, gpus, load, wait, wall))
+        for other in list(self.going):
+            if self.searches[other.name].useless(self.target, self.installed, other.m):
+                self.workers.cancel(other)
+                del self.going[other]
+
+    def cancel(self) -> None:
+        """Stop every run going (the demand moved: their answers would be for another)."""
+        for key in self.going:
+            self.workers.cancel(key)
+        self.going.clear()
+
+    def answers(self) -> dict[str, dict[str, Any]]:
+        """Per configuration other than gpuplane, in the capacity's order: its GPUs to match."""
+        out = dict(self.fixed)
+        for name, search in self.searches.items():
+            out[name] = search.answer(self.target)
+        return {n: out[n] for n in self.order}
 
     def start_next(self) -> bool:
         """Start one run (or reuse one: a multiplier that rounds to a cluster already run); False
         when no search has a run to start now."""
         going: dict[str, list[float]] = {n: [] for n in self.searches}
-        for n, m in self.going:
-            going[n].append(m)
+        for key in self.going:
+            going[key.name].append(key.m)
         wanted = {n: s.candidate(self.target, self.installed, going[n]) for n, s in self.searches.items()}
         searching = sum(1 for n in self.searches if wanted[n] is not None or going[n])
         k = points_per_search(self.workers.jobs, searching)
@@ -226,9 +257,10 @@ class _Matching:
             if same is not None:
                 search.runs.append((m, *same[1:4], 0.0))
                 return True
-            if any(n == name and g == gpus for (n, _), g in self.going.items()):
+            if any(key.name == name and g == gpus for key, g in self.going.items()):
                 continue  # that cluster is running already
-            self.workers.start((name, m), name, f"{name} x{m:g} nodes", self.inputs[m])
-            self.going[(name, m)] = gpus
+            key = MatchKey(name, m)
+            self.workers.start(key, name, f"{name} x{m:g} nodes", self.inputs[m])
+            self.going[key] = gpus
             return True
         return False
