@@ -183,7 +183,7 @@ class AutoSweep:
             load = self.match_load()
             if load is None or any(n != "gpuplane" for n, _ in going):
                 return False
-            if any(self.candidate(n, [x for m, x in going if m == n]) is not None for n in self.names):
+            if any(self.candidate(n, [load for g, load in going if g == n]) is not None for n in self.names):
                 return False
             capacity = {n: self.capacity(n) for n in self.names}
             installed = next(iter(self.inputs.values())).cluster.gpus
@@ -211,7 +211,7 @@ class AutoSweep:
         wall time, so its next step goes before the grid's cheaper runs instead of after them.
         Only with none of its runs going, and only a step up, or a step its grid loads are all in
         for (a step down or a bisection before them could be one they answer)."""
-        lead = max(self.names, key=lambda n: max(self.done[n], default=0.0) * expected_cost(n))
+        lead = max(self.names, key=self._cost)
         if not self.done[lead] or any(n == lead for n, _ in flying):
             return None
         if self.bracket(lead)[1] is not None and not all(load in self.done[lead] for load in START_LOADS):
@@ -221,6 +221,11 @@ class AutoSweep:
             return None
         load = round(want, 4)
         return None if load in self.done[lead] else (lead, load)
+
+    def _cost(self, name: str) -> float:
+        """How much ``name``'s runs cost, to serve the costliest first: its highest load run so far
+        by its expected cost."""
+        return max(self.done[name], default=0.0) * expected_cost(name)
 
     def next_run(self, flying: Sequence[tuple[str, float]]) -> tuple[str, float] | None:
         """The next (configuration, load) to start beside the runs ``flying``, or None. Each
@@ -233,7 +238,7 @@ class AutoSweep:
         wanted = {n: self.candidate(n, going[n]) for n in self.names}
         searching = sum(1 for n in self.names if wanted[n] is not None or going[n])
         k = points_per_search(self.jobs, searching)
-        order = sorted(self.names, key=lambda n: -max(self.done[n], default=0.0) * expected_cost(n))
+        order = sorted(self.names, key=lambda n: -self._cost(n))
         for n in order:
             want = wanted[n]
             if want is None or len(going[n]) >= k:

@@ -33,7 +33,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 from gpuplane.sim.experiment import SimInput, expected_cost
 from gpuplane.sim.parallel import Workers, points_per_search
@@ -164,8 +164,8 @@ def match_gpus(  # noqa: PLR0913 - keyword-only: the installed GPUs, the target,
 
     ``grown(load, m)`` draws the input of the cluster grown ``m`` times at the absolute demand of
     ``load`` on the installed one (:func:`at_demand`). The runs go on ``workers`` (whose runner
-    stops a run once sure to miss): :meth:`Matching.run` to the end, or started by a caller that
-    shares the workers (:meth:`Matching.start_next`, :meth:`Matching.finished`).
+    stops a run once sure to miss), started by the caller that shares them
+    (:meth:`Matching.start_next`, :meth:`Matching.finished`).
     """
     fixed: dict[str, dict[str, Any]] = {}
     searches: dict[str, _Search] = {}
@@ -196,18 +196,6 @@ class Matching:
     order: list[str]
     inputs: dict[float, SimInput] = field(default_factory=dict)
     going: dict[MatchKey, int] = field(default_factory=dict)
-
-    def run(self) -> None:
-        """Every search to its end, with no rounds: whenever a worker is free the next useful run
-        starts."""
-        workers = self.workers
-        while True:
-            while workers.free() and self.start_next():
-                pass
-            finished = workers.next_done()
-            if finished is None:
-                return
-            self.finished(cast(MatchKey, finished[0]), finished[1][1])
 
     def finished(self, key: MatchKey, doc: dict[str, Any]) -> None:
         """Record the run ``key``, and stop the runs that can no longer change an answer."""
