@@ -107,29 +107,34 @@ def _slow_unless_stopped(name: str, sim: SimInput, progress: Any) -> tuple[Ledge
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_workers_hand_out_runs_and_stop_one_no_longer_needed(jobs: int) -> None:
     """:class:`Workers` runs what it is given as workers free up and returns each result as it
-    ends; a run stopped while it goes ends at its next progress report and frees its worker,
-    and a run stopped before it started never runs. With one job, runs go in the order started."""
+    ends; a run stopped while it goes ends at its next progress report, and its worker counts as
+    free at once: a run started then goes on that worker once the stopped run has ended, without
+    waiting for the other workers' runs. A run stopped before it started never runs. With one
+    job, runs go in the order started."""
     sim = _tiny()
     started = time.perf_counter()
     with Workers(_slow_unless_stopped, jobs) as workers:
         workers.start("slow", "slow", "slow", sim)
         if jobs == 2:
-            workers.start("quick", "stock", "quick", sim)
+            workers.start("busy", "slow", "busy", sim)  # holds the other worker for a minute
             assert workers.free() == 0
             time.sleep(3)  # the slow run is under way in its worker
         workers.cancel("slow")
-        assert workers.running() == ([] if jobs == 1 else ["quick"])
-        if jobs == 1:
-            workers.start("quick", "stock", "quick", sim)
+        assert workers.running() == ([] if jobs == 1 else ["busy"])
+        assert workers.free() == 1  # the stopped run's worker is free for the next run
+        workers.start("quick", "stock", "quick", sim)
         done = workers.next_done()
         assert done is not None
         key, (ledger, doc) = done
-        assert key == "quick"
+        assert key == "quick"  # before the busy run's minute is up
         assert doc["started"] > 0
         assert ledger.events > 0
-        assert workers.next_done() is None  # the stopped run ended and gives nothing back
+        assert time.perf_counter() - started < 40
+        if jobs == 2:
+            workers.cancel("busy")
+        assert workers.next_done() is None  # the stopped runs ended and give nothing back
         assert workers.free() == jobs
-    assert time.perf_counter() - started < 40  # far less than the slow run's minute
+    assert time.perf_counter() - started < 40  # far less than the slow runs' minute
 
 
 def test_a_worker_that_dies_under_workers_is_the_same_clear_error() -> None:

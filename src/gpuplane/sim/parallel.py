@@ -117,7 +117,9 @@ class Workers:
     search starts its next run at once instead of waiting, as a round of :func:`run_tasks` does,
     for the round's longest run while the other workers idle. A run whose result the search no
     longer needs is stopped (:meth:`cancel`): the worker's run checks a shared flag at each of its
-    progress reports (about 200 a run) and ends there, which frees the worker.
+    progress reports (about 200 a run) and ends there, which frees the worker. Its worker counts
+    as free at once (:meth:`free`): the next run waits in the pool for it, instead of the search
+    waiting in :meth:`next_done` for another run to end before it starts one.
 
     Each input is pickled once (the workers keep the last they read). With ``jobs`` 1 nothing runs aside: a
     started run runs in the calling process when :meth:`next_done` asks for it, in the order
@@ -159,8 +161,10 @@ class Workers:
         self.close()
 
     def free(self) -> int:
-        """Workers with no run (a stopped run holds its worker until it has ended)."""
-        return self.jobs - len(self._running) - len(self._waiting)
+        """Workers with no run to do. A stopped run does not count: it ends at its next progress
+        report, and a run started meanwhile waits in the pool for that worker (so the search
+        does not wait for the stopped run's end to start the next one)."""
+        return self.jobs - (len(self._running) - len(self._cancelled)) - len(self._waiting)
 
     def running(self) -> list[Hashable]:
         """The keys of the runs started and not yet done, nor stopped."""
