@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
+from collections.abc import Hashable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuplane.sim.experiment import SimInput, run_experiment, run_named, scenario_input
+from gpuplane.sim.auto_sweep import run_auto_sweep
+from gpuplane.sim.experiment import ScenarioDraw, SimInput, run_experiment, run_named, scenario_input
+from gpuplane.sim.gpus_match import at_demand
 from gpuplane.sim.metrics import Ledger
-from gpuplane.sim.parallel import Task, Workers, run_tasks
+from gpuplane.sim.parallel import RunResult, Task, Workers, run_tasks
 from gpuplane.sim.scenario import load_scenario
 from gpuplane.sim.sweep import run_sweep
 from test_sim_golden import without_timings
@@ -142,3 +147,63 @@ def test_a_worker_that_dies_under_workers_is_the_same_clear_error() -> None:
         workers.start("boom", "boom", "boom", _tiny())
         with pytest.raises(RuntimeError, match=r"worker process stopped unexpectedly .* --jobs 1"):
             workers.next_done()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_input_given_as_its_draw_is_drawn_where_it_runs_and_runs_the_same(jobs: int) -> None:
+    """A :class:`ScenarioDraw` handed to :class:`Workers` is drawn by the process that runs it:
+    the runs are those on the input drawn in the parent, and the parent pickles a few kilobytes
+    instead of the workloads. What a search reads before the run needs no draw."""
+    scenario = load_scenario(TINY).with_days(0.25).with_load(1.4)
+    draw = ScenarioDraw(scenario, eta=False)
+    drawn = replace(scenario_input(scenario), eta=False)
+    assert draw.draw() == drawn
+    assert (draw.cluster, draw.name, draw.seed, draw.days) == (
+        drawn.cluster,
+        drawn.name,
+        drawn.seed,
+        drawn.days,
+    )
+    assert len(pickle.dumps(draw)) < min(10_000, len(pickle.dumps(drawn)) / 5)  # the workloads stay out
+    results: dict[Hashable, RunResult] = {}
+    with Workers(run_named, jobs) as workers:
+        for key, name, source in (("a", "stock", draw), ("b", "stock", drawn), ("c", "gpuplane", draw)):
+            while not workers.free():
+                finished = workers.next_done()
+                assert finished is not None
+                results[finished[0]] = finished[1]
+            workers.start(key, name, key, source)
+        while (finished := workers.next_done()) is not None:
+            results[finished[0]] = finished[1]
+    assert set(results) == {"a", "b", "c"}
+    assert without_timings(results["a"][1]) == without_timings(results["b"][1])
+    assert results["a"][0].events == results["b"][0].events > 0
+    assert without_timings(results["c"][1]) == without_timings(run_named("gpuplane", drawn)[1])
+
+
+def test_an_auto_sweep_on_inputs_drawn_in_the_workers_gives_the_document_of_inputs_drawn_here() -> None:
+    """The command's auto sweep hands its runs beyond the grid and its GPUs to match to the
+    workers as draws; the document is the one from inputs drawn in the parent."""
+    scenario = load_scenario(TINY).with_days(0.25)
+    names = ("stock", "gpuplane")
+
+    def here(load: float) -> SimInput:
+        return scenario_input(scenario.with_load(load))
+
+    def there(load: float) -> ScenarioDraw:
+        return ScenarioDraw(scenario.with_load(load))
+
+    def grown_here(load: float, m: float) -> SimInput:
+        return scenario_input(at_demand(scenario, load, m))
+
+    def grown_there(load: float, m: float) -> ScenarioDraw:
+        return ScenarioDraw(at_demand(scenario, load, m))
+
+    drawn = run_auto_sweep(here, names, wait_target=1800.0, jobs=1, grown=grown_here).document
+    given = run_auto_sweep(there, names, wait_target=1800.0, jobs=1, grown=grown_there).document
+    beyond = [p["load"] for p in drawn["autoSweep"]["gpuplane"] if p["load"] not in (0.6, 1.0, 1.6)]
+    assert beyond  # the search went beyond the grid, where the inputs are draws
+    assert any(match["runs"] for match in drawn["gpusToMatch"].values())  # and matched on grown clusters
+    assert without_timings({k: v for k, v in given.items() if k != "phases"}) == without_timings(
+        {k: v for k, v in drawn.items() if k != "phases"}
+    )

@@ -27,6 +27,7 @@ from gpuplane.sim.experiment import (
     CONFIGURATIONS,
     DEFAULT_CONFIGURATIONS,
     ExperimentResult,
+    ScenarioDraw,
     SimInput,
     run_experiment,
     scenario_input,
@@ -291,17 +292,23 @@ def _run_sweep(
     def sim_at(load: float) -> SimInput:
         return build_input(replace(options, load=load), seed)
 
-    def grown_at(load: float, multiplier: float) -> SimInput:
-        scenario = _base_scenario(options, seed)
-        if options.days is not None:
-            scenario = scenario.with_days(options.days)
-        return scenario_input(at_demand(scenario, load, multiplier))
+    # The auto sweep's inputs are drawn by the worker that runs them (ScenarioDraw), as
+    # build_input would draw them.
+    base = _base_scenario(options, seed)
+    if options.days is not None:
+        base = base.with_days(options.days)
+
+    def draw_at(load: float) -> ScenarioDraw:
+        return ScenarioDraw(base.with_load(load))
+
+    def grown_at(load: float, multiplier: float) -> ScenarioDraw:
+        return ScenarioDraw(at_demand(base, load, multiplier))
 
     with _progress(err, show_progress) as bar:
         callback = _Bars(bar) if show_progress else None
         if auto:
             return run_auto_sweep(
-                sim_at, names, wait_target=target, progress=callback, jobs=jobs_of(options), grown=grown_at
+                draw_at, names, wait_target=target, progress=callback, jobs=jobs_of(options), grown=grown_at
             )
         return run_sweep(sim_at, loads, names, wait_target=target, progress=callback, jobs=jobs_of(options))
 

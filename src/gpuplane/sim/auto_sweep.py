@@ -45,6 +45,7 @@ from typing import Any, cast
 from gpuplane.sim.experiment import (
     PEER_FEATURES,
     ExperimentResult,
+    ScenarioDraw,
     SimInput,
     check_names,
     expected_cost,
@@ -78,7 +79,7 @@ class AutoSweep:
 
     def __init__(
         self,
-        sim_at: Callable[[float], SimInput],
+        sim_at: Callable[[float], SimInput | ScenarioDraw],
         names: tuple[str, ...],
         *,
         wait_target: float,
@@ -94,7 +95,9 @@ class AutoSweep:
         self.target = wait_target
         self.jobs = jobs
         self.resolution = resolution
-        self.inputs: dict[float, SimInput] = {}
+        # Per load, its input: drawn here on the grid (its runs make the document), elsewhere
+        # as ``sim_at`` gives it (a ScenarioDraw is drawn by the worker that runs it).
+        self.inputs: dict[float, SimInput | ScenarioDraw] = {}
         self.done: dict[str, dict[float, RunResult]] = {name: {} for name in names}
         self.matching: Matching | None = None  # the GPUs to match, once started (see search)
         # When the search's last run ended, and when the matching (the last one made) began.
@@ -201,8 +204,11 @@ class AutoSweep:
         name, load = pair
         if load not in self.inputs:
             sim = self.sim_at(load)
-            # Beyond the grid only the waits are read: no ETA predictions (same schedule, cheaper).
-            self.inputs[load] = sim if load in START_LOADS else replace(sim, eta=False)
+            if load in START_LOADS:
+                self.inputs[load] = sim.draw() if isinstance(sim, ScenarioDraw) else sim
+            else:
+                # Beyond the grid only the waits are read: no ETA predictions (same schedule, cheaper).
+                self.inputs[load] = replace(sim, eta=False)
         workers.start(pair, name, f"{name} @ {load:g}", self.inputs[load])
 
     def lead_run(self, flying: Sequence[tuple[str, float]]) -> tuple[str, float] | None:
@@ -290,9 +296,9 @@ class AutoSweep:
     def grid_result(self, load: float) -> ExperimentResult:
         """Every configuration's run at one of the grid's loads, as one experiment."""
         results = [self.done[n][load] for n in self.names]
-        return experiment_result(
-            self.inputs[load], self.names, results, sum(d["wallSeconds"] for _, d in results)
-        )
+        sim = self.inputs[load]
+        assert isinstance(sim, SimInput)  # drawn here (see _start)
+        return experiment_result(sim, self.names, results, sum(d["wallSeconds"] for _, d in results))
 
     def capacity(self, name: str) -> Capacity:
         low, high = self.bracket(name)
@@ -306,7 +312,7 @@ class AutoSweep:
 
 
 def run_auto_sweep(  # noqa: PLR0913 - keyword-only: wait target, progress, jobs, resolution
-    sim_at: Callable[[float], SimInput],
+    sim_at: Callable[[float], SimInput | ScenarioDraw],
     names: tuple[str, ...],
     *,
     wait_target: float = DEFAULT_WAIT_TARGET,

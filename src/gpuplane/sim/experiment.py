@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuplane.sim.cluster import ClusterSpec, cluster_from_scenario
@@ -92,6 +92,39 @@ def scenario_input(scenario: Scenario) -> SimInput:
         sources=scenario.sources,
         notes={"offeredGpus": {k: round(v, 1) for k, v in offered_gpus(scenario).items()}},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioDraw:
+    """A scenario's input, drawn where it runs (:meth:`draw`, :func:`scenario_input`): handed to
+    :class:`~gpuplane.sim.parallel.Workers`, the worker process draws it itself, so the parent
+    neither draws nor pickles a week of workloads (about 2.5 s of its CPU at load 2.2 on the
+    built-in week) while the workers wait for their next run, and the worker draws instead of
+    unpickling (about as long). What a search reads of an input before its run (its cluster, name,
+    seed and days) needs no draw. ``eta``: :attr:`SimInput.eta` of the input drawn."""
+
+    scenario: Scenario
+    eta: bool = True
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return cluster_from_scenario(self.scenario)
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+    @property
+    def seed(self) -> int | None:
+        return self.scenario.seed
+
+    @property
+    def days(self) -> float:
+        return self.scenario.days
+
+    def draw(self) -> SimInput:
+        sim = scenario_input(self.scenario)
+        return sim if self.eta else replace(sim, eta=False)
 
 
 def build_model(name: str, sim: SimInput) -> Model:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuplane.sim.experiment import SimInput, expected_cost
+from gpuplane.sim.experiment import ScenarioDraw, SimInput, expected_cost
 from gpuplane.sim.parallel import Workers, points_per_search
 from gpuplane.sim.scenario import Scenario
 from gpuplane.sim.sweep import AT_LEAST, EXACT, Capacity
@@ -45,7 +45,7 @@ TOLERANCE = 0.05  # of the installed GPUs
 MAX_RUNS = 5
 METHOD = "simulated with more nodes at gpuplane's capacity demand"
 
-GrownInput = Callable[[float, float], SimInput]
+GrownInput = Callable[[float, float], SimInput | ScenarioDraw]
 Run = tuple[float, int, float, float, float]  # (multiplier, GPUs, load, p95 wait, wall seconds)
 
 
@@ -162,8 +162,9 @@ def match_gpus(  # noqa: PLR0913 - keyword-only: the installed GPUs, the target,
     """The search for each configuration other than gpuplane: the GPUs it needs to serve the
     absolute demand of ``demand`` (a load gpuplane met on the ``installed`` GPUs).
 
-    ``grown(load, m)`` draws the input of the cluster grown ``m`` times at the absolute demand of
-    ``load`` on the installed one (:func:`at_demand`). The runs go on ``workers`` (whose runner
+    ``grown(load, m)`` gives the input of the cluster grown ``m`` times at the absolute demand of
+    ``load`` on the installed one (:func:`at_demand`), drawn or as a :class:`ScenarioDraw` (drawn
+    by the worker that runs it). The runs go on ``workers`` (whose runner
     stops a run once sure to miss), started by the caller that shares them
     (:meth:`Matching.start_next`, :meth:`Matching.finished`).
     """
@@ -194,7 +195,7 @@ class Matching:
     workers: Workers
     fixed: dict[str, dict[str, Any]]
     order: list[str]
-    inputs: dict[float, SimInput] = field(default_factory=dict)
+    inputs: dict[float, SimInput | ScenarioDraw] = field(default_factory=dict)
     going: dict[MatchKey, int] = field(default_factory=dict)
 
     def finished(self, key: MatchKey, doc: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from gpuplane.sim.metrics import Ledger
 
@@ -104,6 +104,18 @@ def _collect(workers: Workers, results: dict[Hashable, RunResult]) -> None:
         results[key] = result
 
 
+@runtime_checkable
+class Drawn(Protocol):
+    """An input given as how to draw it (:class:`~gpuplane.sim.experiment.ScenarioDraw`): the
+    process that runs it draws it, once per input, instead of the parent drawing and pickling it."""
+
+    def draw(self) -> Any: ...
+
+
+def _ready(source: Any) -> Any:
+    return source.draw() if isinstance(source, Drawn) else source
+
+
 class RunCancelledError(Exception):
     """Raised inside a worker's run that :meth:`Workers.cancel` stopped."""
 
@@ -121,7 +133,8 @@ class Workers:
     as free at once (:meth:`free`): the next run waits in the pool for it, instead of the search
     waiting in :meth:`next_done` for another run to end before it starts one.
 
-    Each input is pickled once (the workers keep the last they read). With ``jobs`` 1 nothing runs aside: a
+    Each input is pickled once (the workers keep the last they read); one given as how to draw it
+    (:class:`Drawn`) is drawn by the process that runs it. With ``jobs`` 1 nothing runs aside: a
     started run runs in the calling process when :meth:`next_done` asks for it, in the order
     started, so the search is the same every time.
     """
@@ -139,6 +152,7 @@ class Workers:
         self._running: dict[Future[RunResult], tuple[Hashable, int]] = {}
         self._cancelled: set[Future[RunResult]] = set()
         self._serial = 0
+        self._drawn: tuple[int, Any] | None = None  # jobs 1: the last input drawn, by number
         self._pool: ProcessPoolExecutor | None = None
         self._listener: _Listener | None = None
         self._flags: Any = None
@@ -206,6 +220,10 @@ class Workers:
         started, run now); None when no run is left but stopped ones, once those have ended."""
         if self._waiting:
             key, task, source = self._waiting.pop(0)
+            if isinstance(source, Drawn):
+                if self._drawn is None or self._drawn[0] != task.source:
+                    self._drawn = (task.source, source.draw())
+                source = self._drawn[1]
             return key, self.runner(task.name, source, labelled(self.progress, task.label))
         while self._running:
             done, _ = wait(self._running, return_when=FIRST_COMPLETED)
@@ -288,7 +306,7 @@ def _work(runner: Runner, task: Task, blob: bytes, report: bool, serial: int = -
     each progress report, it ends the run with :class:`RunCancelledError`."""
     global _kept  # noqa: PLW0603 - a sweep's runs on one input reuse it in the same worker
     if _kept is None or _kept[0] != task.source:
-        _kept = (task.source, pickle.loads(blob))  # our own bytes, from the parent process
+        _kept = (task.source, _ready(pickle.loads(blob)))  # our own bytes, from the parent process
     reports = _reports if report else None
     flags = _flags if serial >= 0 else None
     callback = None
