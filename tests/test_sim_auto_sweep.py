@@ -20,7 +20,7 @@ from gpuplane.cli.simulate_scenario import sweep_table
 from gpuplane.sim import auto_sweep, gpus_match
 from gpuplane.sim.auto_sweep import AutoSweep, run_auto_sweep
 from gpuplane.sim.cluster import ClusterSpec, NodeSpec
-from gpuplane.sim.experiment import SimInput
+from gpuplane.sim.experiment import SimInput, expected_cost
 from gpuplane.sim.gpus_match import at_demand, grow
 from gpuplane.sim.headline import sweep_headline
 from gpuplane.sim.parallel import RunResult
@@ -482,3 +482,35 @@ def test_the_gpus_to_match_start_again_when_gpuplanes_last_run_meets_the_target(
     assert all(run["load"] == round(demands[1] * doc["gpus"] / run["gpus"], 4) for run in match["runs"])
     need = 100 * demands[1] / CROSSING["stock"]
     assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match
+
+
+def test_the_gpus_to_match_search_whose_runs_took_longest_near_capacity_starts_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With one worker, the GPUs to match go one search after another: the search expected to
+    take longest goes first (a run costs about its cluster's size times what a run near the
+    configuration's capacity took on the installed one, as measured by the search). Here stock's
+    runs take five times kueue's, so stock goes first, though the rough cost by kind (the core
+    costs more than stock) would have started kueue."""
+
+    def seconds(name: str, load: float) -> float:
+        return load * (5.0 if name == "stock" else 1.0)
+
+    def doc(name: str, load: float) -> dict[str, Any]:
+        return {**_fake_doc(name, load), "wallSeconds": seconds(name, load)}
+
+    ran: list[tuple[str, float]] = []
+    made: list[TimedWorkers] = []
+
+    def workers(*args: Any, **more: Any) -> TimedWorkers:
+        made.append(TimedWorkers(*args, ran=ran, duration=seconds, doc=doc, **more))
+        return made[-1]
+
+    monkeypatch.setattr(auto_sweep, "Workers", workers)
+    names = ("stock", "gpuplane", "kueue")
+    result = run_auto_sweep(_sim, names, wait_target=TARGET, jobs=1, grown=_grown).document
+    matched = sorted((t, k.name) for k, t in made[-1].starts.items() if isinstance(k, gpus_match.MatchKey))
+    assert matched[0][1] == "stock"
+    assert {name for _, name in matched} == {"stock", "kueue"}
+    starts = {n: result["gpusToMatchLoad"] / CROSSING[n] for n in ("stock", "kueue")}
+    assert starts["kueue"] * expected_cost("kueue") > starts["stock"] * expected_cost("stock")

@@ -190,11 +190,26 @@ class AutoSweep:
                 return False
             capacity = {n: self.capacity(n) for n in self.names}
             installed = next(iter(self.inputs.values())).cluster.gpus
+            seconds = {n: self.run_seconds(n) for n in self.names}
             self.matching = match_gpus(
-                grown, capacity, load, installed=installed, wait_target=self.target, workers=workers
+                grown,
+                capacity,
+                load,
+                installed=installed,
+                wait_target=self.target,
+                workers=workers,
+                run_seconds=seconds,
             )
             self.matched = time.perf_counter()
         return self.matching.start_next()
+
+    def run_seconds(self, name: str) -> float:
+        """What a run of ``name`` took at the highest load that met the target below its lowest
+        miss (or its lowest load, if none met): a run to the end near its capacity, as the GPUs
+        to match run it (at about that load, on a larger cluster)."""
+        low, _ = self.bracket(name)
+        load = low if low is not None else min(self.done[name])
+        return float(self.done[name][load][1].get("wallSeconds") or 0.0)
 
     def _flying(self, workers: Workers) -> list[tuple[str, float]]:
         """The search's runs going (not the GPUs to match)."""

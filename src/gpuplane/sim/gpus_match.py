@@ -158,6 +158,7 @@ def match_gpus(  # noqa: PLR0913 - keyword-only: the installed GPUs, the target,
     installed: int,
     wait_target: float,
     workers: Workers,
+    run_seconds: dict[str, float] | None = None,
 ) -> Matching:
     """The search for each configuration other than gpuplane: the GPUs it needs to serve the
     absolute demand of ``demand`` (a load gpuplane met on the ``installed`` GPUs).
@@ -166,7 +167,9 @@ def match_gpus(  # noqa: PLR0913 - keyword-only: the installed GPUs, the target,
     ``load`` on the installed one (:func:`at_demand`), drawn or as a :class:`ScenarioDraw` (drawn
     by the worker that runs it). The runs go on ``workers`` (whose runner
     stops a run once sure to miss), started by the caller that shares them
-    (:meth:`Matching.start_next`, :meth:`Matching.finished`).
+    (:meth:`Matching.start_next`, :meth:`Matching.finished`). ``run_seconds``: what one run of
+    each configuration took on the installed cluster near its capacity, where measured (the
+    searches whose runs take longest start first; without it, :func:`expected_cost`).
     """
     fixed: dict[str, dict[str, Any]] = {}
     searches: dict[str, _Search] = {}
@@ -179,7 +182,10 @@ def match_gpus(  # noqa: PLR0913 - keyword-only: the installed GPUs, the target,
         start = demand / own.load if own.load else demand / 0.05
         searches[name] = _Search(name, max(1.0, start))
     order = [n for n in capacity if n in fixed or n in searches]
-    return Matching(searches, grown, demand, installed, wait_target, workers, fixed, order)
+    measured = run_seconds or {}
+    cost = measured if all(measured.get(n, 0.0) > 0 for n in searches) else None
+    costs = {n: cost[n] if cost is not None else expected_cost(n) for n in searches}
+    return Matching(searches, grown, demand, installed, wait_target, workers, fixed, order, costs)
 
 
 @dataclass(slots=True)
@@ -195,6 +201,7 @@ class Matching:
     workers: Workers
     fixed: dict[str, dict[str, Any]]
     order: list[str]
+    costs: dict[str, float]  # per search, a run's relative cost on the installed cluster
     inputs: dict[float, SimInput | ScenarioDraw] = field(default_factory=dict)
     going: dict[MatchKey, int] = field(default_factory=dict)
 
@@ -232,7 +239,9 @@ class Matching:
         wanted = {n: s.candidate(self.target, self.installed, going[n]) for n, s in self.searches.items()}
         searching = sum(1 for n in self.searches if wanted[n] is not None or going[n])
         k = points_per_search(self.workers.jobs, searching)
-        order = sorted(self.searches, key=lambda n: -self.searches[n].start * expected_cost(n))
+        # The longest search first: its runs, each on a cluster about ``start`` times installed,
+        # cost about that many times a run on the installed one.
+        order = sorted(self.searches, key=lambda n: -self.searches[n].start * self.costs[n])
         for name in order:
             want = wanted[name]
             if want is None or len(going[name]) >= k:
