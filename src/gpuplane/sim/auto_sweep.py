@@ -23,9 +23,11 @@ wall time. A configuration may have several runs going where workers would other
 (:func:`~gpuplane.sim.parallel.points_per_search`): further steps up beyond a run still going, or
 the middle of the widest gap left in its bracket between the runs going there. A run whose result
 can no longer narrow its configuration's capacity (a step up beyond a load that missed) is
-stopped. Every load is drawn once (same seed, so the same kinds of work), and only the
-configurations that need a load run at it. Beyond the grid a run predicts no ETAs
-(``SimInput.eta``): the search reads only its waits, and the schedule is the same.
+stopped. Every load draws the same workloads for every configuration (same seed, so the same
+kinds of work), and only the configurations that need a load run at it. Beyond the grid a run
+predicts no ETAs (``SimInput.eta``): the search reads only its waits, and the schedule is the
+same. Given a :class:`~gpuplane.sim.experiment.ScenarioDraw`, those runs' inputs are drawn by
+the worker that runs them; the grid's, which the document reads, here.
 
 Which loads run depends on ``jobs`` and, with more than one, on which runs end first, so two
 sweeps may find capacities that differ within the resolution; ``jobs`` 1 runs one load at a time

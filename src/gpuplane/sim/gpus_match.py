@@ -18,7 +18,9 @@ A configuration whose capacity is at least ``Lg`` needs no more GPUs than instal
 One that never met the target within ``MAX_RUNS`` gets its largest miss as a lower bound
 (``atLeast``). A multiplier that rounds to a cluster already run reuses that run. The runs go on
 the auto sweep's workers with no rounds (:class:`~gpuplane.sim.parallel.Workers`): whenever one is
-free, the next useful run starts, several for one configuration where workers would otherwise idle
+free, the next useful run starts (of the search expected to take longest: its start times what a
+run of the configuration took near its capacity on the installed cluster), several for one
+configuration where workers would otherwise idle
 (:func:`~gpuplane.sim.parallel.points_per_search`: further steps up, or the middle of the widest
 gap left in the bracket), and a run that can no longer change its configuration's answer (a
 larger cluster than one that met) is stopped. The search costs at most ``MAX_RUNS`` runs per

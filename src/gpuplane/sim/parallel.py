@@ -9,7 +9,9 @@ when there are as many CPUs as runs).
 ::
 
     parent: draw each input once -> pickle it once -> hand out tasks, longest expected first
-    worker: unpickle the input (kept for the next task on the same input) -> run -> (ledger, summary)
+            (or pickle how to draw it, a few kilobytes: see Drawn)
+    worker: unpickle the input, drawing it if given how (kept for the next task on the same
+            input) -> run -> (ledger, summary)
     progress: each worker sends (label, fraction) on a queue; a thread in the parent reports it
 
 ``jobs`` 1 runs everything in the calling process, in order, as before.
