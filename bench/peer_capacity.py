@@ -4,7 +4,8 @@ Runs ``gpuplane simulate --sweep auto --compare kueue,kueue-timeslicing,volcano 
 child process (the command a user types; one worker process per CPU) and reports:
 
 * the wall time of the whole command and the CPU seconds of it and its workers, against the
-  target of 15 minutes on 2 cores;
+  target of 15 minutes on 2 cores, and the share of the workers' time its runs took (the rest
+  waited);
 * each configuration's bisected capacity at the wait target, its ratio to gpuplane's, the runs it
   took (and how many stopped early, once sure to miss the target) and their summed run time;
 * the strongest peer, gpuplane's multiple of its capacity against the goal of 2x, and where that is
@@ -31,6 +32,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gpuplane.sim.parallel import default_jobs
+
 PEERS = "kueue,kueue-timeslicing,volcano"
 TARGET_SECONDS = 15 * 60
 GOAL = 2.0
@@ -51,8 +54,12 @@ def sweep_command(args: argparse.Namespace) -> list[str]:
     return command
 
 
-def summary(document: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]:
-    """The benchmark's figures from the sweep's JSON and the command's wall and CPU seconds."""
+def summary(document: dict[str, Any], wall: float, cpu: float, workers: int) -> dict[str, Any]:
+    """The benchmark's figures from the sweep's JSON, the command's wall and CPU seconds and its
+    worker processes: ``runShareOfWorkerTime`` is the time of every run the sweep kept (its
+    search and its GPUs to match) over the workers' time (wall x workers); the rest went to
+    waiting (the parent, a stopped run, nothing left to start) and to starting up. It does not
+    depend on how fast the machine runs that day, as the wall time does."""
     capacity = document["capacityAtWaitTarget"]
     runs = {
         name: {
@@ -67,6 +74,12 @@ def summary(document: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]
     if peer is not None and capacity.get(peer) and capacity.get("gpuplane"):
         multiple = round(capacity["gpuplane"] / capacity[peer], 3)
     matches = document.get("gpusToMatch", {})
+    run_seconds = sum(
+        p.get("wallSeconds") or 0.0 for points in document["autoSweep"].values() for p in points
+    )
+    run_seconds += sum(
+        r.get("wallSeconds") or 0.0 for match in matches.values() for r in match.get("runs", [])
+    )
     return {
         "scenario": document["scenario"],
         "gpus": document["gpus"],
@@ -92,6 +105,8 @@ def summary(document: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]
             for name, match in matches.items()
         },
         "phaseSeconds": {phase: part["wallSeconds"] for phase, part in document.get("phases", {}).items()},
+        "workers": workers,
+        "runShareOfWorkerTime": round(run_seconds / (wall * workers), 3) if wall > 0 else None,
         "headline": document.get("headline", ""),
     }
 
@@ -100,7 +115,8 @@ def table(result: dict[str, Any]) -> Table:
     out = Table(
         title=(
             f"peer-capacity: {result['scenario']}, {result['gpus']:,} GPUs, {result['days']:g} days, "
-            f"{result['wallSeconds']:,.0f} s wall ({result['cpuSeconds']:,.0f} s CPU)"
+            f"{result['wallSeconds']:,.0f} s wall ({result['cpuSeconds']:,.0f} s CPU; runs "
+            f"{result['runShareOfWorkerTime']:.0%} of {result['workers']} workers' time)"
         ),
         title_justify="left",
     )
@@ -140,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return done.returncode
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     document = json.loads(done.stdout)
-    result = summary(document, wall, cpu)
+    result = summary(document, wall, cpu, args.jobs or default_jobs())
     if args.out is not None:
         (args.out / "peer-capacity.json").write_text(
             json.dumps(result | {"sweep": document}, indent=1) + "\n"

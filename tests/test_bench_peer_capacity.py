@@ -26,6 +26,11 @@ def test_the_benchmark_reports_each_capacity_the_strongest_peer_and_the_time(
     assert result["wallSeconds"] > 0
     assert result["cpuSeconds"] > 0  # the command's and its workers' CPU
     assert result["withinTarget"] == (result["wallSeconds"] <= 900)
+    assert result["workers"] == 2
+    assert 0 < result["runShareOfWorkerTime"] <= 1
+    kept = sum(r["runSeconds"] for r in result["runs"].values()) + sum(result["matchRunSeconds"].values())
+    rounding = 0.05 * (len(result["runs"]) + len(result["matchRunSeconds"])) + 0.05  # per 0.1 s figure
+    assert abs(result["runShareOfWorkerTime"] * 2 * result["wallSeconds"] - kept) <= rounding + 0.01
     peer = result["strongestPeer"]
     assert peer in {"kueue", "kueue-timeslicing", "volcano"}
     capacity = result["capacityAtWaitTarget"]
