@@ -185,8 +185,8 @@ def match_gpus(  # noqa: PLR0913 - keyword-only: the installed GPUs, the target,
         searches[name] = _Search(name, max(1.0, start))
     order = [n for n in capacity if n in fixed or n in searches]
     measured = run_seconds or {}
-    cost = measured if all(measured.get(n, 0.0) > 0 for n in searches) else None
-    costs = {n: cost[n] if cost is not None else expected_cost(n) for n in searches}
+    use = all(measured.get(n, 0.0) > 0 for n in searches)
+    costs = {n: measured[n] if use else expected_cost(n) for n in searches}
     return Matching(searches, grown, demand, installed, wait_target, workers, fixed, order, costs)
 
 

@@ -154,7 +154,7 @@ class Workers:
         self._running: dict[Future[RunResult], tuple[Hashable, int]] = {}
         self._cancelled: set[Future[RunResult]] = set()
         self._serial = 0
-        self._drawn: tuple[int, Any] | None = None  # jobs 1: the last input drawn, by number
+        self._kept: tuple[int, Any] | None = None  # jobs 1: the last input run, by number (as _work)
         self._pool: ProcessPoolExecutor | None = None
         self._listener: _Listener | None = None
         self._flags: Any = None
@@ -222,11 +222,9 @@ class Workers:
         started, run now); None when no run is left but stopped ones, once those have ended."""
         if self._waiting:
             key, task, source = self._waiting.pop(0)
-            if isinstance(source, Drawn):
-                if self._drawn is None or self._drawn[0] != task.source:
-                    self._drawn = (task.source, source.draw())
-                source = self._drawn[1]
-            return key, self.runner(task.name, source, labelled(self.progress, task.label))
+            if self._kept is None or self._kept[0] != task.source:
+                self._kept = (task.source, _ready(source))
+            return key, self.runner(task.name, self._kept[1], labelled(self.progress, task.label))
         while self._running:
             done, _ = wait(self._running, return_when=FIRST_COMPLETED)
             for future in sorted(done, key=lambda f: self._running[f][1]):  # in the order started
