@@ -24,7 +24,17 @@ from gpuplane.web.auth import TokenFileAuthenticator
 from gpuplane.web.pages import duration
 from gpuplane.web.sources import FileSource, SnapshotHub
 from manifests import workload
-from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
+from web_harness import (
+    artifacts_dir,
+    chromium,
+    console_errors,
+    element_text,
+    require_browser,
+    screenshot,
+    serve,
+    table_rows,
+    workload_rows,
+)
 from web_scenario import _at, scenario_yaml
 
 TOKEN = "alice-token-0123456789"
@@ -102,12 +112,6 @@ def cli_why(state: Path, workload_key: str) -> dict[str, Any]:
     return doc
 
 
-def text(driver: Any, css: str) -> str:
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
-
-    return str(driver.find_element(By.CSS_SELECTOR, css).text).strip()
-
-
 def test_without_a_token_the_console_refuses(console: dict[str, Any]) -> None:
     for path in ("/", "/queues", "/nodes", "/reports", "/workloads/team-a/huge", "/events"):
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -128,7 +132,7 @@ def test_sign_in_and_every_page_renders(console: dict[str, Any], browser: Any, s
     deadline = time.monotonic() + 10
     while "Overview" not in browser.title and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert text(browser, "[data-test=user]") == "alice"
+    assert element_text(browser, "[data-test=user]") == "alice"
     console_errors(browser)  # the sign-in page's own 401 is logged: drop it
     for path, name, title in (
         ("/", "overview", "Overview"),
@@ -146,25 +150,21 @@ def test_sign_in_and_every_page_renders(console: dict[str, Any], browser: Any, s
 
 
 def test_numbers_on_the_pages_equal_the_schedule_command(console: dict[str, Any], browser: Any) -> None:
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
 
     plan = cli_plan(console["state"])
     browser.get(console["url"] + "/")
-    assert int(text(browser, "[data-test=pending-count]")) == len(plan["pending"])
+    assert int(element_text(browser, "[data-test=pending-count]")) == len(plan["pending"])
     reasons: dict[str, int] = {}
     for p in plan["pending"]:
         reasons[p["reason"]] = reasons.get(p["reason"], 0) + 1
-    shown = {
-        row.find_elements(By.TAG_NAME, "td")[0].text: int(row.find_elements(By.TAG_NAME, "td")[1].text)
-        for row in browser.find_elements(By.CSS_SELECTOR, "[data-test=reasons] tbody tr")
-    }
+    shown = {cells[0]: int(cells[1]) for cells in table_rows(browser, "[data-test=reasons] tbody tr")}
     assert shown == reasons
 
     browser.get(console["url"] + "/queues")
     queue_eta = {}
+    shown_rows = workload_rows(browser)
     for p in plan["pending"]:
-        row = browser.find_element(By.CSS_SELECTOR, f'tr[data-workload="{p["workload"]}"]')
-        cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+        cells = shown_rows[p["workload"]]
         assert cells[0] == str(p["localQueuePosition"]), p["workload"]
         assert cells[1] == str(p["position"]), p["workload"]
         assert cells[6] == p["reason"], p["workload"]
@@ -182,37 +182,28 @@ def test_numbers_on_the_pages_equal_the_schedule_command(console: dict[str, Any]
         for cq in ("team-a", "team-b")
     }
     for cq, used in gpus_used.items():
-        line = browser.find_element(
-            By.CSS_SELECTOR,
-            f'[data-name="{cq}"] tr[data-flavor="h100"][data-resource="nvidia.com/gpu"] [data-test=used]',
-        )
-        assert int(line.text) == used, cq
+        line = f'[data-name="{cq}"] tr[data-flavor="h100"][data-resource="nvidia.com/gpu"] [data-test=used]'
+        assert int(element_text(browser, line)) == used, cq
 
     for p in plan["pending"]:
         why = cli_why(console["state"], p["workload"])
         browser.get(console["url"] + f"/workloads/{p['workload']}")
-        assert text(browser, "[data-test=position]") == str(p["position"])
-        assert text(browser, "[data-test=reason]") == why["reason"]
-        assert text(browser, "[data-test=message]") == why["message"]
-        assert text(browser, "[data-test=fix]") == why["fix"]
-        assert text(browser, "[data-test=eta-basis]") == why["eta"]["basis"]
+        assert element_text(browser, "[data-test=position]") == str(p["position"])
+        assert element_text(browser, "[data-test=reason]") == why["reason"]
+        assert element_text(browser, "[data-test=message]") == why["message"]
+        assert element_text(browser, "[data-test=fix]") == why["fix"]
+        assert element_text(browser, "[data-test=eta-basis]") == why["eta"]["basis"]
         eta = why["eta"]
         want_eta = (
             "not by itself" if eta["seconds"] is None else f"{duration(eta['low'])}-{duration(eta['high'])}"
         )
-        assert text(browser, "[data-test=eta]") == want_eta
+        assert element_text(browser, "[data-test=eta]") == want_eta
         assert queue_eta[p["workload"]] == want_eta
-        cells = [
-            [c.text for c in r.find_elements(By.TAG_NAME, "td")]
-            for r in browser.find_elements(By.CSS_SELECTOR, "[data-test=blockers] tbody tr")
-        ]
+        cells = table_rows(browser, "[data-test=blockers] tbody tr")
         assert [c[1] for c in cells if len(c) == 3] == [b["name"] for b in why["blockers"][:12]]
     key = "team-a/pretrain"
     browser.get(console["url"] + f"/workloads/{key}")
-    placed = [
-        (r.find_elements(By.TAG_NAME, "td")[1].text, r.find_elements(By.TAG_NAME, "td")[3].text)
-        for r in browser.find_elements(By.CSS_SELECTOR, "[data-test=placement] tbody tr")
-    ]
+    placed = [(cells[1], cells[3]) for cells in table_rows(browser, "[data-test=placement] tbody tr")]
     want = [(w["node"], ", ".join(w["devices"])) for w in admitted[key]["podSets"][0]["placement"]]
     assert placed == want
 
@@ -226,17 +217,12 @@ def test_a_simulation_report_is_browsable(console: dict[str, Any], browser: Any,
     assert len(images) == 4
     assert all(browser.execute_script("return arguments[0].naturalWidth", img) > 0 for img in images)
     for name, config in summary["configurations"].items():
-        table = browser.find_element(By.CSS_SELECTOR, f'[data-test="teams-{name}"]')
-        shown = {
-            r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td")[1].text
-            for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")
-        }
+        teams = table_rows(browser, f'[data-test="teams-{name}"] tbody tr')
+        assert teams, name
+        shown = {cells[0]: cells[1] for cells in teams}
         want = {team: str(t["allocatedGpuHours"]) for team, t in config["teams"].items()}
         assert shown == want, name
-        bill = [
-            float(r.find_elements(By.TAG_NAME, "td")[7].text.rstrip(" %"))
-            for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")
-        ]
+        bill = [float(cells[7].rstrip(" %")) for cells in teams]
         assert abs(sum(bill) - 100) < 0.5, name  # the shares of the bill add up
     screenshot(browser, shots, "file-reports")
 
@@ -263,8 +249,6 @@ def test_a_changed_state_file_reaches_the_open_page_without_a_reload(
     assert browser.execute_script("return window.notReloaded === true;")
     plan = cli_plan(state)
     late = next(p for p in plan["pending"] if p["workload"] == "team-b/late")
-    cells = browser.find_element(By.CSS_SELECTOR, 'tr[data-workload="team-b/late"]').find_elements(
-        By.TAG_NAME, "td"
-    )
-    assert (cells[1].text, cells[6].text) == (str(late["position"]), late["reason"])
+    cells = workload_rows(browser)["team-b/late"]
+    assert (cells[1], cells[6]) == (str(late["position"]), late["reason"])
     screenshot(browser, shots, "file-queues-after-change")

@@ -18,7 +18,16 @@ from gpuplane.web.auth import TokenFileAuthenticator
 from gpuplane.web.fleet import fleet_of
 from gpuplane.web.sources import FileSource, SnapshotHub
 from web_fleet_scene import BIG, SMALL, fleet_objects, manager_yaml, worker_cluster
-from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
+from web_harness import (
+    artifacts_dir,
+    chromium,
+    console_errors,
+    element_text,
+    require_browser,
+    screenshot,
+    serve,
+    table_rows,
+)
 
 TOKEN = "fleet-admin-token-0123456789"
 pytestmark = pytest.mark.slow
@@ -47,10 +56,10 @@ def browser() -> Iterator[Any]:
 
 
 def cells(driver: Any, css: str) -> list[str]:
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
-
-    row = driver.find_element(By.CSS_SELECTOR, css)
-    return [str(c.text).strip() for c in row.find_elements(By.TAG_NAME, "td")]
+    """The cells' text of the one row ``css`` matches (an empty list when none does yet)."""
+    rows = table_rows(driver, css)
+    assert len(rows) <= 1, css
+    return rows[0] if rows else []
 
 
 def sign_in(driver: Any, url: str) -> None:
@@ -82,13 +91,13 @@ def test_the_fleet_panel_and_where_workloads_run(
     big = cells(browser, 'tr[data-worker="big"]')
     assert big[:4] == ["big", "Inactive: connection refused", "-", "not known"]
     assert big[4:] == [str(BIG["pendingWorkloads"]), str(BIG["admittedWorkloads"])]
-    holders = {row[0]: row[2] for row in _rows(browser, "[data-test=holders] tbody tr")}
+    holders = {row[0]: row[2] for row in table_rows(browser, "[data-test=holders] tbody tr")}
     assert holders == {"default/runs": "small", "default/dispatching": "nominated: small, big"}
     assert console_errors(browser) == []  # no CSP violation, no script error
     screenshot(browser, shots, "fleet-overview")
 
     browser.get(console["url"] + "/workloads/default/dispatching")
-    assert _text(browser, "[data-test=runs-on]") == "nominated: small, big"
+    assert element_text(browser, "[data-test=runs-on]") == "nominated: small, big"
     assert console_errors(browser) == []
     screenshot(browser, shots, "fleet-workload")
 
@@ -105,30 +114,10 @@ def test_an_open_page_follows_a_new_summary(console: dict[str, Any], browser: An
 
 def _shown_within(driver: Any, css: str, column: int, want: str, timeout: float = 15) -> bool:
     """Whether the row's cell reads ``want`` within ``timeout`` (the page swaps its content in
-    place, so a row read while it is replaced is read again)."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: PLC0415
-
+    place; each read sees the whole row at one instant)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if cells(driver, css)[column] == want:
-                return True
-        except (StaleElementReferenceException, NoSuchElementException):
-            pass
+        if cells(driver, css)[column : column + 1] == [want]:
+            return True
         time.sleep(0.1)
     return False
-
-
-def _rows(driver: Any, css: str) -> list[list[str]]:
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
-
-    return [
-        [str(c.text).strip() for c in row.find_elements(By.TAG_NAME, "td")]
-        for row in driver.find_elements(By.CSS_SELECTOR, css)
-    ]
-
-
-def _text(driver: Any, css: str) -> str:
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
-
-    return str(driver.find_element(By.CSS_SELECTOR, css).text).strip()

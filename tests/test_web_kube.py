@@ -35,7 +35,17 @@ from gpuplane.web.sources import KubeSource, SnapshotHub
 from manifests import documents, workload
 from prometheus import PrometheusFactory
 from realkube import RealKube
-from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
+from web_harness import (
+    artifacts_dir,
+    chromium,
+    console_errors,
+    element_text,
+    require_browser,
+    screenshot,
+    serve,
+    table_rows,
+    workload_rows,
+)
 from web_scenario import NAMESPACES, _at, scenario
 
 pytestmark = pytest.mark.slow
@@ -256,15 +266,6 @@ def status_of(url: str, token: str | None) -> int:
             return int(err.code)
 
 
-def rows(browser: Any) -> dict[str, list[str]]:
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
-
-    out = {}
-    for row in browser.find_elements(By.CSS_SELECTOR, "tr[data-workload]"):
-        out[row.get_attribute("data-workload")] = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
-    return out
-
-
 def test_without_a_token_every_page_is_401(console: str, cluster: dict[str, Any]) -> None:
     ns = cluster["ns"]["team-a"]
     for path in ("/", "/queues", "/nodes", "/reports", f"/workloads/{ns}/pretrain", "/events"):
@@ -292,7 +293,7 @@ def test_alice_sees_her_namespaces_with_the_clis_numbers(
     ):
         browser.get(console + path)
         assert "Sign in" not in browser.title, path
-        assert browser.find_element(By.CSS_SELECTOR, "[data-test=user]").text == "alice"
+        assert element_text(browser, "[data-test=user]") == "alice"
         assert console_errors(browser) == [], path
         screenshot(browser, shots, f"kube-alice-{name}")
 
@@ -300,7 +301,7 @@ def test_alice_sees_her_namespaces_with_the_clis_numbers(
     want = {p["workload"]: p for p in plan["pending"] if p["workload"].split("/")[0] in visible}
     assert want, "the scenario leaves work pending in alice's namespaces"
     browser.get(console + "/queues")
-    shown = rows(browser)
+    shown = workload_rows(browser)
     mine_shown = {k: v for k, v in shown.items() if k.split("/")[0] in set(ns.values())}
     assert set(mine_shown) == set(want)  # team-b's and secret's pending work is absent
     for key, p in want.items():
@@ -352,7 +353,7 @@ def test_bob_sees_only_his_team_and_its_events(
     kube: RealKube = cluster["kube"]
     sign_in(browser, console, kube.token("bob"))
     browser.get(console + "/queues")
-    shown = {k: v for k, v in rows(browser).items() if k.split("/")[0] in set(ns.values())}
+    shown = {k: v for k, v in workload_rows(browser).items() if k.split("/")[0] in set(ns.values())}
     want = {p["workload"]: p for p in plan["pending"] if p["workload"].startswith(ns["team-b"] + "/")}
     assert set(shown) == set(want)
     for key, p in want.items():
@@ -367,15 +368,14 @@ def test_bob_sees_only_his_team_and_its_events(
 
 
 def test_carol_without_rbac_sees_no_workload(console: str, cluster: dict[str, Any], browser: Any) -> None:
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
 
     ns = cluster["ns"]
     kube: RealKube = cluster["kube"]
     sign_in(browser, console, kube.token("carol"))
     browser.get(console + "/queues")
-    assert not [k for k in rows(browser) if k.split("/")[0] in set(ns.values())]
+    assert not [k for k in workload_rows(browser) if k.split("/")[0] in set(ns.values())]
     browser.get(console + "/")
-    assert browser.find_element(By.CSS_SELECTOR, "[data-test=user]").text == "carol"
+    assert element_text(browser, "[data-test=user]") == "carol"
     assert status_of(console + f"/workloads/{ns['team-a']}/huge", kube.token("carol")) == 403
 
 
@@ -457,16 +457,10 @@ def test_overview_draws_gpu_history_and_idle_holders_from_prometheus(
             legend = charts[1].text
             assert f"{a} allocated" in legend
             assert b not in legend  # only alice's namespaces
-            idle = [
-                [c.text for c in r.find_elements(By.TAG_NAME, "td")]
-                for r in browser.find_elements(By.CSS_SELECTOR, "[data-test=idle] tbody tr")
-            ]
+            idle = table_rows(browser, "[data-test=idle] tbody tr")
             assert [row[:3] for row in idle] == [[a, "notebook-0", "1"], [a, "pretrain-0", "2"]]
             assert idle[0][3] == "1.0 %"
-            measured = {
-                r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td")[1].text
-                for r in browser.find_elements(By.CSS_SELECTOR, "[data-test=measured] tbody tr")
-            }
+            measured = {cells[0]: cells[1] for cells in table_rows(browser, "[data-test=measured] tbody tr")}
             direct = {r["metric"]["namespace"]: r["value"][1] for r in prom.query(ALLOCATED_BY_NAMESPACE)}
             assert measured == {a: direct[a]}  # b's row is not alice's to see
             assert direct[b] == "1"  # the exported spelling is read too
