@@ -458,7 +458,7 @@ class FlavorAssigner:
         targets = self.preemptor.get_targets(ctx)
         if not targets:
             return G_NO_CANDIDATES, borrow
-        with self.preemptor.tree.without_usage_of([t.workload for t in targets], fr):
+        with self.preemptor.tree.without_usage_of([t.workload for t in targets], (fr,)):
             borrow_after, _ = lowest_subtree_that_fits(self.cq, fr, value)
         if any(t.workload.cluster_queue == self.cq.name for t in targets):
             return G_PREEMPT, borrow_after

@@ -41,6 +41,7 @@ from gpuplane.core.victims import (
     queue_under_nominal,
     restore,
     satisfies_policy,
+    take_out,
     workload_fits,
 )
 
@@ -389,16 +390,19 @@ class Preemptor:
         if self._found_no_room(ctx) is not None:
             return []
         ordered, attempts = self._candidates(ctx)
+        # The search reads the usage of the requested flavor-resources alone: only that moves.
+        frs = frozenset(ctx.usage).union(ctx.frs)
+        tree = self.tree
         for borrow in attempts:
             targets: list[Target] = []
             for cand in ordered:
                 if not self._valid(ctx, cand, borrow):
                     continue
-                self.tree.remove_workload(cand.workload)
+                take_out(tree, cand.workload, frs)
                 targets.append(Target(cand.workload, VARIANT_REASON[cand.variant]))
                 if workload_fits(ctx, borrow):
-                    targets = fill_back(self.tree, ctx, targets, borrow)
-                    restore(self.tree, targets)
+                    targets = fill_back(tree, ctx, targets, borrow, frs)
+                    restore(tree, targets, frs)
                     return targets
-            restore(self.tree, targets)
+            restore(tree, targets, frs)
         return []

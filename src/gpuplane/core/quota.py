@@ -17,7 +17,7 @@ Semantics follow Kueue's resource nodes:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -478,20 +478,39 @@ class QuotaTree:
             for w in removed:
                 self.add_workload(w)
 
-    @contextmanager
-    def without_usage_of(self, workloads: list[AdmittedWorkload], fr: FlavorResource) -> Iterator[None]:
-        """:meth:`without` as seen by ``fr`` alone: only the workloads' usage of ``fr`` is taken
-        out of the tree (a node's usage of a flavor-resource depends only on the totals below it,
-        not on the order of the changes, so what any question about ``fr`` reads is the same)."""
-        removed = []
-        for w in workloads:
-            cq = self.queues.get(w.cluster_queue)
-            value = w.usage.get(fr, 0)
-            if cq is not None and value and w.key in cq.workloads:
+    def remove_usage_of(self, wl: AdmittedWorkload, frs: Collection[FlavorResource]) -> bool:
+        """Take only ``wl``'s usage of ``frs`` out of the tree; False, and nothing taken, when
+        ``wl`` is not admitted here. Undone by :meth:`add_usage_of`.
+
+        A node's usage of a flavor-resource depends only on the totals below it, and each
+        flavor-resource's usage moves up the tree on its own, so whatever a question about
+        ``frs`` alone reads is then as if ``wl`` had left. It skips the workload's other
+        resources and the books of who is admitted: what a search that asks only about some
+        flavor-resources need not pay for at each workload it tries.
+        """
+        cq = self.queues.get(wl.cluster_queue)
+        if cq is None or wl.key not in cq.workloads:
+            return False
+        for fr, value in wl.usage.items():
+            if value and fr in frs:
                 cq.remove_usage(fr, value)
-                removed.append((cq, value))
+        return True
+
+    def add_usage_of(self, wl: AdmittedWorkload, frs: Collection[FlavorResource]) -> None:
+        """Put back what :meth:`remove_usage_of` took out."""
+        cq = self.queues[wl.cluster_queue]
+        for fr, value in wl.usage.items():
+            if value and fr in frs:
+                cq.add_usage(fr, value)
+
+    @contextmanager
+    def without_usage_of(
+        self, workloads: Iterable[AdmittedWorkload], frs: Collection[FlavorResource]
+    ) -> Iterator[None]:
+        """:meth:`without` as seen by ``frs`` alone (see :meth:`remove_usage_of`)."""
+        removed = [w for w in workloads if self.remove_usage_of(w, frs)]
         try:
             yield
         finally:
-            for cq, value in removed:
-                cq.add_usage(fr, value)
+            for w in removed:
+                self.add_usage_of(w, frs)

@@ -178,23 +178,46 @@ def quantities_fit_in_quota(node: QuotaNode, requests: Usage) -> tuple[bool, dic
     return fits, remaining
 
 
+def take_out(tree: QuotaTree, wl: AdmittedWorkload, frs: frozenset[FlavorResource] | None = None) -> None:
+    """Take ``wl`` out of the tree for a search: all of it, or with ``frs`` only its usage of
+    those flavor-resources (:meth:`QuotaTree.remove_usage_of`: enough for a search that asks
+    about those alone, as the classical one does)."""
+    if frs is None:
+        tree.remove_workload(wl)
+    else:
+        tree.remove_usage_of(wl, frs)
+
+
+def put_back(tree: QuotaTree, wl: AdmittedWorkload, frs: frozenset[FlavorResource] | None = None) -> None:
+    """Undo :func:`take_out`."""
+    if frs is None:
+        tree.add_workload(wl)
+    else:
+        tree.add_usage_of(wl, frs)
+
+
 def fill_back(
-    tree: QuotaTree, ctx: PreemptionContext, targets: list[Target], allow_borrowing: bool
+    tree: QuotaTree,
+    ctx: PreemptionContext,
+    targets: list[Target],
+    allow_borrowing: bool,
+    frs: frozenset[FlavorResource] | None = None,
 ) -> list[Target]:
     """Put the targets (all out of the tree) back, last but one first, while the workload still
-    fits without them; returns those that must go. The ones kept out stay out of the tree."""
+    fits without them; returns those that must go. The ones kept out stay out of the tree.
+    ``frs``: as the targets were taken out (:func:`take_out`)."""
     targets = list(targets)
     for i in range(len(targets) - 2, -1, -1):
-        tree.add_workload(targets[i].workload)
+        put_back(tree, targets[i].workload, frs)
         if workload_fits(ctx, allow_borrowing):
             targets[i] = targets[-1]
             targets.pop()
         else:
-            tree.remove_workload(targets[i].workload)
+            take_out(tree, targets[i].workload, frs)
     return targets
 
 
-def restore(tree: QuotaTree, targets: list[Target]) -> None:
-    """Put targets taken out of the tree back."""
+def restore(tree: QuotaTree, targets: list[Target], frs: frozenset[FlavorResource] | None = None) -> None:
+    """Put targets taken out of the tree back (``frs``: as they were taken out)."""
     for t in targets:
-        tree.add_workload(t.workload)
+        put_back(tree, t.workload, frs)

@@ -89,8 +89,9 @@ class Decider:
             fits = e.cq.fits(e.assignment.usage)
         else:
             removed = [t.workload for t in victims.values()] + [t.workload for t in e.targets]
-            with self.tree.without(removed):
-                fits = e.cq.fits(e.assignment.usage)
+            usage = e.assignment.usage
+            with self.tree.without_usage_of(removed, usage):  # the fit reads these alone
+                fits = e.cq.fits(usage)
         return None if fits else "Workload no longer fits after processing another workload"
 
     def _placed(self, e: Entry, mode: int, work: CycleWork) -> bool:
