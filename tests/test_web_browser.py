@@ -24,18 +24,9 @@ from gpuplane.web.auth import TokenFileAuthenticator
 from gpuplane.web.pages import duration
 from gpuplane.web.sources import FileSource, SnapshotHub
 from manifests import workload
-from web_harness import (
-    artifacts_dir,
-    chromium,
-    console_errors,
-    element_text,
-    require_browser,
-    screenshot,
-    serve,
-    table_rows,
-    workload_rows,
-)
+from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
 from web_scenario import _at, scenario_yaml
+from web_tables import element_text, table_rows, workload_rows
 
 TOKEN = "alice-token-0123456789"
 pytestmark = pytest.mark.slow

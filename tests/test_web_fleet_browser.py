@@ -18,16 +18,8 @@ from gpuplane.web.auth import TokenFileAuthenticator
 from gpuplane.web.fleet import fleet_of
 from gpuplane.web.sources import FileSource, SnapshotHub
 from web_fleet_scene import BIG, SMALL, fleet_objects, manager_yaml, worker_cluster
-from web_harness import (
-    artifacts_dir,
-    chromium,
-    console_errors,
-    element_text,
-    require_browser,
-    screenshot,
-    serve,
-    table_rows,
-)
+from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
+from web_tables import element_text, table_rows
 
 TOKEN = "fleet-admin-token-0123456789"
 pytestmark = pytest.mark.slow

@@ -35,18 +35,9 @@ from gpuplane.web.sources import KubeSource, SnapshotHub
 from manifests import documents, workload
 from prometheus import PrometheusFactory
 from realkube import RealKube
-from web_harness import (
-    artifacts_dir,
-    chromium,
-    console_errors,
-    element_text,
-    require_browser,
-    screenshot,
-    serve,
-    table_rows,
-    workload_rows,
-)
+from web_harness import artifacts_dir, chromium, console_errors, require_browser, screenshot, serve
 from web_scenario import NAMESPACES, _at, scenario
+from web_tables import element_text, table_rows, workload_rows
 
 pytestmark = pytest.mark.slow
 CRDS = Path(__file__).resolve().parent.parent / "deploy" / "crds"

@@ -114,43 +114,5 @@ def console_errors(driver: Any) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
-_READ_ROWS = """
-const [selector, key] = arguments;
-return Array.from(document.querySelectorAll(selector), row => [
-  key ? row.getAttribute(key) : null,
-  Array.from(row.querySelectorAll("td"), cell => cell.innerText.trim()),
-]);
-"""
-
-
-def _read_rows(driver: Any, selector: str, key: str | None) -> list[tuple[str | None, list[str]]]:
-    """Each row ``selector`` matches: its ``key`` attribute (None when not asked) and its cells' text.
-
-    The pages redraw their tables live, from the event stream. Reading the rows one element at a
-    time can meet a row the redraw has just replaced (a stale element), so the whole table is read
-    in one script, which runs between two redraws.
-    """
-    return [(k, list(cells)) for k, cells in driver.execute_script(_READ_ROWS, selector, key)]
-
-
-def table_rows(driver: Any, selector: str) -> list[list[str]]:
-    """The cells' text of each table row that ``selector`` matches, read at one instant."""
-    return [cells for _, cells in _read_rows(driver, selector, None)]
-
-
-def element_text(driver: Any, css: str) -> str:
-    """The text of the first element ``css`` matches, read in one script (see ``_read_rows``)."""
-    shown = driver.execute_script(
-        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;", css
-    )
-    assert shown is not None, f"nothing on the page matches {css}"
-    return str(shown)
-
-
-def workload_rows(driver: Any) -> dict[str, list[str]]:
-    """The queue table's rows by workload (``namespace/name``): each one's cells' text."""
-    return {str(k): cells for k, cells in _read_rows(driver, "tr[data-workload]", "data-workload")}
-
-
 def which(name: str) -> str | None:
     return shutil.which(name)
