@@ -23,7 +23,7 @@ from gpuplane.cli.schedule import default_now, plan_document
 from gpuplane.core.config import config_from_kueue
 from gpuplane.core.flavors import FIT, PREEMPT
 from gpuplane.core.preemptor import Preemptor
-from gpuplane.core.quota import QuotaTree
+from gpuplane.core.quota import AdmittedWorkload, QuotaTree
 from gpuplane.core.scheduler import Scheduler, schedule
 from gpuplane.core.scheduling.state import Entry
 from gpuplane.core.scheduling.waker import Waker
@@ -321,3 +321,40 @@ def test_work_a_release_leaves_parked_could_not_be_admitted_even_alone(
             for pending in kept:
                 assert not could_be_admitted_alone(scheduler, pending), pending.key
             session.drain(now + step)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    qs=queues,
+    held=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6), st.integers(0, 4)), max_size=8),
+    gone=st.lists(st.booleans(), min_size=8, max_size=8),
+)
+def test_taking_out_only_a_resources_usage_reads_as_taking_out_the_workloads(
+    qs: list[QueueSpec], held: list[tuple[int, int, int]], gone: list[bool]
+) -> None:
+    """What the classical preemption search and the decider's overlap check rest on: with only
+    the workloads' usage of some flavor-resources taken out (``without_usage_of``), every queue
+    and cohort reads the same usage and headroom of those as with the whole workloads gone
+    (``without``); the other resources stay, and on exit the tree is as it was."""
+    tree = QuotaTree(load_state([("state.yaml", documents(*build(qs, [], fair=False, memory=True)))]))
+    cpu, memory = ("default", "cpu"), ("default", "memory")
+    admitted = []
+    for i, (queue, cores, gib) in enumerate(held):
+        usage = {cpu: cores * 1000, memory: gib * 2**30}
+        wl = AdmittedWorkload(f"default/w{i}", f"q{queue % len(qs)}", usage, frozenset(usage))
+        tree.add_workload(wl)
+        admitted.append(wl)
+    nodes = [*tree.queues.values(), *{id(a): a for q in tree.queues.values() for a in q.ancestors()}.values()]
+    removed = [wl for wl, out in zip(admitted, gone, strict=False) if out]
+
+    def seen(fr: tuple[str, str]) -> list[tuple[int, int]]:
+        return [(node.usage.get(fr, 0), node.raw_available(fr)) for node in nodes]
+
+    before = [dict(node.usage) for node in nodes]
+    with tree.without(removed):
+        whole = seen(cpu)
+    with tree.without_usage_of(removed, {cpu}):
+        assert seen(cpu) == whole
+        assert [node.usage.get(memory, 0) for node in nodes] == [b.get(memory, 0) for b in before]
+        assert set(tree.admitted) == {wl.key for wl in admitted}  # the books are not touched
+    assert [dict(node.usage) for node in nodes] == before
