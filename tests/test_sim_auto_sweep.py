@@ -26,7 +26,7 @@ from gpuplane.sim.headline import sweep_headline
 from gpuplane.sim.parallel import RunResult
 from gpuplane.sim.report import write_sweep_report
 from gpuplane.sim.scenario import Team, load_scenario
-from gpuplane.sim.sweep import sweep_points
+from gpuplane.sim.sweep import OVER_SHARE, sweep_points
 from gpuplane.sim.workloads import Workloads, class_rate
 
 TINY = Path(__file__).resolve().parent / "golden" / "tiny-mixed.yaml"
@@ -514,3 +514,40 @@ def test_the_gpus_to_match_search_whose_runs_took_longest_near_capacity_starts_f
     assert {name for _, name in matched} == {"stock", "kueue"}
     starts = {n: result["gpusToMatchLoad"] / CROSSING[n] for n in ("stock", "kueue")}
     assert starts["kueue"] * expected_cost("kueue") > starts["stock"] * expected_cost("stock")
+
+
+def _doc_with_share(name: str, load: float) -> dict[str, Any]:
+    """The fake run's summary with the share of its waits over the target, which crosses 5 %
+    where its p95 wait crosses the target."""
+    doc = _fake_doc(name, load)
+    doc["waitOverTargetShare"] = OVER_SHARE * doc["waitP95Seconds"] / TARGET
+    return doc
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_loads_aimed_by_the_share_over_the_target_close_the_bracket_sooner(
+    monkeypatch: pytest.MonkeyPatch, jobs: int
+) -> None:
+    """Where the runs tell the share of their waits over the target, the search aims at the load
+    where it crosses 5 %: fewer runs, less time on the fake clock (a run takes its load), and the
+    same capacity within the resolution as bisecting."""
+    made: list[FakeWorkers] = []
+    ran: dict[str, list[tuple[str, float]]] = {}
+    docs: dict[str, dict[str, Any]] = {}
+    for label, doc in (("bisected", _fake_doc), ("aimed", _doc_with_share)):
+        ran[label] = []
+
+        def workers(*args: Any, doc: Any = doc, label: str = label, **kwargs: Any) -> FakeWorkers:
+            made.append(FakeWorkers(*args, doc=doc, ran=ran[label], **kwargs))
+            return made[-1]
+
+        monkeypatch.setattr(auto_sweep, "Workers", workers)
+        docs[label] = run_auto_sweep(_sim, ("gpuplane", "kueue"), wait_target=TARGET, jobs=jobs).document
+    bisected, aimed = made
+    assert len(ran["aimed"]) < len(ran["bisected"])
+    assert aimed.clock < bisected.clock
+    for name in ("gpuplane", "kueue"):
+        for doc in docs.values():
+            assert doc["capacityAtWaitTarget"][name] == pytest.approx(CROSSING[name], abs=0.05)
+    assert all(p["waitOverTargetShare"] is not None for p in docs["aimed"]["autoSweep"]["gpuplane"])
+    assert all(p["waitOverTargetShare"] is None for p in docs["bisected"]["autoSweep"]["gpuplane"])

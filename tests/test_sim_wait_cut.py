@@ -17,7 +17,8 @@ from gpuplane.sim.experiment import SimInput, run_named, scenario_input
 from gpuplane.sim.metrics import GroupStats
 from gpuplane.sim.runs import JobRun
 from gpuplane.sim.scenario import load_scenario
-from gpuplane.sim.wait_cut import WaitCut
+from gpuplane.sim.sweep import OVER_SHARE
+from gpuplane.sim.wait_cut import PROJECT_AFTER, WaitCut
 from gpuplane.sim.workloads import Job, Request
 
 TINY = Path(__file__).resolve().parent / "golden" / "tiny-mixed.yaml"
@@ -124,9 +125,30 @@ def test_the_cut_decides_exactly_what_the_whole_run_says(name: str, load: float)
         assert missed
         assert cut["waitP95Seconds"] <= full["waitP95Seconds"]
     else:
-        assert {k: v for k, v in cut.items() if k != "wallSeconds"} == {
+        assert {k: v for k, v in cut.items() if k not in ("wallSeconds", "waitOverTargetShare")} == {
             k: v for k, v in full.items() if k != "wallSeconds"
         }
+
+
+@pytest.mark.parametrize(("name", "load"), [("gpuplane", 2.0), ("volcano", 1.0), ("stock", 0.9)])
+def test_a_run_tells_the_share_of_its_waits_over_the_target(name: str, load: float) -> None:
+    """Run to the end, the share is the share of the counted waits over the target; cut in the
+    window's second half, it is projected to the window's end (at least the 5 % that decided the
+    cut, near what the whole run had); cut in the first half, it is not told."""
+    sim = _tiny(load)
+    ledger, full = run_named(name, sim)
+    _, cut = run_named(name, sim, cut_above=TARGET)
+    waits = [w for stats in ledger.groups.values() for w in stats.waits]
+    over = sum(1 for w in waits if w > TARGET + 0.1) / len(waits)
+    assert "waitOverTargetShare" not in full  # only a run with a target to cut at counts it
+    share = cut["waitOverTargetShare"]
+    if "cut" not in cut:
+        assert share == pytest.approx(over, abs=1e-5)
+        assert (share <= OVER_SHARE) == (full["waitP95Seconds"] <= TARGET)
+    elif cut["cut"]["atSeconds"] >= PROJECT_AFTER * sim.workloads.horizon:
+        assert OVER_SHARE <= share <= 2 * over
+    else:
+        assert share is None
 
 
 def _without_eta(doc: Any) -> Any:

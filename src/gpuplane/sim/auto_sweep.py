@@ -8,7 +8,9 @@
              until it misses (or reaches MAX_LOAD: then its capacity is a bound)
        down: a configuration that missed at every load runs at half its lowest, until it meets it
     3. bisect each configuration between the highest load that met the target below the lowest that
-       missed it, until the two are within RESOLUTION (0.05) of load
+       missed it, until the two are within RESOLUTION (0.05) of load; where both runs tell the
+       share of their waits over the target, aim at the load where it crosses 5 % instead
+       (:func:`~gpuplane.sim.sweep.aim`): two loads around it close the bracket in one round
     4. capacity: interpolated linearly between the two, a number (never a bound, unless step 2 ran
        out of room)
     5. GPUs to match (given ``grown``): each configuration on larger clusters at the demand of
@@ -63,6 +65,7 @@ from gpuplane.sim.sweep import (
     EXACT,
     Capacity,
     SweepResult,
+    aim,
     capacity_at_wait_target,
 )
 
@@ -72,6 +75,7 @@ ALLOCATION_MARGIN = 0.1  # how far past full allocation (by proportion) a step u
 MAX_LOAD = 8.0
 MIN_LOAD = 0.05
 RESOLUTION = 0.05
+AIM_STEP = 0.98  # of the resolution: two loads aimed around the crossing close the bracket (see aim)
 GOAL = 2.0  # gpuplane's capacity over the strongest peer's that the sweep is held to
 
 
@@ -101,6 +105,7 @@ class AutoSweep:
         # as ``sim_at`` gives it (a ScenarioDraw is drawn by the worker that runs it).
         self.inputs: dict[float, SimInput | ScenarioDraw] = {}
         self.done: dict[str, dict[float, RunResult]] = {name: {} for name in names}
+        self.aimed: dict[str, set[float]] = {name: set() for name in names}  # loads aimed (see aim)
         self.matching: Matching | None = None  # the GPUs to match, once started (see search)
         # When the search's last run ended, and when the matching (the last one made) began.
         self.searched = self.matched = time.perf_counter()
@@ -274,9 +279,11 @@ class AutoSweep:
     def candidate(self, name: str, going: Sequence[float]) -> float | None:
         """The load ``name`` would run next beside its runs ``going``, or None: up (no miss yet)
         by :meth:`step_up`, and beyond a run still going by the same ratio; down (no load met
-        yet) to half the lowest; or the middle of the widest gap between the bracket's ends and
-        the loads going inside it, while that gap is wider than the resolution (of two gaps as wide,
-        the higher)."""
+        yet) to half the lowest; inside the bracket, while a gap between its ends and the loads
+        going inside it is wider than the resolution: a load aimed where the share of waits over
+        the target crosses (:func:`~gpuplane.sim.sweep.aim`: around the crossing, so that two
+        loads side by side can close the bracket), or where that share cannot aim, the middle of
+        the widest gap (of two gaps as wide, the higher)."""
         done = self.done[name]
         if not done:
             return None
@@ -293,9 +300,34 @@ class AutoSweep:
         if low is None:
             bottom = min([*done, *going])
             return None if bottom <= MIN_LOAD else max(MIN_LOAD, bottom / 2)
+        return self._inside(name, low, high, going)
+
+    def _inside(self, name: str, low: float, high: float, going: Sequence[float]) -> float | None:
+        """The load to run inside the bracket ``(low, high)`` beside the loads ``going`` (see
+        :meth:`candidate`), or None once every gap is within the resolution."""
+        done = self.done[name]
         points = sorted({low, high, *(load for load in going if low < load < high)})
         width, a, b = max((round(b - a, 9), a, b) for a, b in itertools.pairwise(points))
-        return None if width <= self.resolution else (a + b) / 2
+        if width <= self.resolution:
+            return None
+        aimed = aim(
+            (low, self.over_share(name, low)),
+            (high, self.over_share(name, high)),
+            step=AIM_STEP * self.resolution,
+            taken=[*done, *going],
+            close=self.resolution,
+            recent=[self.wait(name, load) <= self.target for load in done if load in self.aimed[name]],
+        )
+        if aimed is None:
+            return (a + b) / 2
+        self.aimed[name].add(round(aimed, 4))  # the load it runs at (see next_run)
+        return aimed
+
+    def over_share(self, name: str, load: float) -> float | None:
+        """The share of ``name``'s waits over the target at ``load`` (projected where the run was
+        cut), or None where its run did not say."""
+        value = self.done[name][load][1].get("waitOverTargetShare")
+        return None if value is None else float(value)
 
     def useless(self, name: str, load: float) -> bool:
         """Whether a run of ``name`` at ``load`` can no longer narrow its capacity: above the
@@ -385,6 +417,7 @@ def _auto_sweep_document(
                     "waitP95Seconds": doc["waitP95Seconds"],
                     "gpuBusyOfCapacity": doc.get("gpuBusyOfCapacity"),
                     "wallSeconds": doc.get("wallSeconds"),
+                    "waitOverTargetShare": doc.get("waitOverTargetShare"),
                     **({"cut": doc["cut"]} if "cut" in doc else {}),
                 }
                 for load, (_, doc) in sorted(sweep.done[n].items())

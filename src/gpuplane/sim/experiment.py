@@ -178,7 +178,8 @@ def run_named(
 ) -> RunResult:
     """One configuration on ``sim``: its ledger and its summary (a worker process runs this too).
     Given ``cut_above`` (a wait target, seconds), the run stops once its p95 wait is sure to be
-    above it (:mod:`gpuplane.sim.wait_cut`)."""
+    above it (:mod:`gpuplane.sim.wait_cut`), and its summary has ``waitOverTargetShare``
+    (:meth:`~gpuplane.sim.wait_cut.WaitCut.over_share`)."""
     model = build_model(name, sim)
     started = time.perf_counter()
     cut = None if cut_above is None else WaitCut(cut_above, sim.workloads.jobs)
@@ -187,6 +188,10 @@ def run_named(
     )
     ledger = engine.run()
     doc = configuration_document(ledger)
+    if cut is not None:
+        end = sim.workloads.horizon if ledger.cut is None else ledger.cut.at
+        share = cut.over_share(end, sim.workloads.horizon)
+        doc["waitOverTargetShare"] = None if share is None else round(share, 5)
     doc["schedulerLivelocks"] = getattr(model, "livelocks", 0)
     extras = getattr(model, "document_extras", None)
     if extras is not None:

@@ -10,8 +10,9 @@ sweep simulates it instead, on larger clusters of the same shape::
     load     D / G'(m)             the same absolute demand: the same arrival rates, so the same
                                    kinds of work drawn with the same seed
     search   m0 = Lg / Cc (the scaling estimate); missed -> x GROWTH until one meets the target;
-             then bisect m between the largest miss and the smallest meet until the two clusters
-             differ by at most TOLERANCE of G in GPUs, or MAX_RUNS runs were made
+             then bisect m between the largest miss and the smallest meet (or aim it where the
+             share of waits over the target crosses 5 %: gpuplane.sim.sweep.aim) until the two
+             clusters differ by at most TOLERANCE of G in GPUs, or MAX_RUNS runs were made
     answer   G'(m) of the smallest cluster that met the target
 
 A configuration whose capacity is at least ``Lg`` needs no more GPUs than installed (no run).
@@ -40,11 +41,12 @@ from typing import Any
 from gpuplane.sim.experiment import ScenarioDraw, SimInput, expected_cost
 from gpuplane.sim.parallel import Workers, points_per_search
 from gpuplane.sim.scenario import Scenario
-from gpuplane.sim.sweep import AT_LEAST, EXACT, Capacity
+from gpuplane.sim.sweep import AT_LEAST, EXACT, Capacity, aim
 
 GROWTH = 1.25
 TOLERANCE = 0.05  # of the installed GPUs
 MAX_RUNS = 5
+AIM_STEP = 0.6  # of the tolerance: clusters round up by whole nodes, so aimed ones stay closer
 METHOD = "simulated with more nodes at gpuplane's capacity demand"
 
 GrownInput = Callable[[float, float], SimInput | ScenarioDraw]
@@ -73,6 +75,8 @@ class _Search:
     name: str
     start: float
     runs: list[Run] = field(default_factory=list)
+    shares: dict[float, float | None] = field(default_factory=dict)  # per m: waits over the target
+    aimed: set[float] = field(default_factory=set)  # the multipliers aimed (see aim)
 
     def met(self, target: float) -> list[Run]:
         return sorted((r for r in self.runs if r[3] <= target), key=lambda r: (r[1], r[0]))
@@ -100,9 +104,11 @@ class _Search:
         """The multiplier to run next beside the multipliers ``going``, or None: the scaling
         estimate; while nothing met, a :data:`GROWTH` step up from the largest miss or multiplier
         going (a peer that pools its demand on a larger cluster may need less than the estimate,
-        but on the built-in week the peers needed more); then the middle of the widest gap left
-        between the largest miss below the smallest meet, that meet and the multipliers going
-        between them, while that gap spans more than the tolerance."""
+        but on the built-in week the peers needed more); then, while a gap between the largest
+        miss below the smallest meet, that meet and the multipliers going between them spans
+        more than the tolerance, a multiplier aimed where the share of waits over the target
+        crosses (:func:`~gpuplane.sim.sweep.aim`; a cluster's GPUs round up by whole nodes,
+        hence the smaller step), or where it cannot aim, the middle of the widest gap."""
         if len({r[1] for r in self.runs}) + len(going) >= MAX_RUNS or len(self.runs) >= 4 * MAX_RUNS:
             return None
         met, missed = self.met(target), self.missed(target)
@@ -116,7 +122,18 @@ class _Search:
         width, a, b = max((round(b - a, 9), a, b) for a, b in itertools.pairwise(points))
         if width < 1e-3 or width * installed <= max(1, TOLERANCE * installed):
             return None
-        return (a + b) / 2
+        aimed = aim(
+            (met[0][0], self.shares.get(met[0][0])),
+            (low_m, self.shares.get(low_m)),
+            step=AIM_STEP * TOLERANCE,
+            taken=[*(r[0] for r in self.runs), *going],
+            close=TOLERANCE,
+            recent=[r[3] <= target for r in self.runs if r[0] in self.aimed],
+        )
+        if aimed is None:
+            return (a + b) / 2
+        self.aimed.add(round(aimed, 4))  # the multiplier it runs at (see Matching.start_next)
+        return aimed
 
     def useless(self, target: float, installed: int, m: float) -> bool:
         """Whether a run at ``m`` can no longer change the answer: above the smallest cluster that
@@ -213,7 +230,10 @@ class Matching:
         wait = float(doc["waitP95Seconds"] or 0.0)
         wall = float(doc.get("wallSeconds") or 0.0)
         load = round(self.demand * self.installed / gpus, 4)
-        self.searches[key.name].runs.append((key.m, gpus, load, wait, wall))
+        search = self.searches[key.name]
+        search.runs.append((key.m, gpus, load, wait, wall))
+        share = doc.get("waitOverTargetShare")
+        search.shares[key.m] = None if share is None else float(share)
         for other in list(self.going):
             if self.searches[other.name].useless(self.target, self.installed, other.m):
                 self.workers.cancel(other)
@@ -256,6 +276,7 @@ class Matching:
             same = next((r for r in search.runs if r[1] == gpus), None)
             if same is not None:
                 search.runs.append((m, *same[1:4], 0.0))
+                search.shares[m] = search.shares.get(same[0])
                 return True
             if any(key.name == name and g == gpus for key, g in self.going.items()):
                 continue  # that cluster is running already

@@ -68,6 +68,69 @@ def capacity_at_wait_target(points: Sequence[tuple[float, float | None]], target
     return Capacity(ordered[-1][0], AT_LEAST)
 
 
+OVER_SHARE = 0.05  # the share of waits over the target at which the p95 wait crosses it
+FLOOR = 0.001  # the least share over the target an aim reads (a log of 0 says nothing)
+NEAR = 2.0  # a miss whose share over the target is within this many OVER_SHAREs can aim a search
+
+
+def aim(  # noqa: PLR0913 - keyword-only: the step, the points taken, the width that needs no run
+    met: tuple[float, float | None],
+    missed: tuple[float, float | None],
+    *,
+    step: float,
+    taken: Sequence[float],
+    close: float,
+    recent: Sequence[bool],
+) -> float | None:
+    """The next point to run between ``met`` and ``missed`` (each ``(x, share of its waits over
+    the target)``: a load, or a cluster's node multiplier), aimed where the target is crossed, or
+    None: then the caller bisects.
+
+    Between a point that met the target and one that missed it, the share of waits over the
+    target (``waitOverTargetShare``) crosses :data:`OVER_SHARE`; taken as exponential in ``x``
+    there (it grows faster than linearly as a queue nears saturation; a share of 0 counts as
+    :data:`FLOOR`), it crosses at ``guess``. The points around it are run: ``guess - step/2`` and ``guess +
+    step/2`` (``step`` at most the width at which a bracket is ``close``, so the two close it if
+    the crossing lies between them, in one round where two workers run them side by side); where
+    ``guess`` lies within ``step`` of an end, ``end + step`` (it closes the bracket if it lands on
+    the end's other side), then the middle of the rest; a bracket within two steps, its middle.
+    The first of those not yet ``taken`` (run or running) and inside a gap still wider than
+    ``close`` is the answer.
+
+    No aim (None) where a share is unknown, where the shares disagree with the outcomes, where the
+    miss is far past the target (its share over :data:`NEAR` times :data:`OVER_SHARE`: the share
+    grows faster still there), or where the last two aimed runs
+    (``recent``: met or not, in the order they ended) landed on the same side: then the guess is
+    off, and bisecting halves the bracket for sure.
+    """
+    (x_met, s_met), (x_miss, s_miss) = met, missed
+    if s_met is None or s_miss is None or not s_met < s_miss <= NEAR * OVER_SHARE:
+        return None
+    if len(recent) >= 2 and recent[-1] == recent[-2]:
+        return None
+    low, high = max(s_met, FLOOR), max(s_miss, FLOOR)
+    t = 1.0 if high <= low else min(1.0, max(0.0, math.log(OVER_SHARE / low) / math.log(high / low)))
+    guess = x_met + t * (x_miss - x_met)
+    lo, hi = sorted((x_met, x_miss))
+    if hi - lo <= 2 * step:
+        plan = [(lo + hi) / 2]
+    elif guess - lo < step:
+        plan = [lo + step, (lo + step + hi) / 2]
+    elif hi - guess < step:
+        plan = [hi - step, (lo + hi - step) / 2]
+    else:
+        plan = [guess - step / 2, guess + step / 2]
+    marks = sorted({lo, hi, *(x for x in taken if lo < x < hi)})
+    for x in plan:
+        if any(abs(x - mark) < step / 5 for mark in marks):
+            continue
+        a = max(mark for mark in marks if mark < x)
+        b = min(mark for mark in marks if mark > x)
+        if b - a > close:
+            return x
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     """How many GPUs a baseline configuration needs to serve another's capacity."""

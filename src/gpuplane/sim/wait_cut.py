@@ -39,6 +39,7 @@ from gpuplane.sim.workloads import Job
 QUANTILE = 0.95
 CHECKS = 500  # decisions asked per window
 ROUNDING = 0.1  # summaries round waits to 0.1 s; a wait counts as over only past this much more
+PROJECT_AFTER = 0.5  # of the window: a cut earlier than this projects no share over the target
 
 
 class WaitCut:
@@ -74,14 +75,34 @@ class WaitCut:
             waiting.popleft()
         if self.over >= self.need:
             return True
+        return self.over + self._aged(now) >= self.need
+
+    def _aged(self, now: float) -> int:
+        """The jobs still waiting at ``now`` that have waited more than the target already."""
         since = now - self.target - ROUNDING
         aged = 0
-        for run in waiting:
+        for run in self.waiting:
             if run.job.submit >= since:
                 break
             if run.first_start is None and not run.done:
                 aged += 1
-        return self.over + aged >= self.need
+        return aged
+
+    def over_share(self, now: float, horizon: float) -> float | None:
+        """The share of the counted jobs whose wait is over the target, for a run that ended at
+        ``now`` of a window ending at ``horizon``: at the window's end, what it is; at a cut, what
+        it was projected to the window's end in proportion to the time run (those jobs have been
+        piling up since the window began). None without counted jobs, or for a cut before
+        :data:`PROJECT_AFTER` of the window (its backlog grows too fast for the projection to
+        say much). The auto sweep aims its next loads with it (:func:`gpuplane.sim.sweep.aim`)."""
+        if not self.total or now <= 0 or horizon <= 0:
+            return None
+        share = (self.over + self._aged(now)) / self.total
+        if now >= horizon:
+            return share
+        if now < PROJECT_AFTER * horizon:
+            return None
+        return share * horizon / now
 
     def lower_bound(self, waits: Iterable[float], now: float) -> float:
         """The p95 wait's lower bound at a cut at ``now``; ``waits``: the started jobs' waits."""
