@@ -26,7 +26,7 @@ from gpuplane.sim.headline import sweep_headline
 from gpuplane.sim.parallel import RunResult
 from gpuplane.sim.report import write_sweep_report
 from gpuplane.sim.scenario import Team, load_scenario
-from gpuplane.sim.sweep import OVER_SHARE, sweep_points
+from gpuplane.sim.sweep import OVER_SHARE, aim, sweep_points
 from gpuplane.sim.workloads import Workloads, class_rate
 
 TINY = Path(__file__).resolve().parent / "golden" / "tiny-mixed.yaml"
@@ -457,13 +457,15 @@ def test_the_gpus_to_match_start_on_a_worker_the_search_leaves_idle(
     assert need - 1 <= match["gpus"] <= need + 0.05 * 100 + 1, match
 
 
-def test_the_gpus_to_match_start_again_when_gpuplanes_last_run_meets_the_target(
-    monkeypatch: pytest.MonkeyPatch, fake_runs: list[tuple[str, float]]
+@pytest.mark.parametrize(("crossing", "restarts"), [(2.9, False), (2.8, True)])
+def test_the_gpus_to_match_bet_that_gpuplanes_last_run_meets_and_start_again_if_it_misses(
+    monkeypatch: pytest.MonkeyPatch, fake_runs: list[tuple[str, float]], crossing: float, restarts: bool
 ) -> None:
-    """The matching starts at the load gpuplane met while its last run is going; that run meets
-    the target too, so the load moves up: the runs at the old demand are stopped, and every
-    answer is of the new demand."""
-    monkeypatch.setitem(CROSSING, "gpuplane", 2.6)  # on this fake, the last run going meets
+    """The matching starts while gpuplane's last run is going, at that run's load, as if it met
+    the target. Where it does (crossing 2.9 on this fake), that demand stands. Where it misses
+    (2.8), the load moves back down to the highest one met: the runs at the first demand are
+    stopped, and every answer is of the new demand."""
+    monkeypatch.setitem(CROSSING, "gpuplane", crossing)
     made = _timed(monkeypatch, fake_runs)
     demands: list[float] = []
     made_matching = auto_sweep.match_gpus
@@ -474,9 +476,16 @@ def test_the_gpus_to_match_start_again_when_gpuplanes_last_run_meets_the_target(
 
     monkeypatch.setattr(auto_sweep, "match_gpus", recorded)
     doc = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=2, grown=_grown).document
-    assert len(demands) == 2
-    assert demands[0] < demands[1] == doc["gpusToMatchLoad"]
+    runs = doc["autoSweep"]["gpuplane"]
+    assert demands[0] in {p["load"] for p in runs}  # a load gpuplane ran
     stopped = [k for k in made[-1].cancelled if isinstance(k, gpus_match.MatchKey)]
+    if not restarts:
+        assert demands == [doc["gpusToMatchLoad"]]
+        assert not stopped
+        return
+    assert len(demands) == 2
+    assert demands[0] > demands[1] == doc["gpusToMatchLoad"]
+    assert next(p for p in runs if p["load"] == demands[0])["waitP95Seconds"] > TARGET
     assert stopped
     match = doc["gpusToMatch"]["stock"]
     assert all(run["load"] == round(demands[1] * doc["gpus"] / run["gpus"], 4) for run in match["runs"])
@@ -551,3 +560,54 @@ def test_loads_aimed_by_the_share_over_the_target_close_the_bracket_sooner(
             assert doc["capacityAtWaitTarget"][name] == pytest.approx(CROSSING[name], abs=0.05)
     assert all(p["waitOverTargetShare"] is not None for p in docs["aimed"]["autoSweep"]["gpuplane"])
     assert all(p["waitOverTargetShare"] is None for p in docs["bisected"]["autoSweep"]["gpuplane"])
+
+
+def test_the_gpus_to_match_aim_their_clusters_by_the_share_over_the_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GPUs-to-match search aims its clusters the same way: fewer clusters run for the same
+    answer, within the tolerance of what the fake needs."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for label, doc in (("bisected", _fake_doc), ("aimed", _doc_with_share)):
+        monkeypatch.setattr(auto_sweep, "Workers", partial(FakeWorkers, doc=doc, ran=[]))
+        sweep = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=1, grown=_grown).document
+        match = sweep["gpusToMatch"]["stock"]
+        need = 100 * sweep["gpusToMatchLoad"] / CROSSING["stock"]
+        assert match["bound"] == "interpolated"
+        assert need - 1 <= match["gpus"] <= need + gpus_match.TOLERANCE * 100 + 1, match
+        runs[label] = match["runs"]
+    assert len(runs["aimed"]) < len(runs["bisected"])
+
+
+def test_aim_runs_two_points_around_where_the_share_over_the_target_crosses() -> None:
+    """Between a met point (share 1 %) and a miss (8 %), the share taken as exponential crosses
+    5 % at 1 + log 5 / log 8; the two points half a step either side of it come first, then
+    nothing; where the crossing lies within a step of an end, only that end plus a step. A share
+    that falls with ``x`` (a cluster's size) aims the same way."""
+    kw: dict[str, Any] = {"step": 0.049, "close": 0.05, "recent": [True, False]}
+    guess = 1.0 + math.log(5) / math.log(8)
+    [first] = aim((1.0, 0.01), (2.0, 0.08), taken=[], **kw) or [None]
+    [second] = aim((1.0, 0.01), (2.0, 0.08), taken=[first], **kw) or [None]
+    assert (first, second) == (pytest.approx(guess - 0.0245), pytest.approx(guess + 0.0245))
+    assert aim((1.0, 0.01), (2.0, 0.08), taken=[first, second], **kw) == []  # closed if so
+    assert aim((1.0, 0.049), (2.0, 0.08), taken=[], **kw) == [pytest.approx(1.049)]
+    assert aim((1.0, 0.049), (2.0, 0.08), taken=[1.049], **kw) == []  # no hedge below it
+    assert aim((1.0, 0.0), (1.05, 0.06), taken=[], **kw) == []  # within the width: nothing
+    assert aim((1.0, 0.0), (1.09, 0.06), taken=[], **kw) == [pytest.approx(1.045)]  # its middle
+    falling = aim((2.0, 0.01), (1.0, 0.08), taken=[], **kw)
+    assert falling == [pytest.approx(2.0 - math.log(5) / math.log(8) - 0.0245)]
+
+
+@pytest.mark.parametrize(
+    ("met", "missed", "recent"),
+    [
+        ((1.0, None), (2.0, 0.08), []),  # a run that did not tell its share
+        ((1.0, 0.01), (2.0, 0.5), []),  # a miss far past the target
+        ((1.0, 0.09), (2.0, 0.08), []),  # shares that disagree with the outcomes
+        ((1.0, 0.01), (2.0, 0.08), [False, True, True]),  # the last two aimed runs both met
+    ],
+)
+def test_aim_leaves_the_bracket_to_bisection_where_the_share_cannot_aim(
+    met: tuple[float, float | None], missed: tuple[float, float | None], recent: list[bool]
+) -> None:
+    assert aim(met, missed, step=0.049, taken=[], close=0.05, recent=recent) is None

@@ -174,23 +174,32 @@ class AutoSweep:
             for flying in self._flying(workers):
                 if self.useless(*flying):
                     workers.cancel(flying)
-            if self.matching is not None and self.matching.demand != self.match_load():
+            going = self._flying(workers)
+            if self.matching is not None and self.matching.demand != self.match_load(going):
                 self.matching.cancel()
                 self.matching = None
 
-    def match_load(self) -> float | None:
+    def match_load(self, going: Sequence[tuple[str, float]] = ()) -> float | None:
         """The load whose demand the GPUs to match are sought at: the highest load at which
         gpuplane met the target below its lowest miss, once both are known (so its capacity is a
-        number, within the resolution above this load)."""
+        number, within the resolution above this load); while a run of gpuplane is ``going``
+        inside that bracket, the highest such run's load, as if it met. A search that goes on
+        only while gpuplane's last runs go beside it must bet on their outcome: a run aimed
+        just below the lowest miss (:func:`~gpuplane.sim.sweep.aim`) is expected to meet, and
+        a run of a bisection is as likely to meet as not. If it misses, the demand moves back
+        down, and the GPUs to match start again there."""
         if "gpuplane" not in self.names:
             return None
         low, high = self.bracket("gpuplane")
-        return None if high is None else low
+        if high is None or low is None:
+            return None
+        inside = [load for name, load in going if name == "gpuplane" and low < load < high]
+        return max(inside, default=low)
 
     def _start_matching(self, workers: Workers, grown: GrownInput, going: list[tuple[str, float]]) -> bool:
         """Start a GPUs-to-match run, the matching first made if it may start now; False if not."""
         if self.matching is None:
-            load = self.match_load()
+            load = self.match_load(going)
             if load is None or any(n != "gpuplane" for n, _ in going):
                 return False
             if any(self.candidate(n, [load for g, load in going if g == n]) is not None for n in self.names):
@@ -320,8 +329,9 @@ class AutoSweep:
         )
         if aimed is None:
             return (a + b) / 2
-        self.aimed[name].add(round(aimed, 4))  # the load it runs at (see next_run)
-        return aimed
+        for load in aimed:
+            self.aimed[name].add(round(load, 4))  # the load it runs at (see next_run)
+        return aimed[0] if aimed else None
 
     def over_share(self, name: str, load: float) -> float | None:
         """The share of ``name``'s waits over the target at ``load`` (projected where the run was

@@ -132,8 +132,9 @@ class _Search:
         )
         if aimed is None:
             return (a + b) / 2
-        self.aimed.add(round(aimed, 4))  # the multiplier it runs at (see Matching.start_next)
-        return aimed
+        for m in aimed:
+            self.aimed.add(round(m, 4))  # the multiplier it runs at (see Matching.start_next)
+        return aimed[0] if aimed else None
 
     def useless(self, target: float, installed: int, m: float) -> bool:
         """Whether a run at ``m`` can no longer change the answer: above the smallest cluster that
@@ -147,7 +148,14 @@ class _Search:
     def answer(self, target: float) -> dict[str, Any]:
         """The smallest cluster that met the target, or the largest miss as a lower bound."""
         runs = [
-            {"nodeMultiplier": m, "gpus": g, "load": load, "waitP95Seconds": w, "wallSeconds": wall}
+            {
+                "nodeMultiplier": m,
+                "gpus": g,
+                "load": load,
+                "waitP95Seconds": w,
+                "waitOverTargetShare": self.shares.get(m),
+                "wallSeconds": wall,
+            }
             for m, g, load, w, wall in sorted(self.runs)
         ]
         met = self.met(target)

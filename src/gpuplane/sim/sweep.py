@@ -81,10 +81,11 @@ def aim(  # noqa: PLR0913 - keyword-only: the step, the points taken, the width 
     taken: Sequence[float],
     close: float,
     recent: Sequence[bool],
-) -> float | None:
+) -> list[float] | None:
     """The next point to run between ``met`` and ``missed`` (each ``(x, share of its waits over
-    the target)``: a load, or a cluster's node multiplier), aimed where the target is crossed, or
-    None: then the caller bisects.
+    the target)``: a load, or a cluster's node multiplier), aimed where the target is crossed:
+    ``[x]``, or ``[]`` when the points aimed at are all taken (nothing more to run until one
+    ends), or None: then the caller bisects.
 
     Between a point that met the target and one that missed it, the share of waits over the
     target (``waitOverTargetShare``) crosses :data:`OVER_SHARE`; taken as exponential in ``x``
@@ -92,10 +93,11 @@ def aim(  # noqa: PLR0913 - keyword-only: the step, the points taken, the width 
     :data:`FLOOR`), it crosses at ``guess``. The points around it are run: ``guess - step/2`` and ``guess +
     step/2`` (``step`` at most the width at which a bracket is ``close``, so the two close it if
     the crossing lies between them, in one round where two workers run them side by side); where
-    ``guess`` lies within ``step`` of an end, ``end + step`` (it closes the bracket if it lands on
-    the end's other side), then the middle of the rest; a bracket within two steps, its middle.
-    The first of those not yet ``taken`` (run or running) and inside a gap still wider than
-    ``close`` is the answer.
+    ``guess`` lies within ``step`` of an end, only ``end + step`` (it closes the bracket if it
+    lands on the end's other side, as the guess says it will; a spare worker is better used
+    elsewhere than on a hedge below it); a bracket within two steps, its middle. The first of
+    those not yet ``taken`` (run or running) and inside a gap still wider than ``close`` is the
+    answer.
 
     No aim (None) where a share is unknown, where the shares disagree with the outcomes, where the
     miss is far past the target (its share over :data:`NEAR` times :data:`OVER_SHARE`: the share
@@ -115,9 +117,9 @@ def aim(  # noqa: PLR0913 - keyword-only: the step, the points taken, the width 
     if hi - lo <= 2 * step:
         plan = [(lo + hi) / 2]
     elif guess - lo < step:
-        plan = [lo + step, (lo + step + hi) / 2]
+        plan = [lo + step]
     elif hi - guess < step:
-        plan = [hi - step, (lo + hi - step) / 2]
+        plan = [hi - step]
     else:
         plan = [guess - step / 2, guess + step / 2]
     marks = sorted({lo, hi, *(x for x in taken if lo < x < hi)})
@@ -126,9 +128,9 @@ def aim(  # noqa: PLR0913 - keyword-only: the step, the points taken, the width 
             continue
         a = max(mark for mark in marks if mark < x)
         b = min(mark for mark in marks if mark > x)
-        if b - a > close:
-            return x
-    return None
+        if round(b - a, 9) > close:
+            return [x]
+    return []
 
 
 @dataclass(frozen=True, slots=True)

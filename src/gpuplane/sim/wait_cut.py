@@ -23,6 +23,10 @@ started waits, the still-waiting jobs' waits so far, and a zero for every other 
 Each counted job's final wait is at least its figure there, and the jobs left out (withdrawn) only
 remove zeros, so the final p95 is at least this one, and it is above ``T``. The run's other figures
 cover the window up to the cut (``cut.atSeconds`` in its summary).
+
+How far a run is from the target tells its share of the ``N`` waits over ``T``
+(:meth:`WaitCut.over_share`): the p95 meets the target while that share stays under 5 %, so the
+auto sweep aims its next loads where it crosses 5 % (:func:`gpuplane.sim.sweep.aim`).
 """
 
 from __future__ import annotations
