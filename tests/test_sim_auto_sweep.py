@@ -562,23 +562,6 @@ def test_loads_aimed_by_the_share_over_the_target_close_the_bracket_sooner(
     assert all(p["waitOverTargetShare"] is None for p in docs["bisected"]["autoSweep"]["gpuplane"])
 
 
-def test_the_gpus_to_match_aim_their_clusters_by_the_share_over_the_target(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The GPUs-to-match search aims its clusters the same way: fewer clusters run for the same
-    answer, within the tolerance of what the fake needs."""
-    runs: dict[str, list[dict[str, Any]]] = {}
-    for label, doc in (("bisected", _fake_doc), ("aimed", _doc_with_share)):
-        monkeypatch.setattr(auto_sweep, "Workers", partial(FakeWorkers, doc=doc, ran=[]))
-        sweep = run_auto_sweep(_sim, ("stock", "gpuplane"), wait_target=TARGET, jobs=1, grown=_grown).document
-        match = sweep["gpusToMatch"]["stock"]
-        need = 100 * sweep["gpusToMatchLoad"] / CROSSING["stock"]
-        assert match["bound"] == "interpolated"
-        assert need - 1 <= match["gpus"] <= need + gpus_match.TOLERANCE * 100 + 1, match
-        runs[label] = match["runs"]
-    assert len(runs["aimed"]) < len(runs["bisected"])
-
-
 def test_aim_runs_two_points_around_where_the_share_over_the_target_crosses() -> None:
     """Between a met point (share 1 %) and a miss (8 %), the share taken as exponential crosses
     5 % at 1 + log 5 / log 8; the two points half a step either side of it come first, then

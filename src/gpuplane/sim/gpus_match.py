@@ -10,9 +10,8 @@ sweep simulates it instead, on larger clusters of the same shape::
     load     D / G'(m)             the same absolute demand: the same arrival rates, so the same
                                    kinds of work drawn with the same seed
     search   m0 = Lg / Cc (the scaling estimate); missed -> x GROWTH until one meets the target;
-             then bisect m between the largest miss and the smallest meet (or aim it where the
-             share of waits over the target crosses 5 %: gpuplane.sim.sweep.aim) until the two
-             clusters differ by at most TOLERANCE of G in GPUs, or MAX_RUNS runs were made
+             then bisect m between the largest miss and the smallest meet until the two clusters
+             differ by at most TOLERANCE of G in GPUs, or MAX_RUNS runs were made
     answer   G'(m) of the smallest cluster that met the target
 
 A configuration whose capacity is at least ``Lg`` needs no more GPUs than installed (no run).
@@ -41,12 +40,11 @@ from typing import Any
 from gpuplane.sim.experiment import ScenarioDraw, SimInput, expected_cost
 from gpuplane.sim.parallel import Workers, points_per_search
 from gpuplane.sim.scenario import Scenario
-from gpuplane.sim.sweep import AT_LEAST, EXACT, Capacity, aim
+from gpuplane.sim.sweep import AT_LEAST, EXACT, Capacity
 
 GROWTH = 1.25
 TOLERANCE = 0.05  # of the installed GPUs
 MAX_RUNS = 5
-AIM_STEP = 0.6  # of the tolerance: clusters round up by whole nodes, so aimed ones stay closer
 METHOD = "simulated with more nodes at gpuplane's capacity demand"
 
 GrownInput = Callable[[float, float], SimInput | ScenarioDraw]
@@ -76,7 +74,6 @@ class _Search:
     start: float
     runs: list[Run] = field(default_factory=list)
     shares: dict[float, float | None] = field(default_factory=dict)  # per m: waits over the target
-    aimed: set[float] = field(default_factory=set)  # the multipliers aimed (see aim)
 
     def met(self, target: float) -> list[Run]:
         return sorted((r for r in self.runs if r[3] <= target), key=lambda r: (r[1], r[0]))
@@ -104,11 +101,12 @@ class _Search:
         """The multiplier to run next beside the multipliers ``going``, or None: the scaling
         estimate; while nothing met, a :data:`GROWTH` step up from the largest miss or multiplier
         going (a peer that pools its demand on a larger cluster may need less than the estimate,
-        but on the built-in week the peers needed more); then, while a gap between the largest
-        miss below the smallest meet, that meet and the multipliers going between them spans
-        more than the tolerance, a multiplier aimed where the share of waits over the target
-        crosses (:func:`~gpuplane.sim.sweep.aim`; a cluster's GPUs round up by whole nodes,
-        hence the smaller step), or where it cannot aim, the middle of the widest gap."""
+        but on the built-in week the peers needed more); then the middle of the widest gap left
+        between the largest miss below the smallest meet, that meet and the multipliers going
+        between them, while that gap spans more than the tolerance. (It does not aim as the
+        capacity search does, :func:`~gpuplane.sim.sweep.aim`: near the target the p95 wait
+        swings between neighbouring cluster sizes more than a step of the tolerance, and on
+        the built-in week aimed clusters landed on one side and left wider brackets.)"""
         if len({r[1] for r in self.runs}) + len(going) >= MAX_RUNS or len(self.runs) >= 4 * MAX_RUNS:
             return None
         met, missed = self.met(target), self.missed(target)
@@ -122,19 +120,7 @@ class _Search:
         width, a, b = max((round(b - a, 9), a, b) for a, b in itertools.pairwise(points))
         if width < 1e-3 or width * installed <= max(1, TOLERANCE * installed):
             return None
-        aimed = aim(
-            (met[0][0], self.shares.get(met[0][0])),
-            (low_m, self.shares.get(low_m)),
-            step=AIM_STEP * TOLERANCE,
-            taken=[*(r[0] for r in self.runs), *going],
-            close=TOLERANCE,
-            recent=[r[3] <= target for r in self.runs if r[0] in self.aimed],
-        )
-        if aimed is None:
-            return (a + b) / 2
-        for m in aimed:
-            self.aimed.add(round(m, 4))  # the multiplier it runs at (see Matching.start_next)
-        return aimed[0] if aimed else None
+        return (a + b) / 2
 
     def useless(self, target: float, installed: int, m: float) -> bool:
         """Whether a run at ``m`` can no longer change the answer: above the smallest cluster that
