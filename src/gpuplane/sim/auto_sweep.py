@@ -54,6 +54,7 @@ from gpuplane.sim.experiment import (
     check_names,
     expected_cost,
     experiment_result,
+    over_target_share,
     run_named,
 )
 from gpuplane.sim.gpus_match import GrownInput, Matching, MatchKey, match_gpus, unknown_matches
@@ -336,8 +337,7 @@ class AutoSweep:
     def over_share(self, name: str, load: float) -> float | None:
         """The share of ``name``'s waits over the target at ``load`` (projected where the run was
         cut), or None where its run did not say."""
-        value = self.done[name][load][1].get("waitOverTargetShare")
-        return None if value is None else float(value)
+        return over_target_share(self.done[name][load][1])
 
     def useless(self, name: str, load: float) -> bool:
         """Whether a run of ``name`` at ``load`` can no longer narrow its capacity: above the

@@ -170,6 +170,13 @@ def run_configuration(
     return run_named(name, sim, labelled(progress, name))
 
 
+def over_target_share(doc: dict[str, Any]) -> float | None:
+    """The share of a run's waits over its wait target, from its summary (:func:`run_named`
+    with ``cut_above``); None where the run did not tell it (cut too early to project one)."""
+    value = doc.get("waitOverTargetShare")
+    return None if value is None else float(value)
+
+
 def run_named(
     name: str,
     sim: SimInput,

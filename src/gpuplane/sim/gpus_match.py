@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuplane.sim.experiment import ScenarioDraw, SimInput, expected_cost
+from gpuplane.sim.experiment import ScenarioDraw, SimInput, expected_cost, over_target_share
 from gpuplane.sim.parallel import Workers, points_per_search
 from gpuplane.sim.scenario import Scenario
 from gpuplane.sim.sweep import AT_LEAST, EXACT, Capacity
@@ -226,8 +226,7 @@ class Matching:
         load = round(self.demand * self.installed / gpus, 4)
         search = self.searches[key.name]
         search.runs.append((key.m, gpus, load, wait, wall))
-        share = doc.get("waitOverTargetShare")
-        search.shares[key.m] = None if share is None else float(share)
+        search.shares[key.m] = over_target_share(doc)
         for other in list(self.going):
             if self.searches[other.name].useless(self.target, self.installed, other.m):
                 self.workers.cancel(other)

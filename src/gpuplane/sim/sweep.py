@@ -87,17 +87,16 @@ def aim(  # noqa: PLR0913 - keyword-only: the step, the points taken, the width 
     ``[x]``, or ``[]`` when the points aimed at are all taken (nothing more to run until one
     ends), or None: then the caller bisects.
 
-    Between a point that met the target and one that missed it, the share of waits over the
-    target (``waitOverTargetShare``) crosses :data:`OVER_SHARE`; taken as exponential in ``x``
-    there (it grows faster than linearly as a queue nears saturation; a share of 0 counts as
-    :data:`FLOOR`), it crosses at ``guess``. The points around it are run: ``guess - step/2`` and ``guess +
-    step/2`` (``step`` at most the width at which a bracket is ``close``, so the two close it if
-    the crossing lies between them, in one round where two workers run them side by side); where
-    ``guess`` lies within ``step`` of an end, only ``end + step`` (it closes the bracket if it
-    lands on the end's other side, as the guess says it will; a spare worker is better used
-    elsewhere than on a hedge below it); a bracket within two steps, its middle. The first of
-    those not yet ``taken`` (run or running) and inside a gap still wider than ``close`` is the
-    answer.
+    Between a point that met the target and one that missed it, the share of waits over the target
+    (``waitOverTargetShare``) crosses :data:`OVER_SHARE`; taken as exponential in ``x`` there (it
+    grows faster than linearly as a queue nears saturation; a share of 0 counts as :data:`FLOOR`),
+    it crosses at ``guess``. The points around it are run: ``guess - step/2`` and ``guess + step/2``
+    (``step`` at most the width at which a bracket is ``close``, so the two close it if the crossing
+    lies between them, in one round where two workers run them side by side); where ``guess`` lies
+    within ``step`` of an end, only ``end + step`` (it closes the bracket if it lands on the end's
+    other side, as the guess says it will; a spare worker is better used elsewhere than on a hedge
+    below it); a bracket within two steps, its middle. The first of those not yet ``taken`` (run or
+    running) and inside a gap still wider than ``close`` is the answer.
 
     No aim (None) where a share is unknown, where the shares disagree with the outcomes, where the
     miss is far past the target (its share over :data:`NEAR` times :data:`OVER_SHARE`: the share
