@@ -86,7 +86,7 @@ class Cycle:
             ):
                 break
             queues.preemptor_of = {}  # what record_outcomes leaves after a cycle without entries
-            if not queues.heads():
+            if not queues.any_head():
                 break
             ledger.cycle_number += 1
             result.cycles += 1

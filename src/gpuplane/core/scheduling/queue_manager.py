@@ -24,6 +24,11 @@ class QueueManager:
         self.tree = tree
         self.shapes = shapes
         self.queues: dict[str, list[PendingWorkload]] = {name: [] for name in sorted(state.cluster_queues)}
+        # The StrictFIFO queues (a queue's strategy is fixed for the scheduler's life): their head
+        # is always their first workload, never parked.
+        self.strict = frozenset(
+            name for name in self.queues if tree.queues[name].spec.queueing_strategy == "StrictFIFO"
+        )
         self.parked = Parked()
         # Per queue, every workload before this index is parked (BestEffortFIFO).
         self.cursor: dict[str, int] = dict.fromkeys(self.queues, 0)
@@ -123,8 +128,7 @@ class QueueManager:
         """Each queue's head: the workload that preempted last cycle, the first of a StrictFIFO
         queue, or the first one not parked."""
         out = []
-        preemptor_of, parked, cursor = self.preemptor_of, self.parked, self.cursor
-        tree_queues = self.tree.queues
+        preemptor_of, strict, head_at = self.preemptor_of, self.strict, self._head_at
         for name, queue in self.queues.items():
             if not queue:
                 continue
@@ -136,21 +140,42 @@ class QueueManager:
                 if found is not None:
                     out.append(found)
                     continue
-            if tree_queues[name].spec.queueing_strategy == "StrictFIFO":
+            if name in strict:
                 out.append(queue[0])
                 continue
-            i = cursor[name]
-            size = len(queue)
-            while i < size and queue[i].key in parked:
-                i += 1
-            cursor[name] = i
-            if i < size:
+            i = head_at(name, queue)
+            if i < len(queue):
                 out.append(queue[i])
         return out
 
+    def any_head(self) -> bool:
+        """Whether :meth:`heads` would find a head, without listing them: asked after every
+        cycle that only parked heads (a backlog parks one head per queue per cycle)."""
+        preemptor_of, strict, head_at = self.preemptor_of, self.strict, self._head_at
+        for name, queue in self.queues.items():
+            if not queue:
+                continue
+            waiting = preemptor_of.get(name) if preemptor_of else None
+            if waiting is not None and any(p.key == waiting for p in queue):
+                return True
+            if name in strict or head_at(name, queue) < len(queue):
+                return True
+        return False
+
+    def _head_at(self, name: str, queue: list[PendingWorkload]) -> int:
+        """The index of the first workload of a BestEffortFIFO queue not parked (its length if
+        all are), moving the queue's cursor there."""
+        parked = self.parked
+        i = self.cursor[name]
+        size = len(queue)
+        while i < size and queue[i].key in parked:
+            i += 1
+        self.cursor[name] = i
+        return i
+
     def park(self, pending: PendingWorkload, result: CycleResult) -> None:
         """Park ``pending`` until capacity is freed in its cohort (BestEffortFIFO only)."""
-        if self.tree.queues[pending.cluster_queue].spec.queueing_strategy == "StrictFIFO":
+        if pending.cluster_queue in self.strict:
             return
         if pending.key not in self.parked:
             self.parked.park(pending, self._kind(pending))
