@@ -125,53 +125,37 @@ class QueueManager:
             self.cursor[name] = 0
 
     def heads(self) -> list[PendingWorkload]:
-        """Each queue's head: the workload that preempted last cycle, the first of a StrictFIFO
-        queue, or the first one not parked."""
-        out = []
-        preemptor_of, strict, head_at = self.preemptor_of, self.strict, self._head_at
-        for name, queue in self.queues.items():
-            if not queue:
-                continue
-            waiting = preemptor_of.get(name) if preemptor_of else None
-            if waiting is not None:
-                # A workload that evicted victims last cycle heads its queue now, so the
-                # capacity it freed is not taken by others first (no preemption ping-pong).
-                found = next((p for p in queue if p.key == waiting), None)
-                if found is not None:
-                    out.append(found)
-                    continue
-            if name in strict:
-                out.append(queue[0])
-                continue
-            i = head_at(name, queue)
-            if i < len(queue):
-                out.append(queue[i])
-        return out
+        """Each queue's head (see :meth:`_head_of`)."""
+        head_of = self._head_of
+        return [head for name, queue in self.queues.items() if (head := head_of(name, queue)) is not None]
 
     def any_head(self) -> bool:
         """Whether :meth:`heads` would find a head, without listing them: asked after every
         cycle that only parked heads (a backlog parks one head per queue per cycle)."""
-        preemptor_of, strict, head_at = self.preemptor_of, self.strict, self._head_at
-        for name, queue in self.queues.items():
-            if not queue:
-                continue
-            waiting = preemptor_of.get(name) if preemptor_of else None
-            if waiting is not None and any(p.key == waiting for p in queue):
-                return True
-            if name in strict or head_at(name, queue) < len(queue):
-                return True
-        return False
+        head_of = self._head_of
+        return any(head_of(name, queue) is not None for name, queue in self.queues.items())
 
-    def _head_at(self, name: str, queue: list[PendingWorkload]) -> int:
-        """The index of the first workload of a BestEffortFIFO queue not parked (its length if
-        all are), moving the queue's cursor there."""
+    def _head_of(self, name: str, queue: list[PendingWorkload]) -> PendingWorkload | None:
+        """The queue's head: the workload that preempted last cycle, the first of a StrictFIFO
+        queue, or the first one not parked (moving the queue's cursor to it); None if none."""
+        if not queue:
+            return None
+        waiting = self.preemptor_of.get(name) if self.preemptor_of else None
+        if waiting is not None:
+            # A workload that evicted victims last cycle heads its queue now, so the capacity it
+            # freed is not taken by others first (no preemption ping-pong).
+            found = next((p for p in queue if p.key == waiting), None)
+            if found is not None:
+                return found
+        if name in self.strict:
+            return queue[0]
         parked = self.parked
         i = self.cursor[name]
         size = len(queue)
         while i < size and queue[i].key in parked:
             i += 1
         self.cursor[name] = i
-        return i
+        return queue[i] if i < size else None
 
     def park(self, pending: PendingWorkload, result: CycleResult) -> None:
         """Park ``pending`` until capacity is freed in its cohort (BestEffortFIFO only)."""
